@@ -1,0 +1,364 @@
+//! Checks that serde cannot express: references between sections, address syntax, value ranges.
+
+use crate::schema::{BalancerKind, HashOn};
+use crate::{Diagnostic, LoadedConfig};
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+
+/// An upstream address as written: an IP literal or a DNS name, and a port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+    pub ip: Option<IpAddr>,
+}
+
+impl HostPort {
+    /// `host:port` as it would appear in a `Host` header (IPv6 in brackets).
+    pub fn authority(&self) -> String {
+        match self.ip {
+            Some(IpAddr::V6(_)) => format!("[{}]:{}", self.host, self.port),
+            _ => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// Parses `127.0.0.1:80`, `[::1]:80` or `backend.internal:80`.
+pub fn parse_host_port(text: &str) -> Result<HostPort, String> {
+    if let Ok(sa) = text.parse::<SocketAddr>() {
+        return Ok(HostPort {
+            host: sa.ip().to_string(),
+            port: sa.port(),
+            ip: Some(sa.ip()),
+        });
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} has no port"));
+    };
+    if host.starts_with('[') || host.contains(':') {
+        return Err(format!("{text:?} is not a valid [IPv6]:port address"));
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?} has an invalid port {port:?}"))?;
+    if port == 0 {
+        return Err(format!("{text:?} has port 0"));
+    }
+    let valid_name = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+        });
+    if !valid_name {
+        return Err(format!(
+            "{host:?} is neither an IP address nor a valid DNS name"
+        ));
+    }
+    Ok(HostPort {
+        host: host.to_ascii_lowercase(),
+        port,
+        ip: None,
+    })
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
+    let cfg = &loaded.config;
+    let mut out = Vec::new();
+    let mut err = |path: &str, msg: String, hint: Option<&str>| {
+        out.push(loaded.diagnostic(path, msg, hint.map(str::to_string)));
+    };
+
+    if cfg.listeners.is_empty() {
+        err(
+            "listeners",
+            "no listeners: Portico would accept nothing".into(),
+            Some("add `listeners: [{ name: web, address: 127.0.0.1:8080 }]`"),
+        );
+    }
+    let mut names = HashSet::new();
+    let mut addrs = HashSet::new();
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        let base = format!("listeners[{i}]");
+        if l.name.is_empty() {
+            err(
+                &format!("{base}.name"),
+                "listener name is empty".into(),
+                None,
+            );
+        } else if !names.insert(l.name.as_str()) {
+            err(
+                &format!("{base}.name"),
+                format!("listener name {:?} is used twice", l.name),
+                Some("give every listener its own name"),
+            );
+        }
+        match l.address.parse::<SocketAddr>() {
+            Ok(sa) => {
+                if !addrs.insert(sa) {
+                    err(
+                        &format!("{base}.address"),
+                        format!("address {sa} is used by two listeners"),
+                        None,
+                    );
+                }
+            }
+            Err(_) => err(
+                &format!("{base}.address"),
+                format!("invalid listener address {:?}", l.address),
+                Some("write IP:PORT, for example 127.0.0.1:8080, 0.0.0.0:80 or [::]:8080"),
+            ),
+        }
+        let lim = &l.limits;
+        if lim.max_headers == 0 || lim.max_headers > 1000 {
+            err(
+                &format!("{base}.limits.max_headers"),
+                format!(
+                    "max_headers must be between 1 and 1000, got {}",
+                    lim.max_headers
+                ),
+                None,
+            );
+        }
+        if lim.max_request_line.0 < 64 {
+            err(
+                &format!("{base}.limits.max_request_line"),
+                "max_request_line must be at least 64 bytes".into(),
+                None,
+            );
+        }
+        if lim.max_header_bytes.0 < lim.max_request_line.0 {
+            err(
+                &format!("{base}.limits.max_header_bytes"),
+                "max_header_bytes must be at least max_request_line".into(),
+                None,
+            );
+        }
+        if lim.max_header_bytes.0 > 1 << 20 {
+            err(
+                &format!("{base}.limits.max_header_bytes"),
+                "max_header_bytes may be at most 1MiB".into(),
+                None,
+            );
+        }
+        if lim.max_connections == 0 {
+            err(
+                &format!("{base}.limits.max_connections"),
+                "max_connections must be at least 1".into(),
+                None,
+            );
+        }
+    }
+
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let base = format!("routes[{i}]");
+        if !cfg.clusters.contains_key(&r.cluster) {
+            let known: Vec<&str> = cfg.clusters.keys().map(String::as_str).collect();
+            let hint = if known.is_empty() {
+                "define it under `clusters:`".to_string()
+            } else {
+                format!("known clusters: {}", known.join(", "))
+            };
+            err(
+                &format!("{base}.cluster"),
+                format!("route refers to unknown cluster {:?}", r.cluster),
+                Some(&hint),
+            );
+        }
+        let m = &r.matcher;
+        if m.path.is_some() && m.path_prefix.is_some() {
+            err(
+                &format!("{base}.match.path"),
+                "a route can match `path` or `path_prefix`, not both".into(),
+                Some("split it into two routes"),
+            );
+        }
+        for (key, value) in [("path", &m.path), ("path_prefix", &m.path_prefix)] {
+            if let Some(p) = value {
+                if !p.starts_with('/') {
+                    err(
+                        &format!("{base}.match.{key}"),
+                        format!("{key} {p:?} must start with '/'"),
+                        None,
+                    );
+                }
+            }
+        }
+        if let Some(host) = &m.host {
+            let bare = host.strip_prefix("*.").unwrap_or(host);
+            if bare.is_empty() || bare.contains(['/', ' ', '*']) {
+                err(
+                    &format!("{base}.match.host"),
+                    format!("invalid host {host:?}"),
+                    Some("write a name like example.com or *.example.com, without scheme or port"),
+                );
+            }
+        }
+        if let Some(methods) = &m.methods {
+            if methods.is_empty() {
+                err(
+                    &format!("{base}.match.methods"),
+                    "methods is empty, so the route could never match".into(),
+                    Some("remove the key to match every method"),
+                );
+            }
+            for (j, method) in methods.iter().enumerate() {
+                if !is_token(method) {
+                    err(
+                        &format!("{base}.match.methods[{j}]"),
+                        format!("invalid method {method:?}"),
+                        None,
+                    );
+                }
+            }
+        }
+        if let Some(headers) = &m.headers {
+            for name in headers.keys() {
+                if !is_token(name) {
+                    err(
+                        &format!("{base}.match.headers.{name}"),
+                        format!("invalid header name {name:?}"),
+                        None,
+                    );
+                }
+            }
+        }
+    }
+
+    for (name, c) in &cfg.clusters {
+        let base = format!("clusters.{name}");
+        if c.endpoints.is_empty() {
+            err(
+                &format!("{base}.endpoints"),
+                format!("cluster {name:?} has no endpoints"),
+                Some("add `endpoints: [{ address: 127.0.0.1:9001 }]`"),
+            );
+        }
+        let mut seen = HashSet::new();
+        for (j, e) in c.endpoints.iter().enumerate() {
+            let path = format!("{base}.endpoints[{j}]");
+            match parse_host_port(&e.address) {
+                Ok(hp) => {
+                    if !seen.insert(hp.clone()) {
+                        err(
+                            &format!("{path}.address"),
+                            format!("endpoint {} is listed twice", e.address),
+                            Some("use `weight` to send it more traffic"),
+                        );
+                    }
+                }
+                Err(msg) => err(
+                    &format!("{path}.address"),
+                    format!("invalid endpoint address: {msg}"),
+                    Some("write host:port, [ipv6]:port or dns-name:port"),
+                ),
+            }
+            if e.weight == 0 || e.weight > 10_000 {
+                err(
+                    &format!("{path}.weight"),
+                    format!("weight must be between 1 and 10000, got {}", e.weight),
+                    Some("remove the endpoint to stop sending it traffic"),
+                );
+            }
+        }
+        if c.balancer == BalancerKind::ConsistentHash
+            && matches!(c.hash.key, HashOn::Header | HashOn::Cookie)
+            && c.hash.name.as_deref().is_none_or(str::is_empty)
+        {
+            err(
+                &format!("{base}.hash"),
+                "hash.key header/cookie needs hash.name".into(),
+                Some("for example `hash: { key: header, name: x-user-id }`"),
+            );
+        }
+        if c.balancer == BalancerKind::StickyCookie && !is_token(&c.sticky.cookie) {
+            err(
+                &format!("{base}.sticky.cookie"),
+                format!("invalid cookie name {:?}", c.sticky.cookie),
+                None,
+            );
+        }
+        if c.timeouts.connect.0.is_zero()
+            || c.timeouts.response_header.0.is_zero()
+            || c.timeouts.read.0.is_zero()
+            || c.timeouts.send.0.is_zero()
+        {
+            err(
+                &format!("{base}.timeouts"),
+                "upstream timeouts must be greater than zero".into(),
+                None,
+            );
+        }
+    }
+    // Report in file order, as a compiler would.
+    out.sort_by_key(|d| (d.line, d.col));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ports() {
+        assert_eq!(
+            parse_host_port("127.0.0.1:80").unwrap().authority(),
+            "127.0.0.1:80"
+        );
+        assert_eq!(
+            parse_host_port("[::1]:9000").unwrap().authority(),
+            "[::1]:9000"
+        );
+        assert_eq!(
+            parse_host_port("Backend.internal:81").unwrap().host,
+            "backend.internal"
+        );
+        assert!(parse_host_port("backend").is_err());
+        assert!(parse_host_port("backend:0").is_err());
+        assert!(parse_host_port("bad_name!:80").is_err());
+        assert!(parse_host_port("::1:80").is_err());
+    }
+
+    #[test]
+    fn reports_every_error_with_position() {
+        let src = "listeners:\n  - name: web\n    address: nowhere\nroutes:\n  - cluster: missing\nclusters:\n  app:\n    endpoints:\n      - address: 127.0.0.1\n        weight: 0\n";
+        let errs = crate::load_str(src, "t.yaml").unwrap_err().0;
+        let text: Vec<String> = errs
+            .iter()
+            .map(|d| format!("{}:{}: {}", d.line, d.col, d.message))
+            .collect();
+        assert_eq!(errs.len(), 4, "{text:#?}");
+        assert!(
+            text[0].starts_with("3:14: invalid listener address"),
+            "{text:#?}"
+        );
+        assert!(
+            text[1].starts_with("5:14: route refers to unknown cluster"),
+            "{text:#?}"
+        );
+        assert!(
+            text[2].starts_with("9:18: invalid endpoint address"),
+            "{text:#?}"
+        );
+        assert!(text[3].starts_with("10:17: weight must be"), "{text:#?}");
+    }
+
+    #[test]
+    fn unknown_keys_are_located() {
+        let src = "listeners:\n  - name: web\n    adress: 127.0.0.1:1\n";
+        let errs = crate::load_str(src, "t.yaml").unwrap_err().0;
+        assert_eq!((errs[0].line, errs[0].col), (3, 5), "{errs:?}");
+        assert!(
+            errs[0].message.contains("unknown field `adress`"),
+            "{errs:?}"
+        );
+    }
+}

@@ -1,0 +1,975 @@
+//! The HTTP/1 codec of the proxy path: strict request-head parsing, lenient-but-safe response-head parsing, and
+//! the chunked transfer coding.
+//!
+//! Hand-written on top of `httparse` (which does the tokenising) rather than taken from hyper because the proxy
+//! needs what hyper does not expose: the raw head bytes to forward without building a header map, a refusal of
+//! framing that hyper tolerates (bare LF line endings, Content-Length next to Transfer-Encoding), and control
+//! over what goes back to the pool. Every rule here is exercised by the framing tests in
+//! crates/portico/tests/framing.rs.
+
+use bytes::{Bytes, BytesMut};
+
+/// The most header fields any head may have; `limits.max_headers` is checked against the configured value.
+pub const MAX_HEADERS_HARD: usize = 1000;
+/// The longest chunk-size line (with extensions) accepted.
+const MAX_CHUNK_LINE: usize = 4096;
+/// The largest trailer section accepted after the last chunk.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadLimits {
+    pub max_request_line: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+}
+
+/// A request the proxy refuses, with the status to answer. The connection is always closed afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadError {
+    pub status: u16,
+    pub reason: &'static str,
+}
+
+const fn bad(reason: &'static str) -> HeadError {
+    HeadError {
+        status: 400,
+        reason,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+    /// Responses only: the body ends when the upstream closes the connection.
+    UntilClose,
+}
+
+/// Byte range into a head's buffer; `u32` keeps the header index small.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    fn of(base: &[u8], part: &[u8]) -> Span {
+        let start = part.as_ptr() as usize - base.as_ptr() as usize;
+        Span {
+            start: start as u32,
+            end: (start + part.len()) as u32,
+        }
+    }
+    pub fn get<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        &buf[self.start as usize..self.end as usize]
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeaderSpan {
+    pub name: Span,
+    pub value: Span,
+}
+
+/// What the proxy needs to know about a header to forward it or act on it, found once while parsing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Known {
+    Other,
+    /// Hop-by-hop by definition (RFC 9110 7.6.1) or by the proxy's own choice: never forwarded as is.
+    HopByHop,
+    Host,
+    ContentLength,
+    XForwardedFor,
+    XForwardedProto,
+    XForwardedHost,
+    Via,
+    Cookie,
+    Expect,
+}
+
+pub fn classify(name: &[u8]) -> Known {
+    // Lengths first: most headers are rejected by one comparison.
+    let eq = |s: &str| name.eq_ignore_ascii_case(s.as_bytes());
+    match name.len() {
+        2 if eq("te") => Known::HopByHop,
+        3 if eq("via") => Known::Via,
+        4 if eq("host") => Known::Host,
+        6 if eq("cookie") => Known::Cookie,
+        6 if eq("expect") => Known::Expect,
+        7 if eq("upgrade") || eq("trailer") => Known::HopByHop,
+        10 if eq("connection") || eq("keep-alive") => Known::HopByHop,
+        14 if eq("content-length") => Known::ContentLength,
+        15 if eq("x-forwarded-for") => Known::XForwardedFor,
+        16 if eq("x-forwarded-host") => Known::XForwardedHost,
+        17 if eq("transfer-encoding") || eq("x-forwarded-proto") => {
+            if eq("x-forwarded-proto") {
+                Known::XForwardedProto
+            } else {
+                Known::HopByHop
+            }
+        }
+        _ if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"proxy-") => Known::HopByHop,
+        _ => Known::Other,
+    }
+}
+
+/// A parsed request head. Everything points into `buf`, the head's own bytes.
+#[derive(Debug)]
+pub struct RequestHead {
+    pub buf: Bytes,
+    pub method: Span,
+    /// The target as sent (origin-form, absolute-form or `*`).
+    pub target: Span,
+    /// Where the origin-form path (and query) starts inside the target: after `http://host` in absolute-form.
+    pub origin_start: u32,
+    /// The end of the path inside the target (the `?` or the end).
+    pub path_end: u32,
+    pub http10: bool,
+    pub headers: Vec<(HeaderSpan, Known)>,
+    /// The authority: from an absolute-form target, else the `Host` header.
+    pub host: Option<Span>,
+    pub body: BodyFraming,
+    pub keep_alive: bool,
+    pub expect_continue: bool,
+    /// The values of every `Connection` header, to strip the headers they name.
+    pub connection: Vec<Span>,
+    /// Empty lines skipped before the request line.
+    skipped: u32,
+}
+
+impl RequestHead {
+    pub fn method(&self) -> &[u8] {
+        self.method.get(&self.buf)
+    }
+    pub fn target(&self) -> &[u8] {
+        self.target.get(&self.buf)
+    }
+    /// The path and query in origin-form, as forwarded upstream.
+    pub fn origin_form(&self) -> &[u8] {
+        let t = self.target();
+        if t == b"*" {
+            return t;
+        }
+        let rest = &t[self.origin_start as usize..];
+        if rest.is_empty() {
+            b"/"
+        } else {
+            rest
+        }
+    }
+    /// The path alone, for routing.
+    pub fn path(&self) -> &[u8] {
+        let t = self.target();
+        let p = &t[self.origin_start as usize..self.path_end as usize];
+        if p.is_empty() {
+            b"/"
+        } else {
+            p
+        }
+    }
+    pub fn host(&self) -> Option<&[u8]> {
+        self.host.map(|s| s.get(&self.buf))
+    }
+    /// The host without its port, for routing.
+    pub fn host_name(&self) -> Option<&[u8]> {
+        self.host().map(strip_port)
+    }
+    pub fn header_name(&self, h: &HeaderSpan) -> &[u8] {
+        h.name.get(&self.buf)
+    }
+    pub fn header_value(&self, h: &HeaderSpan) -> &[u8] {
+        h.value.get(&self.buf)
+    }
+    /// Values of every header called `name`, in order.
+    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(h, _)| h.name.get(&self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(move |(h, _)| h.value.get(&self.buf))
+    }
+    /// The value of cookie `name` in the `Cookie` headers.
+    pub fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .filter(|(_, k)| *k == Known::Cookie)
+            .flat_map(|(h, _)| h.value.get(&self.buf).split(|&b| b == b';'))
+            .find_map(|pair| {
+                let pair = trim(pair);
+                let eq = memchr::memchr(b'=', pair)?;
+                (trim(&pair[..eq]) == name.as_bytes()).then(|| trim(&pair[eq + 1..]))
+            })
+    }
+    /// True when a `Connection` header names this header, making it hop-by-hop for this message.
+    pub fn named_by_connection(&self, name: &[u8]) -> bool {
+        self.connection
+            .iter()
+            .any(|v| list_contains(v.get(&self.buf), name))
+    }
+}
+
+pub fn strip_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        return match memchr::memchr(b']', host) {
+            Some(i) => &host[..=i],
+            None => host,
+        };
+    }
+    match memchr::memrchr(b':', host) {
+        Some(i) => &host[..i],
+        None => host,
+    }
+}
+
+pub fn trim(v: &[u8]) -> &[u8] {
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |i| i + 1);
+    &v[start..end]
+}
+
+/// Whether the comma-separated list `list` contains `token`, case-insensitively.
+pub fn list_contains(list: &[u8], token: &[u8]) -> bool {
+    list.split(|&b| b == b',')
+        .any(|t| trim(t).eq_ignore_ascii_case(token))
+}
+
+/// Checks that every line of a head ends in CRLF: no bare CR, no bare LF. httparse accepts a bare LF as a line
+/// end (RFC 9112 allows a recipient to), but a proxy that reads framing differently from the server behind it
+/// is a request-smuggling vector, so Portico refuses both.
+fn strict_line_endings(head: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr2(b'\r', b'\n', &head[from..]) {
+        let at = from + i;
+        if head[at] == b'\n' {
+            return false; // a LF not consumed as part of CRLF below is bare
+        }
+        if head.get(at + 1) != Some(&b'\n') {
+            return false;
+        }
+        from = at + 2;
+    }
+    true
+}
+
+/// Parses a Content-Length value: digits, or a list of identical digit strings (RFC 9110 8.6).
+fn parse_content_length(v: &[u8]) -> Option<u64> {
+    let mut result: Option<u64> = None;
+    for part in v.split(|&b| b == b',') {
+        let part = trim(part);
+        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = part
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+        match result {
+            Some(prev) if prev != n => return None,
+            _ => result = Some(n),
+        }
+    }
+    result
+}
+
+fn valid_host(h: &[u8]) -> bool {
+    !h.is_empty()
+        && h.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b))
+}
+
+/// The outcome of trying to parse a request head from the bytes received so far.
+pub enum Parsed<T> {
+    /// A full head, and how many bytes of the buffer it used.
+    Complete(T, usize),
+    /// More bytes are needed.
+    Partial,
+}
+
+/// Parses a request head at the start of `buf`. Leading empty lines (left by some clients after a body) are
+/// skipped and counted as consumed.
+pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHead>, HeadError> {
+    let mut skip = 0;
+    while buf[skip..].starts_with(b"\r\n") {
+        skip += 2;
+    }
+    let data = &buf[skip..];
+    if data.is_empty() || (data == b"\r") {
+        return Ok(Parsed::Partial);
+    }
+    match memchr::memchr(b'\n', data) {
+        Some(line_end) if line_end > limits.max_request_line => {
+            return Err(HeadError {
+                status: 414,
+                reason: "request line too long",
+            })
+        }
+        None if data.len() > limits.max_request_line => {
+            return Err(HeadError {
+                status: 414,
+                reason: "request line too long",
+            })
+        }
+        _ => {}
+    }
+    let mut storage = [httparse::EMPTY_HEADER; 128];
+    let mut heap;
+    let slots: &mut [httparse::Header] = if limits.max_headers < storage.len() {
+        &mut storage[..limits.max_headers]
+    } else {
+        heap = vec![httparse::EMPTY_HEADER; limits.max_headers.min(MAX_HEADERS_HARD)];
+        &mut heap
+    };
+    let mut req = httparse::Request::new(slots);
+    let used = match req.parse(data) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if data.len() > limits.max_header_bytes {
+                return Err(HeadError {
+                    status: 431,
+                    reason: "request header section too large",
+                });
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HeadError {
+                status: 431,
+                reason: "too many header fields",
+            })
+        }
+        Err(httparse::Error::Version) => {
+            return Err(HeadError {
+                status: 505,
+                reason: "HTTP version not supported",
+            })
+        }
+        Err(httparse::Error::HeaderName) => {
+            return Err(bad(
+                "invalid header name (whitespace before the colon or obs-fold?)",
+            ))
+        }
+        Err(httparse::Error::HeaderValue) => return Err(bad("invalid header value")),
+        Err(httparse::Error::NewLine) => return Err(bad("invalid line ending")),
+        Err(httparse::Error::Token) => return Err(bad("invalid request method")),
+        Err(_) => return Err(bad("malformed request line")),
+    };
+    if used > limits.max_header_bytes {
+        return Err(HeadError {
+            status: 431,
+            reason: "request header section too large",
+        });
+    }
+    if !strict_line_endings(&data[..used]) {
+        return Err(bad("bare CR or LF in the request head"));
+    }
+    let head_bytes = &data[..used];
+    let method = Span::of(head_bytes, req.method.unwrap_or_default().as_bytes());
+    let target_str = req.path.unwrap_or_default();
+    let target = Span::of(head_bytes, target_str.as_bytes());
+    let http10 = req.version == Some(0);
+    let method_bytes = req.method.unwrap_or_default().as_bytes();
+    if method_bytes == b"CONNECT" {
+        return Err(HeadError {
+            status: 405,
+            reason: "CONNECT is not supported",
+        });
+    }
+
+    let tb = target_str.as_bytes();
+    let (mut host, origin_start) = if tb.first() == Some(&b'/') {
+        (None, 0usize)
+    } else if tb == b"*" {
+        if method_bytes != b"OPTIONS" {
+            return Err(bad("the `*` target is only valid with OPTIONS"));
+        }
+        (None, 0)
+    } else {
+        // absolute-form: scheme://authority[path]; the authority overrides Host (RFC 9112 3.2.2).
+        let lower_scheme = |s: &[u8]| tb.len() > s.len() && tb[..s.len()].eq_ignore_ascii_case(s);
+        let after = if lower_scheme(b"http://") {
+            7
+        } else if lower_scheme(b"https://") {
+            8
+        } else {
+            return Err(bad("invalid request target"));
+        };
+        let auth_end = tb[after..]
+            .iter()
+            .position(|&b| b == b'/' || b == b'?')
+            .map_or(tb.len(), |i| after + i);
+        let authority = &tb[after..auth_end];
+        if authority.is_empty()
+            || memchr::memchr(b'@', authority).is_some()
+            || !valid_host(authority)
+        {
+            return Err(bad("invalid authority in the request target"));
+        }
+        if tb.get(auth_end) == Some(&b'?') {
+            return Err(bad("invalid request target"));
+        }
+        (Some(Span::of(head_bytes, authority)), auth_end)
+    };
+    let origin = &tb[origin_start..];
+    let path_end = origin_start + memchr::memchr(b'?', origin).unwrap_or(origin.len());
+
+    let mut headers = Vec::with_capacity(req.headers.len());
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut transfer_encoding = false;
+    let mut host_seen = false;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect_continue = false;
+    let mut connection = Vec::new();
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = trim(h.value);
+        let span = HeaderSpan {
+            name: Span::of(head_bytes, name),
+            value: Span::of(head_bytes, value),
+        };
+        let kind = classify(name);
+        match kind {
+            Known::ContentLength => {
+                let n = parse_content_length(value)
+                    .ok_or(bad("invalid or conflicting Content-Length"))?;
+                if content_length.is_some_and(|prev| prev != n) {
+                    return Err(bad("conflicting Content-Length headers"));
+                }
+                content_length = Some(n);
+            }
+            Known::Host => {
+                if host_seen {
+                    return Err(bad("more than one Host header"));
+                }
+                host_seen = true;
+                if !valid_host(value) {
+                    return Err(bad("invalid Host header"));
+                }
+                if host.is_none() {
+                    host = Some(span.value);
+                }
+            }
+            Known::Expect => {
+                if value.eq_ignore_ascii_case(b"100-continue") {
+                    expect_continue = true;
+                } else {
+                    return Err(HeadError {
+                        status: 417,
+                        reason: "unsupported expectation",
+                    });
+                }
+            }
+            Known::HopByHop => {
+                if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                    // Only a single, final `chunked` is accepted: anything else could be read differently
+                    // by the upstream.
+                    if transfer_encoding || !value.eq_ignore_ascii_case(b"chunked") {
+                        return Err(bad(
+                            "unsupported Transfer-Encoding (only a single `chunked` is accepted)",
+                        ));
+                    }
+                    transfer_encoding = true;
+                    chunked = true;
+                } else if name.eq_ignore_ascii_case(b"connection") {
+                    close |= list_contains(value, b"close");
+                    keep_alive_token |= list_contains(value, b"keep-alive");
+                    connection.push(span.value);
+                }
+            }
+            _ => {}
+        }
+        headers.push((span, kind));
+    }
+    if transfer_encoding && content_length.is_some() {
+        return Err(bad("both Content-Length and Transfer-Encoding"));
+    }
+    if transfer_encoding && http10 {
+        return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
+    }
+    if !http10 && !host_seen {
+        return Err(bad("missing Host header"));
+    }
+    let body = if chunked {
+        BodyFraming::Chunked
+    } else {
+        match content_length {
+            Some(0) | None => BodyFraming::None,
+            Some(n) => BodyFraming::Length(n),
+        }
+    };
+    let keep_alive = if http10 {
+        keep_alive_token && !close
+    } else {
+        !close
+    };
+    let head = RequestHead {
+        buf: Bytes::new(),
+        method,
+        target,
+        origin_start: origin_start as u32,
+        path_end: path_end as u32,
+        http10,
+        headers,
+        host,
+        body,
+        keep_alive,
+        expect_continue: expect_continue && body != BodyFraming::None,
+        connection,
+        skipped: skip as u32,
+    };
+    Ok(Parsed::Complete(head, skip + used))
+}
+
+/// Splits a complete head off the front of `buf` and attaches its bytes to `head`.
+pub fn take_request(buf: &mut BytesMut, mut head: RequestHead, used: usize) -> RequestHead {
+    let bytes = buf.split_to(used).freeze();
+    // Spans are relative to the head without the empty lines skipped before it.
+    head.buf = bytes.slice(head.skipped as usize..);
+    head
+}
+
+/// A parsed response head from an upstream.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub reason: Span,
+    pub headers: Vec<HeaderSpan>,
+    pub body: BodyFraming,
+    /// Whether the upstream allows reusing the connection after this response.
+    pub reusable: bool,
+    pub connection: Vec<Span>,
+    pub len: usize,
+}
+
+/// Parses a response head at the start of `buf`. `request_was_head` suppresses the body.
+pub fn parse_response(
+    buf: &[u8],
+    request_was_head: bool,
+    max_bytes: usize,
+) -> Result<Parsed<ResponseHead>, &'static str> {
+    let mut storage = [httparse::EMPTY_HEADER; 256];
+    let mut resp = httparse::Response::new(&mut storage);
+    let used = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() > max_bytes {
+                Err("response head too large")
+            } else {
+                Ok(Parsed::Partial)
+            };
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err("too many response header fields"),
+        Err(_) => return Err("malformed response head"),
+    };
+    if used > max_bytes {
+        return Err("response head too large");
+    }
+    let status = resp.code.unwrap_or(0);
+    if !(100..=999).contains(&status) {
+        return Err("invalid status code");
+    }
+    let http10 = resp.version == Some(0);
+    let mut content_length: Option<u64> = None;
+    let mut te_present = false;
+    let mut te_chunked_last = false;
+    let mut close = false;
+    let mut keep_alive = false;
+    let mut headers = Vec::with_capacity(resp.headers.len());
+    let mut connection = Vec::new();
+    for h in resp.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = trim(h.value);
+        let span = HeaderSpan {
+            name: Span::of(buf, name),
+            value: Span::of(buf, value),
+        };
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_content_length(value).ok_or("invalid Content-Length from upstream")?;
+            if content_length.is_some_and(|p| p != n) {
+                return Err("conflicting Content-Length from upstream");
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            te_present = true;
+            te_chunked_last = value
+                .rsplit(|&b| b == b',')
+                .next()
+                .is_some_and(|t| trim(t).eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            close |= list_contains(value, b"close");
+            keep_alive |= list_contains(value, b"keep-alive");
+            connection.push(span.value);
+        }
+        headers.push(span);
+    }
+    let reason = Span::of(buf, resp.reason.unwrap_or("").as_bytes());
+    let no_body =
+        request_was_head || (100..200).contains(&status) || status == 204 || status == 304;
+    let body = if no_body {
+        BodyFraming::None
+    } else if te_present {
+        // RFC 9112 6.3: Transfer-Encoding overrides Content-Length; without a final chunked the body runs to
+        // the close.
+        if te_chunked_last {
+            BodyFraming::Chunked
+        } else {
+            BodyFraming::UntilClose
+        }
+    } else {
+        match content_length {
+            Some(n) => BodyFraming::Length(n),
+            None => BodyFraming::UntilClose,
+        }
+    };
+    let framing_clean = !(te_present && content_length.is_some());
+    let reusable = framing_clean
+        && body != BodyFraming::UntilClose
+        && !close
+        && (!http10 || keep_alive)
+        && status != 101;
+    Ok(Parsed::Complete(
+        ResponseHead {
+            status,
+            reason,
+            headers,
+            body,
+            reusable,
+            connection,
+            len: used,
+        },
+        used,
+    ))
+}
+
+impl ResponseHead {
+    pub fn named_by_connection(&self, buf: &[u8], name: &[u8]) -> bool {
+        self.connection
+            .iter()
+            .any(|v| list_contains(v.get(buf), name))
+    }
+}
+
+/// Incremental decoder of the chunked transfer coding (RFC 9112 7.1). Trailer fields are read, checked for
+/// framing and dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkedDecoder {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers(usize),
+    Done,
+}
+
+pub enum Decoded {
+    Data(Bytes),
+    NeedMore,
+    Done,
+}
+
+impl Default for ChunkedDecoder {
+    fn default() -> Self {
+        ChunkedDecoder::Size
+    }
+}
+
+impl ChunkedDecoder {
+    /// Takes what it can from the front of `buf`: at most `max` bytes of data at a time.
+    pub fn decode(&mut self, buf: &mut BytesMut, max: usize) -> Result<Decoded, &'static str> {
+        loop {
+            match *self {
+                ChunkedDecoder::Size => {
+                    let Some(nl) = memchr::memchr(b'\n', &buf[..buf.len().min(MAX_CHUNK_LINE)])
+                    else {
+                        if buf.len() >= MAX_CHUNK_LINE {
+                            return Err("chunk size line too long");
+                        }
+                        return Ok(Decoded::NeedMore);
+                    };
+                    if nl == 0 || buf[nl - 1] != b'\r' {
+                        return Err("chunk size line not ended by CRLF");
+                    }
+                    let size = parse_chunk_size(&buf[..nl - 1])?;
+                    let _ = buf.split_to(nl + 1);
+                    *self = if size == 0 {
+                        ChunkedDecoder::Trailers(0)
+                    } else {
+                        ChunkedDecoder::Data(size)
+                    };
+                }
+                ChunkedDecoder::Data(remaining) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = (remaining.min(max as u64) as usize).min(buf.len());
+                    let left = remaining - n as u64;
+                    *self = if left == 0 {
+                        ChunkedDecoder::DataEnd
+                    } else {
+                        ChunkedDecoder::Data(left)
+                    };
+                    return Ok(Decoded::Data(buf.split_to(n).freeze()));
+                }
+                ChunkedDecoder::DataEnd => {
+                    if buf.len() < 2 {
+                        if buf.first().is_some_and(|&b| b != b'\r') {
+                            return Err("chunk data not followed by CRLF");
+                        }
+                        return Ok(Decoded::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err("chunk data not followed by CRLF");
+                    }
+                    let _ = buf.split_to(2);
+                    *self = ChunkedDecoder::Size;
+                }
+                ChunkedDecoder::Trailers(seen) => {
+                    let Some(nl) = memchr::memchr(b'\n', buf) else {
+                        if seen + buf.len() > MAX_TRAILER_BYTES {
+                            return Err("trailer section too large");
+                        }
+                        return Ok(Decoded::NeedMore);
+                    };
+                    if nl == 0
+                        || buf[nl - 1] != b'\r'
+                        || memchr::memchr(b'\r', &buf[..nl - 1]).is_some()
+                    {
+                        return Err("trailer line not ended by CRLF");
+                    }
+                    let line_len = nl + 1;
+                    if seen + line_len > MAX_TRAILER_BYTES {
+                        return Err("trailer section too large");
+                    }
+                    let empty = nl == 1;
+                    if !empty
+                        && (buf[0] == b' '
+                            || buf[0] == b'\t'
+                            || memchr::memchr(b':', &buf[..nl]).is_none())
+                    {
+                        return Err("malformed trailer field");
+                    }
+                    let _ = buf.split_to(line_len);
+                    if empty {
+                        *self = ChunkedDecoder::Done;
+                        return Ok(Decoded::Done);
+                    }
+                    *self = ChunkedDecoder::Trailers(seen + line_len);
+                }
+                ChunkedDecoder::Done => return Ok(Decoded::Done),
+            }
+        }
+    }
+}
+
+/// `1*HEXDIG [ BWS ";" extensions ]`, with at most 15 significant hex digits (no overflow, no sign, no `0x`).
+fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err("invalid chunk size");
+    }
+    let significant = line[..digits].iter().skip_while(|&&b| b == b'0').count();
+    if significant > 15 {
+        return Err("chunk size too large");
+    }
+    let rest = &line[digits..];
+    let first_after_space = rest.iter().find(|&&b| b != b' ' && b != b'\t');
+    if !rest.is_empty() && first_after_space != Some(&b';') {
+        return Err("invalid chunk size");
+    }
+    if rest.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err("invalid chunk extension");
+    }
+    let mut n = 0u64;
+    for &b in &line[..digits] {
+        n = n * 16 + u64::from((b as char).to_digit(16).unwrap_or(0));
+    }
+    Ok(n)
+}
+
+/// Appends the chunk-size line for a chunk of `len` bytes.
+pub fn chunk_header(out: &mut Vec<u8>, len: usize) {
+    use std::io::Write;
+    let _ = write!(out, "{len:x}\r\n");
+}
+
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits {
+        max_request_line: 8192,
+        max_header_bytes: 32768,
+        max_headers: 100,
+    };
+
+    fn parse(s: &str) -> Result<RequestHead, HeadError> {
+        let mut buf = BytesMut::from(s.as_bytes());
+        match parse_request(&buf, &LIMITS)? {
+            Parsed::Complete(h, used) => Ok(take_request(&mut buf, h, used)),
+            Parsed::Partial => panic!("partial: {s:?}"),
+        }
+    }
+
+    #[test]
+    fn simple_get() {
+        let h = parse("GET /a/b?x=1 HTTP/1.1\r\nHost: Example.com:8080\r\n\r\n").unwrap();
+        assert!(h.keep_alive);
+        assert_eq!(h.body, BodyFraming::None);
+    }
+
+    #[test]
+    fn strictness() {
+        let cases = [
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400),
+            ("GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            ("GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET foo HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405),
+            ("GET / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n", 417),
+        ];
+        for (req, status) in cases {
+            match parse_request(req.as_bytes(), &LIMITS) {
+                Err(e) => assert_eq!(e.status, status, "{req:?}: {}", e.reason),
+                Ok(_) => panic!("accepted {req:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn limits() {
+        let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
+        assert_eq!(
+            parse_request(long.as_bytes(), &LIMITS)
+                .err()
+                .map(|e| e.status),
+            Some(414)
+        );
+        let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
+        let req = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+        assert_eq!(
+            parse_request(req.as_bytes(), &LIMITS)
+                .err()
+                .map(|e| e.status),
+            Some(431)
+        );
+        let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "v".repeat(40000));
+        assert_eq!(
+            parse_request(big.as_bytes(), &LIMITS)
+                .err()
+                .map(|e| e.status),
+            Some(431)
+        );
+    }
+
+    #[test]
+    fn absolute_form_and_cookies() {
+        let h = parse("GET http://Svc.local:81/p?q HTTP/1.1\r\nHost: other\r\nCookie: a=1; sticky = xyz ;b=2\r\n\r\n").unwrap();
+        assert_eq!(h.host().unwrap(), b"Svc.local:81");
+        assert_eq!(h.origin_form(), b"/p?q");
+        assert_eq!(h.path(), b"/p");
+        assert_eq!(h.cookie("sticky").unwrap(), b"xyz");
+        assert!(h.cookie("c").is_none());
+    }
+
+    #[test]
+    fn http10_keepalive() {
+        assert!(!parse("GET / HTTP/1.0\r\n\r\n").unwrap().keep_alive);
+        assert!(
+            parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+                .unwrap()
+                .keep_alive
+        );
+        assert!(
+            !parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .unwrap()
+                .keep_alive
+        );
+    }
+
+    fn decode_all(input: &[u8]) -> Result<Vec<u8>, &'static str> {
+        let mut d = ChunkedDecoder::default();
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        loop {
+            match d.decode(&mut buf, 3)? {
+                Decoded::Data(b) => out.extend_from_slice(&b),
+                Decoded::NeedMore => return Err("incomplete"),
+                Decoded::Done => return Ok(out),
+            }
+        }
+    }
+
+    #[test]
+    fn chunked() {
+        assert_eq!(
+            decode_all(b"5\r\nhello\r\n1;ext=1\r\n!\r\n0\r\nX-T: 1\r\n\r\n").unwrap(),
+            b"hello!"
+        );
+        assert_eq!(
+            decode_all(b"000A\r\n0123456789\r\n0\r\n\r\n").unwrap(),
+            b"0123456789"
+        );
+        for bad in [
+            &b"x\r\nhello\r\n0\r\n\r\n"[..],
+            b"5\nhello\r\n0\r\n\r\n",
+            b"5\r\nhelloXX0\r\n\r\n",
+            b"-5\r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"ffffffffffffffffff\r\n",
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"5 x\r\nhello\r\n0\r\n\r\n",
+            b"0\r\n bad\r\n\r\n",
+        ] {
+            assert!(
+                decode_all(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn response_framing() {
+        let r = |s: &str, head: bool| match parse_response(s.as_bytes(), head, 65536).unwrap() {
+            Parsed::Complete(h, _) => h,
+            Parsed::Partial => panic!(),
+        };
+        let h = r("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false);
+        assert_eq!((h.body, h.reusable), (BodyFraming::Length(5), true));
+        let h = r("HTTP/1.1 200 OK\r\n\r\n", false);
+        assert_eq!((h.body, h.reusable), (BodyFraming::UntilClose, false));
+        let h = r(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        );
+        assert_eq!((h.body, h.reusable), (BodyFraming::Chunked, false));
+        let h = r("HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false);
+        assert!(!h.reusable);
+        let h = r(
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+            false,
+        );
+        assert_eq!(h.body, BodyFraming::None);
+        let h = r("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true);
+        assert_eq!(h.body, BodyFraming::None);
+    }
+}

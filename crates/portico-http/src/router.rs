@@ -1,0 +1,141 @@
+//! Route matching. Among the routes whose conditions all hold, the most specific wins: first by host (exact,
+//! then the longest wildcard, then none), then by path (exact, then the longest prefix, then none), then by the
+//! number of method and header conditions; equally specific routes keep their file order. This is nginx's
+//! server-then-location rule, so a catch-all route written first cannot shadow a specific one below it.
+
+use crate::codec::RequestHead;
+use portico_config::Route;
+use std::collections::HashMap;
+
+#[derive(Debug)]
+enum HostMatch {
+    Any,
+    Exact(Vec<u8>),
+    /// `*.example.com` stored as `.example.com`.
+    Suffix(Vec<u8>),
+}
+
+#[derive(Debug)]
+enum PathMatch {
+    Any,
+    Exact(Vec<u8>),
+    Prefix(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub struct CompiledRoute {
+    pub name: String,
+    pub cluster: usize,
+    host: HostMatch,
+    path: PathMatch,
+    methods: Option<Vec<Vec<u8>>>,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+impl CompiledRoute {
+    fn rank(&self) -> (u8, usize, u8, usize, usize) {
+        let (h, hl) = match &self.host {
+            HostMatch::Exact(h) => (2, h.len()),
+            HostMatch::Suffix(s) => (1, s.len()),
+            HostMatch::Any => (0, 0),
+        };
+        let (p, pl) = match &self.path {
+            PathMatch::Exact(p) => (2, p.len()),
+            PathMatch::Prefix(p) => (1, p.len()),
+            PathMatch::Any => (0, 0),
+        };
+        (
+            h,
+            hl,
+            p,
+            pl,
+            usize::from(self.methods.is_some()) + self.headers.len(),
+        )
+    }
+
+    fn matches(&self, req: &RequestHead) -> bool {
+        let host_ok = match &self.host {
+            HostMatch::Any => true,
+            HostMatch::Exact(h) => req.host_name().is_some_and(|n| n.eq_ignore_ascii_case(h)),
+            HostMatch::Suffix(s) => req.host_name().is_some_and(|n| {
+                n.len() > s.len() && n[n.len() - s.len()..].eq_ignore_ascii_case(s)
+            }),
+        };
+        if !host_ok {
+            return false;
+        }
+        let path_ok = match &self.path {
+            PathMatch::Any => true,
+            PathMatch::Exact(p) => req.path() == p.as_slice(),
+            PathMatch::Prefix(p) => req.path().starts_with(p),
+        };
+        if !path_ok {
+            return false;
+        }
+        if let Some(methods) = &self.methods {
+            if !methods.iter().any(|m| m.as_slice() == req.method()) {
+                return false;
+            }
+        }
+        self.headers
+            .iter()
+            .all(|(name, want)| req.values(name).any(|v| v == want.as_slice()))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Router {
+    routes: Vec<CompiledRoute>,
+}
+
+impl Router {
+    pub fn build(routes: &[Route], cluster_index: &HashMap<String, usize>) -> Router {
+        let mut compiled: Vec<CompiledRoute> = routes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let m = &r.matcher;
+                let host = match &m.host {
+                    None => HostMatch::Any,
+                    Some(h) => match h.strip_prefix('*') {
+                        Some(suffix) => HostMatch::Suffix(suffix.to_ascii_lowercase().into_bytes()),
+                        None => HostMatch::Exact(h.to_ascii_lowercase().into_bytes()),
+                    },
+                };
+                let path = match (&m.path, &m.path_prefix) {
+                    (Some(p), _) => PathMatch::Exact(p.as_bytes().to_vec()),
+                    (None, Some(p)) if p == "/" => PathMatch::Any,
+                    (None, Some(p)) => PathMatch::Prefix(p.as_bytes().to_vec()),
+                    (None, None) => PathMatch::Any,
+                };
+                Some(CompiledRoute {
+                    name: r.name.clone().unwrap_or_else(|| format!("route-{i}")),
+                    cluster: *cluster_index.get(&r.cluster)?,
+                    host,
+                    path,
+                    methods: m.methods.as_ref().map(|ms| {
+                        ms.iter()
+                            .map(|x| x.to_ascii_uppercase().into_bytes())
+                            .collect()
+                    }),
+                    headers: m
+                        .headers
+                        .as_ref()
+                        .map(|h| {
+                            h.iter()
+                                .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+            })
+            .collect();
+        // Stable sort: equally specific routes keep their file order.
+        compiled.sort_by_key(|r| std::cmp::Reverse(r.rank()));
+        Router { routes: compiled }
+    }
+
+    pub fn find(&self, req: &RequestHead) -> Option<&CompiledRoute> {
+        self.routes.iter().find(|r| r.matches(req))
+    }
+}

@@ -1,0 +1,188 @@
+//! Worker threads: each runs a current-thread tokio runtime with its own SO_REUSEPORT listening sockets and its
+//! own upstream pools, so nothing on the request path is shared between cores except the snapshot (read
+//! through arc-swap) and per-endpoint health (atomics written on failure only).
+
+use crate::pool::Pool;
+use crate::snapshot::Snapshot;
+use arc_swap::ArcSwap;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+
+/// What a worker's connections share: owned by that worker's thread alone.
+pub struct WorkerCtx {
+    pub index: usize,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub pool: RefCell<Pool>,
+    /// Becomes true when the process starts shutting down.
+    pub shutdown: watch::Receiver<bool>,
+    open_connections: Cell<usize>,
+    connection_closed: Notify,
+}
+
+/// A listening socket bound for one worker.
+pub struct BoundListener {
+    pub name: Arc<str>,
+    pub socket: std::net::TcpListener,
+}
+
+/// Binds `addr` with SO_REUSEPORT so that every worker can own a socket on the same port and the kernel
+/// spreads connections between them.
+pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+/// Starts one worker thread. It serves until `shutdown` turns true, then stops accepting and lets open
+/// connections finish their current request, up to the snapshot's grace period.
+pub fn spawn(
+    index: usize,
+    listeners: Vec<BoundListener>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("portico-worker-{index}"))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(worker = index, "cannot start the worker runtime: {e}");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, run(index, listeners, snapshot, shutdown));
+        })
+}
+
+async fn run(
+    index: usize,
+    listeners: Vec<BoundListener>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let ctx = Rc::new(WorkerCtx {
+        index,
+        snapshot,
+        pool: RefCell::new(Pool::default()),
+        shutdown: shutdown.clone(),
+        open_connections: Cell::new(0),
+        connection_closed: Notify::new(),
+    });
+    for l in listeners {
+        match tokio::net::TcpListener::from_std(l.socket) {
+            Ok(listener) => {
+                tokio::task::spawn_local(accept_loop(ctx.clone(), l.name, listener));
+            }
+            Err(e) => {
+                tracing::error!(worker = index, listener = %l.name, "cannot register the listener: {e}")
+            }
+        }
+    }
+    tokio::task::spawn_local(sweep_pool(ctx.clone()));
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            break;
+        }
+    }
+    let grace = ctx.snapshot.load().shutdown_grace;
+    let drained = tokio::time::timeout(grace, async {
+        while ctx.open_connections.get() > 0 {
+            ctx.connection_closed.notified().await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            worker = index,
+            open = ctx.open_connections.get(),
+            "grace period over; closing remaining connections"
+        );
+    }
+}
+
+async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::TcpListener) {
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        let limit = {
+            let snap = ctx.snapshot.load();
+            let total = snap
+                .listener(&name)
+                .map_or(usize::MAX, |l| l.max_connections);
+            total.div_ceil(snap.workers.max(1))
+        };
+        while ctx.open_connections.get() >= limit {
+            tokio::select! {
+                _ = ctx.connection_closed.notified() => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => return, // dropping the listener stops accepting
+        };
+        match accepted {
+            Ok((io, peer)) => {
+                ctx.open_connections.set(ctx.open_connections.get() + 1);
+                let conn_ctx = ctx.clone();
+                let name = name.clone();
+                tokio::task::spawn_local(async move {
+                    let guard = ConnectionGuard(conn_ctx.clone());
+                    crate::proxy::serve_connection(io, peer, name, conn_ctx).await;
+                    drop(guard);
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning; the error says what ran out.
+                tracing::warn!(listener = %name, "accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Counts a connection closed even when its task ends by panic or cancellation.
+struct ConnectionGuard(Rc<WorkerCtx>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let ctx = &self.0;
+        ctx.open_connections
+            .set(ctx.open_connections.get().saturating_sub(1));
+        ctx.connection_closed.notify_waiters();
+    }
+}
+
+async fn sweep_pool(ctx: Rc<WorkerCtx>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let longest = ctx
+            .snapshot
+            .load()
+            .clusters
+            .iter()
+            .map(|c| c.settings.pool_idle_timeout)
+            .max()
+            .unwrap_or(Duration::ZERO);
+        ctx.pool.borrow_mut().sweep(longest);
+    }
+}

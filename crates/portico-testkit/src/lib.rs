@@ -1,0 +1,270 @@
+//! Real HTTP backends on loopback, for `portico demo`, the end-to-end tests and the benchmarks. Built on hyper
+//! (a server independent of Portico's own codec) so that a test never checks Portico against itself.
+//!
+//! Paths a backend answers:
+//! - `/echo`: JSON with the backend name, method, target, headers, body length and xxh3 hash of the body
+//! - `/bytes/N` (`?chunked`): N bytes of a fixed pattern, with Content-Length or chunked
+//! - `/upload`: reads the body as it streams, answers `LEN HASH`
+//! - `/slow/MS`: waits MS milliseconds before answering
+//! - `/status/CODE`: answers with that status
+//! - anything else: `hello from NAME`
+//!
+//! Every response carries `x-backend: NAME`.
+
+pub mod raw;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{Request, Response};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The byte pattern of `/bytes/N`: byte i is `PATTERN[i % len]`.
+pub const PATTERN: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_\n";
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicUsize,
+    requests: AtomicUsize,
+}
+
+/// A running backend; stops (closing its listener and connections) when dropped or stopped.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub name: String,
+    counters: Arc<Counters>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Backend {
+    /// Starts a backend on an ephemeral loopback port.
+    pub fn start(name: &str) -> std::io::Result<Backend> {
+        Backend::start_on("127.0.0.1:0".parse().expect("literal address"), name)
+    }
+
+    pub fn start_on(addr: SocketAddr, name: &str) -> std::io::Result<Backend> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let counters = Arc::new(Counters::default());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let (c, n) = (counters.clone(), name.to_string());
+        let thread = std::thread::Builder::new()
+            .name(format!("backend-{name}"))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build();
+                let Ok(rt) = rt else { return };
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = serve(listener, Arc::from(n.as_str()), c) => {}
+                        _ = stop_rx => {}
+                    }
+                });
+                // Dropping the runtime cancels every connection task: their sockets close.
+                rt.shutdown_timeout(Duration::from_millis(100));
+            })?;
+        Ok(Backend {
+            addr,
+            name: name.to_string(),
+            counters,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.counters.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered (or being answered) so far.
+    pub fn requests(&self) -> usize {
+        self.counters.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, name: Arc<str>, counters: Arc<Counters>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        counters.accepted.fetch_add(1, Ordering::SeqCst);
+        let _ = stream.set_nodelay(true);
+        let (name, counters) = (name.clone(), counters.clone());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                counters.requests.fetch_add(1, Ordering::SeqCst);
+                handle(req, name.clone())
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await;
+        });
+    }
+}
+
+type AnyBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn full(text: impl Into<Bytes>) -> AnyBody {
+    Full::new(text.into()).boxed()
+}
+
+async fn handle(req: Request<Incoming>, name: Arc<str>) -> Result<Response<AnyBody>, Infallible> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let first = parts.next().unwrap_or("");
+    let arg = parts.next().unwrap_or("");
+    let response = match first {
+        "echo" => {
+            let method = req.method().to_string();
+            let target = req.uri().to_string();
+            let version = format!("{:?}", req.version());
+            let headers: Vec<(String, String)> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            let (len, hash) = consume(req.into_body()).await;
+            let json = serde_json::json!({
+                "backend": &*name, "method": method, "target": target, "version": version,
+                "headers": headers, "body_len": len, "body_hash": format!("{hash:016x}"),
+            });
+            Response::new(full(json.to_string()))
+        }
+        "bytes" => {
+            let n: u64 = arg.parse().unwrap_or(0);
+            Response::new(
+                PatternBody {
+                    left: n,
+                    exact: !query.contains("chunked"),
+                    offset: 0,
+                }
+                .boxed(),
+            )
+        }
+        "upload" => {
+            let (len, hash) = consume(req.into_body()).await;
+            Response::new(full(format!("{len} {hash:016x}")))
+        }
+        "slow" => {
+            tokio::time::sleep(Duration::from_millis(arg.parse().unwrap_or(1000))).await;
+            Response::new(full(format!("slow hello from {name}\n")))
+        }
+        "status" => {
+            let code = arg
+                .parse()
+                .ok()
+                .and_then(|c| hyper::StatusCode::from_u16(c).ok());
+            let mut r = Response::new(full(format!("status from {name}\n")));
+            *r.status_mut() = code.unwrap_or(hyper::StatusCode::BAD_REQUEST);
+            r
+        }
+        _ => Response::new(full(format!("hello from {name}\n"))),
+    };
+    let mut response = response;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&name) {
+        response.headers_mut().insert("x-backend", v);
+    }
+    Ok(response)
+}
+
+/// Reads a body to its end: its length and xxh3 hash.
+async fn consume(mut body: Incoming) -> (u64, u64) {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut len = 0u64;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Some(data) = frame.data_ref() {
+            len += data.len() as u64;
+            hasher.update(data);
+        }
+    }
+    (len, hasher.digest())
+}
+
+/// The xxh3 hash `/echo` and `/upload` report for `data`.
+pub fn body_hash(data: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(data))
+}
+
+/// `n` bytes of `PATTERN`, produced as they are sent.
+struct PatternBody {
+    left: u64,
+    exact: bool,
+    offset: usize,
+}
+
+impl Body for PatternBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let n = self.left.min(64 * 1024) as usize;
+        let mut chunk = Vec::with_capacity(n);
+        while chunk.len() < n {
+            let start = self.offset % PATTERN.len();
+            let take = (PATTERN.len() - start).min(n - chunk.len());
+            chunk.extend_from_slice(&PATTERN[start..start + take]);
+            self.offset += take;
+        }
+        self.left -= n as u64;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(chunk)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        if self.exact {
+            hyper::body::SizeHint::with_exact(self.left)
+        } else {
+            hyper::body::SizeHint::default()
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The `portico` command: parses the command line and wires the planes together.
+
+mod demo;
+mod lifecycle;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "portico",
+    version,
+    about = "Portico: an edge gateway that load-balances and proxies HTTP",
+    long_about = "Portico: an edge gateway that load-balances and proxies HTTP.\n\n\
+                  Start with `portico demo`, then `curl http://127.0.0.1:8080/`.\n\
+                  Configuration reference: docs/configuration.md",
+    after_help = "Examples:\n  portico demo\n  portico check -c portico.yaml\n  portico run -c portico.yaml"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the gateway with a configuration file.
+    Run {
+        /// The YAML configuration file.
+        #[arg(short, long, value_name = "FILE", default_value = "portico.yaml")]
+        config: PathBuf,
+    },
+    /// Validate a configuration file: exit 0 when valid, 1 with every error as FILE:LINE:COL otherwise.
+    Check {
+        #[arg(short, long, value_name = "FILE", default_value = "portico.yaml")]
+        config: PathBuf,
+    },
+    /// Start three built-in demo backends behind a round-robin load balancer, ready for curl.
+    Demo {
+        /// Where the load balancer listens.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Worker threads (`auto`: one per core).
+        #[arg(long, default_value = "auto")]
+        workers: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { config } => lifecycle::run_file(&config),
+        Command::Check { config } => return lifecycle::check(&config),
+        Command::Demo { listen, workers } => demo::run(&listen, &workers),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("portico: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
