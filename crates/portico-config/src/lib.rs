@@ -26,11 +26,7 @@ pub struct Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file, self.line, self.col, self.message
-        )?;
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.col, self.message)?;
         if let Some(hint) = &self.hint {
             write!(f, "\n  hint: {hint}")?;
         }
@@ -65,20 +61,9 @@ pub struct LoadedConfig {
 
 impl LoadedConfig {
     /// A diagnostic pointing at the value under `path` (for example `clusters.app.endpoints[0].address`).
-    pub fn diagnostic(
-        &self,
-        path: &str,
-        message: impl Into<String>,
-        hint: Option<String>,
-    ) -> Diagnostic {
+    pub fn diagnostic(&self, path: &str, message: impl Into<String>, hint: Option<String>) -> Diagnostic {
         let pos = self.spans.locate(path);
-        Diagnostic {
-            file: self.file.clone(),
-            line: pos.line,
-            col: pos.col,
-            message: message.into(),
-            hint,
-        }
+        Diagnostic { file: self.file.clone(), line: pos.line, col: pos.col, message: message.into(), hint }
     }
 }
 
@@ -99,13 +84,8 @@ pub fn load_file(path: &Path) -> Result<LoadedConfig, ConfigErrors> {
 
 /// Parses and validates `source`; `file` is only used in diagnostics.
 pub fn load_str(source: &str, file: &str) -> Result<LoadedConfig, ConfigErrors> {
-    let config: Config = serde_norway::from_str(source)
-        .map_err(|e| ConfigErrors(vec![serde_diagnostic(&e, file)]))?;
-    let loaded = LoadedConfig {
-        config,
-        file: file.to_string(),
-        spans: SpanIndex::build(source),
-    };
+    let config: Config = serde_norway::from_str(source).map_err(|e| ConfigErrors(vec![serde_diagnostic(&e, file)]))?;
+    let loaded = LoadedConfig { config, file: file.to_string(), spans: SpanIndex::build(source) };
     let problems = validate::validate(&loaded);
     if problems.is_empty() {
         Ok(loaded)
@@ -122,10 +102,7 @@ fn serde_diagnostic(e: &serde_norway::Error, file: &str) -> Diagnostic {
         message.truncate(i);
     }
     let hint = if message.contains("unknown field") {
-        Some(
-            "check the spelling against docs/configuration.md; unknown keys are rejected"
-                .to_string(),
-        )
+        Some("check the spelling against docs/configuration.md; unknown keys are rejected".to_string())
     } else if message.contains("unknown variant") {
         Some("use one of the values listed in the message".to_string())
     } else if message.contains("missing field") {
@@ -133,13 +110,7 @@ fn serde_diagnostic(e: &serde_norway::Error, file: &str) -> Diagnostic {
     } else {
         None
     };
-    Diagnostic {
-        file: file.to_string(),
-        line,
-        col,
-        message,
-        hint,
-    }
+    Diagnostic { file: file.to_string(), line, col, message, hint }
 }
 
 /// The default location of the configuration file when `-c` is not given.

@@ -50,12 +50,8 @@ impl<'de> Deserialize<'de> for Workers {
         match Raw::deserialize(d)? {
             Raw::Text(t) if t == "auto" => Ok(Workers::Auto),
             Raw::Number(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n as usize)),
-            Raw::Number(n) => Err(de::Error::custom(format!(
-                "workers must be between 1 and 1024, got {n}"
-            ))),
-            Raw::Text(t) => Err(de::Error::custom(format!(
-                "workers must be `auto` or a number, got {t:?}"
-            ))),
+            Raw::Number(n) => Err(de::Error::custom(format!("workers must be between 1 and 1024, got {n}"))),
+            Raw::Text(t) => Err(de::Error::custom(format!("workers must be `auto` or a number, got {t:?}"))),
         }
     }
 }
@@ -228,10 +224,7 @@ pub struct StickyConfig {
 
 impl Default for StickyConfig {
     fn default() -> Self {
-        StickyConfig {
-            cookie: "portico_sticky".into(),
-            max_age: None,
-        }
+        StickyConfig { cookie: "portico_sticky".into(), max_age: None }
     }
 }
 
@@ -269,10 +262,7 @@ pub struct PoolConfig {
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig {
-            max_idle_per_endpoint: 64,
-            idle_timeout: HumanDuration::secs(30),
-        }
+        PoolConfig { max_idle_per_endpoint: 64, idle_timeout: HumanDuration::secs(30) }
     }
 }
 
@@ -285,9 +275,7 @@ pub struct Shutdown {
 
 impl Default for Shutdown {
     fn default() -> Self {
-        Shutdown {
-            grace: HumanDuration::secs(30),
-        }
+        Shutdown { grace: HumanDuration::secs(30) }
     }
 }
 
@@ -300,8 +288,6 @@ pub struct Log {
 
 impl Default for Log {
     fn default() -> Self {
-        Log {
-            level: "info".into(),
-        }
+        Log { level: "info".into() }
     }
 }

@@ -24,9 +24,7 @@ impl SpanIndex {
         let mut parser = Parser::new_from_str(source);
         // A syntax error is reported by serde_norway with its own position; the index is only a best effort.
         let _ = parser.load(&mut builder, false);
-        SpanIndex {
-            positions: builder.positions,
-        }
+        SpanIndex { positions: builder.positions }
     }
 
     /// The position of `path`, or of its closest recorded ancestor.
@@ -45,14 +43,8 @@ impl SpanIndex {
 }
 
 enum Frame {
-    Map {
-        path: String,
-        pending_key: Option<String>,
-    },
-    Seq {
-        path: String,
-        next: usize,
-    },
+    Map { path: String, pending_key: Option<String> },
+    Seq { path: String, next: usize },
 }
 
 #[derive(Default)]
@@ -92,20 +84,13 @@ impl Builder {
 
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
-        let pos = Position {
-            line: mark.line(),
-            col: mark.col() + 1,
-        };
+        let pos = Position { line: mark.line(), col: mark.col() + 1 };
         match ev {
             Event::Scalar(ref value, ..) => {
                 if let Some(path) = self.next_value_path(Some(value)) {
                     // A scalar's error is about the value itself: point at it rather than at its key.
                     self.positions.insert(path, pos);
-                } else if let Some(Frame::Map {
-                    path,
-                    pending_key: Some(key),
-                }) = self.stack.last()
-                {
+                } else if let Some(Frame::Map { path, pending_key: Some(key) }) = self.stack.last() {
                     // Record the key's own position too: an error about a whole entry points at its name. A
                     // mapping without a key of its own (a list item, the root) is located at its first key,
                     // since yaml-rust2 marks a block mapping's start after that key.
@@ -117,10 +102,7 @@ impl MarkedEventReceiver for Builder {
             Event::MappingStart(..) | Event::SequenceStart(..) => {
                 let path = self.next_value_path(None).unwrap_or_default();
                 if matches!(ev, Event::MappingStart(..)) {
-                    self.stack.push(Frame::Map {
-                        path,
-                        pending_key: None,
-                    });
+                    self.stack.push(Frame::Map { path, pending_key: None });
                 } else {
                     self.positions.entry(path.clone()).or_insert(pos);
                     self.stack.push(Frame::Seq { path, next: 0 });
@@ -143,17 +125,10 @@ mod tests {
 
     #[test]
     fn finds_nested_paths() {
-        let src =
-            "a: 1\nclusters:\n  app:\n    endpoints:\n      - address: x\n      - address: y\n";
+        let src = "a: 1\nclusters:\n  app:\n    endpoints:\n      - address: x\n      - address: y\n";
         let idx = SpanIndex::build(src);
-        assert_eq!(
-            idx.locate("clusters.app.endpoints[1].address"),
-            Position { line: 6, col: 18 }
-        );
+        assert_eq!(idx.locate("clusters.app.endpoints[1].address"), Position { line: 6, col: 18 });
         assert_eq!(idx.locate("clusters.app"), Position { line: 3, col: 3 });
-        assert_eq!(
-            idx.locate("clusters.app.endpoints[1].missing"),
-            Position { line: 6, col: 9 }
-        );
+        assert_eq!(idx.locate("clusters.app.endpoints[1].missing"), Position { line: 6, col: 9 });
     }
 }

@@ -27,9 +27,11 @@ impl fmt::Display for HumanDuration {
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        humantime::parse_duration(text.trim())
-            .map(HumanDuration)
-            .map_err(|e| de::Error::custom(format!("invalid duration {text:?} ({e}); write it with a unit, like \"250ms\", \"5s\" or \"2m\"")))
+        humantime::parse_duration(text.trim()).map(HumanDuration).map_err(|e| {
+            de::Error::custom(format!(
+                "invalid duration {text:?} ({e}); write it with a unit, like \"250ms\", \"5s\" or \"2m\""
+            ))
+        })
     }
 }
 
@@ -56,18 +58,12 @@ impl fmt::Display for ByteSize {
 /// (decimal vs binary defaults) that would surprise users.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     if digits.is_empty() {
-        return Err(format!(
-            "invalid size {text:?}: expected a number with an optional unit, like \"64KiB\""
-        ));
+        return Err(format!("invalid size {text:?}: expected a number with an optional unit, like \"64KiB\""));
     }
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("size {text:?} is too large"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("size {text:?} is too large"))?;
     let multiplier: u64 = match unit.trim() {
         "" | "B" => 1,
         "KiB" | "K" | "k" => 1 << 10,
@@ -82,8 +78,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    n.checked_mul(multiplier)
-        .ok_or_else(|| format!("size {text:?} is too large"))
+    n.checked_mul(multiplier).ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 impl<'de> Deserialize<'de> for ByteSize {

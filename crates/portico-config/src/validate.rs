@@ -26,11 +26,7 @@ impl HostPort {
 /// Parses `127.0.0.1:80`, `[::1]:80` or `backend.internal:80`.
 pub fn parse_host_port(text: &str) -> Result<HostPort, String> {
     if let Ok(sa) = text.parse::<SocketAddr>() {
-        return Ok(HostPort {
-            host: sa.ip().to_string(),
-            port: sa.port(),
-            ip: Some(sa.ip()),
-        });
+        return Ok(HostPort { host: sa.ip().to_string(), port: sa.port(), ip: Some(sa.ip()) });
     }
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err(format!("{text:?} has no port"));
@@ -38,9 +34,7 @@ pub fn parse_host_port(text: &str) -> Result<HostPort, String> {
     if host.starts_with('[') || host.contains(':') {
         return Err(format!("{text:?} is not a valid [IPv6]:port address"));
     }
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("{text:?} has an invalid port {port:?}"))?;
+    let port: u16 = port.parse().map_err(|_| format!("{text:?} has an invalid port {port:?}"))?;
     if port == 0 {
         return Err(format!("{text:?} has port 0"));
     }
@@ -53,21 +47,13 @@ pub fn parse_host_port(text: &str) -> Result<HostPort, String> {
                 && !label.starts_with('-')
         });
     if !valid_name {
-        return Err(format!(
-            "{host:?} is neither an IP address nor a valid DNS name"
-        ));
+        return Err(format!("{host:?} is neither an IP address nor a valid DNS name"));
     }
-    Ok(HostPort {
-        host: host.to_ascii_lowercase(),
-        port,
-        ip: None,
-    })
+    Ok(HostPort { host: host.to_ascii_lowercase(), port, ip: None })
 }
 
 fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
@@ -89,11 +75,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
     for (i, l) in cfg.listeners.iter().enumerate() {
         let base = format!("listeners[{i}]");
         if l.name.is_empty() {
-            err(
-                &format!("{base}.name"),
-                "listener name is empty".into(),
-                None,
-            );
+            err(&format!("{base}.name"), "listener name is empty".into(), None);
         } else if !names.insert(l.name.as_str()) {
             err(
                 &format!("{base}.name"),
@@ -104,11 +86,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         match l.address.parse::<SocketAddr>() {
             Ok(sa) => {
                 if !addrs.insert(sa) {
-                    err(
-                        &format!("{base}.address"),
-                        format!("address {sa} is used by two listeners"),
-                        None,
-                    );
+                    err(&format!("{base}.address"), format!("address {sa} is used by two listeners"), None);
                 }
             }
             Err(_) => err(
@@ -121,19 +99,12 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         if lim.max_headers == 0 || lim.max_headers > 1000 {
             err(
                 &format!("{base}.limits.max_headers"),
-                format!(
-                    "max_headers must be between 1 and 1000, got {}",
-                    lim.max_headers
-                ),
+                format!("max_headers must be between 1 and 1000, got {}", lim.max_headers),
                 None,
             );
         }
         if lim.max_request_line.0 < 64 {
-            err(
-                &format!("{base}.limits.max_request_line"),
-                "max_request_line must be at least 64 bytes".into(),
-                None,
-            );
+            err(&format!("{base}.limits.max_request_line"), "max_request_line must be at least 64 bytes".into(), None);
         }
         if lim.max_header_bytes.0 < lim.max_request_line.0 {
             err(
@@ -143,18 +114,10 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
         if lim.max_header_bytes.0 > 1 << 20 {
-            err(
-                &format!("{base}.limits.max_header_bytes"),
-                "max_header_bytes may be at most 1MiB".into(),
-                None,
-            );
+            err(&format!("{base}.limits.max_header_bytes"), "max_header_bytes may be at most 1MiB".into(), None);
         }
         if lim.max_connections == 0 {
-            err(
-                &format!("{base}.limits.max_connections"),
-                "max_connections must be at least 1".into(),
-                None,
-            );
+            err(&format!("{base}.limits.max_connections"), "max_connections must be at least 1".into(), None);
         }
     }
 
@@ -167,11 +130,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             } else {
                 format!("known clusters: {}", known.join(", "))
             };
-            err(
-                &format!("{base}.cluster"),
-                format!("route refers to unknown cluster {:?}", r.cluster),
-                Some(&hint),
-            );
+            err(&format!("{base}.cluster"), format!("route refers to unknown cluster {:?}", r.cluster), Some(&hint));
         }
         let m = &r.matcher;
         if m.path.is_some() && m.path_prefix.is_some() {
@@ -184,11 +143,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         for (key, value) in [("path", &m.path), ("path_prefix", &m.path_prefix)] {
             if let Some(p) = value {
                 if !p.starts_with('/') {
-                    err(
-                        &format!("{base}.match.{key}"),
-                        format!("{key} {p:?} must start with '/'"),
-                        None,
-                    );
+                    err(&format!("{base}.match.{key}"), format!("{key} {p:?} must start with '/'"), None);
                 }
             }
         }
@@ -212,22 +167,14 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             }
             for (j, method) in methods.iter().enumerate() {
                 if !is_token(method) {
-                    err(
-                        &format!("{base}.match.methods[{j}]"),
-                        format!("invalid method {method:?}"),
-                        None,
-                    );
+                    err(&format!("{base}.match.methods[{j}]"), format!("invalid method {method:?}"), None);
                 }
             }
         }
         if let Some(headers) = &m.headers {
             for name in headers.keys() {
                 if !is_token(name) {
-                    err(
-                        &format!("{base}.match.headers.{name}"),
-                        format!("invalid header name {name:?}"),
-                        None,
-                    );
+                    err(&format!("{base}.match.headers.{name}"), format!("invalid header name {name:?}"), None);
                 }
             }
         }
@@ -280,22 +227,14 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
         if c.balancer == BalancerKind::StickyCookie && !is_token(&c.sticky.cookie) {
-            err(
-                &format!("{base}.sticky.cookie"),
-                format!("invalid cookie name {:?}", c.sticky.cookie),
-                None,
-            );
+            err(&format!("{base}.sticky.cookie"), format!("invalid cookie name {:?}", c.sticky.cookie), None);
         }
         if c.timeouts.connect.0.is_zero()
             || c.timeouts.response_header.0.is_zero()
             || c.timeouts.read.0.is_zero()
             || c.timeouts.send.0.is_zero()
         {
-            err(
-                &format!("{base}.timeouts"),
-                "upstream timeouts must be greater than zero".into(),
-                None,
-            );
+            err(&format!("{base}.timeouts"), "upstream timeouts must be greater than zero".into(), None);
         }
     }
     // Report in file order, as a compiler would.
@@ -309,18 +248,9 @@ mod tests {
 
     #[test]
     fn host_ports() {
-        assert_eq!(
-            parse_host_port("127.0.0.1:80").unwrap().authority(),
-            "127.0.0.1:80"
-        );
-        assert_eq!(
-            parse_host_port("[::1]:9000").unwrap().authority(),
-            "[::1]:9000"
-        );
-        assert_eq!(
-            parse_host_port("Backend.internal:81").unwrap().host,
-            "backend.internal"
-        );
+        assert_eq!(parse_host_port("127.0.0.1:80").unwrap().authority(), "127.0.0.1:80");
+        assert_eq!(parse_host_port("[::1]:9000").unwrap().authority(), "[::1]:9000");
+        assert_eq!(parse_host_port("Backend.internal:81").unwrap().host, "backend.internal");
         assert!(parse_host_port("backend").is_err());
         assert!(parse_host_port("backend:0").is_err());
         assert!(parse_host_port("bad_name!:80").is_err());
@@ -331,23 +261,11 @@ mod tests {
     fn reports_every_error_with_position() {
         let src = "listeners:\n  - name: web\n    address: nowhere\nroutes:\n  - cluster: missing\nclusters:\n  app:\n    endpoints:\n      - address: 127.0.0.1\n        weight: 0\n";
         let errs = crate::load_str(src, "t.yaml").unwrap_err().0;
-        let text: Vec<String> = errs
-            .iter()
-            .map(|d| format!("{}:{}: {}", d.line, d.col, d.message))
-            .collect();
+        let text: Vec<String> = errs.iter().map(|d| format!("{}:{}: {}", d.line, d.col, d.message)).collect();
         assert_eq!(errs.len(), 4, "{text:#?}");
-        assert!(
-            text[0].starts_with("3:14: invalid listener address"),
-            "{text:#?}"
-        );
-        assert!(
-            text[1].starts_with("5:14: route refers to unknown cluster"),
-            "{text:#?}"
-        );
-        assert!(
-            text[2].starts_with("9:18: invalid endpoint address"),
-            "{text:#?}"
-        );
+        assert!(text[0].starts_with("3:14: invalid listener address"), "{text:#?}");
+        assert!(text[1].starts_with("5:14: route refers to unknown cluster"), "{text:#?}");
+        assert!(text[2].starts_with("9:18: invalid endpoint address"), "{text:#?}");
         assert!(text[3].starts_with("10:17: weight must be"), "{text:#?}");
     }
 
@@ -356,9 +274,6 @@ mod tests {
         let src = "listeners:\n  - name: web\n    adress: 127.0.0.1:1\n";
         let errs = crate::load_str(src, "t.yaml").unwrap_err().0;
         assert_eq!((errs[0].line, errs[0].col), (3, 5), "{errs:?}");
-        assert!(
-            errs[0].message.contains("unknown field `adress`"),
-            "{errs:?}"
-        );
+        assert!(errs[0].message.contains("unknown field `adress`"), "{errs:?}");
     }
 }

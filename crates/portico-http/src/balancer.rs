@@ -50,11 +50,7 @@ pub struct Pick {
 }
 
 impl Balancer {
-    pub fn new(
-        cfg: &portico_config::Cluster,
-        endpoints: &[Arc<Endpoint>],
-        workers: usize,
-    ) -> Balancer {
+    pub fn new(cfg: &portico_config::Cluster, endpoints: &[Arc<Endpoint>], workers: usize) -> Balancer {
         let _ = workers;
         let weights: Vec<u32> = if cfg.balancer == BalancerKind::WeightedRoundRobin {
             endpoints.iter().map(|e| e.weight).collect()
@@ -65,8 +61,7 @@ impl Balancer {
         if cfg.balancer == BalancerKind::ConsistentHash {
             for (i, e) in endpoints.iter().enumerate() {
                 for v in 0..VNODES_PER_WEIGHT * e.weight.min(100) {
-                    let point =
-                        xxhash_rust::xxh3::xxh3_64(format!("{}#{v}", e.configured).as_bytes());
+                    let point = xxhash_rust::xxh3::xxh3_64(format!("{}#{v}", e.configured).as_bytes());
                     ring.push((point, i as u32));
                 }
             }
@@ -79,11 +74,7 @@ impl Balancer {
             ring,
             hash_on: cfg.hash.key,
             hash_name: cfg.hash.name.clone(),
-            by_id: endpoints
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (e.id, i))
-                .collect(),
+            by_id: endpoints.iter().enumerate().map(|(i, e)| (e.id, i)).collect(),
             sticky_cookie: cfg.sticky.cookie.clone(),
             sticky_max_age: cfg.sticky.max_age.map(|d| d.0.as_secs()),
         }
@@ -91,12 +82,7 @@ impl Balancer {
 
     /// Picks an endpoint not in `tried`, preferring healthy ones; when every untried endpoint is down it picks
     /// among them anyway (a request that may fail beats one refused without trying).
-    pub fn pick(
-        &self,
-        endpoints: &[Arc<Endpoint>],
-        input: &PickInput,
-        tried: &[usize],
-    ) -> Option<Pick> {
+    pub fn pick(&self, endpoints: &[Arc<Endpoint>], input: &PickInput, tried: &[usize]) -> Option<Pick> {
         let now = now_ms();
         let untried = |i: usize| !tried.contains(&i);
         let healthy = |i: usize| untried(i) && endpoints[i].health.is_up(now);
@@ -106,26 +92,14 @@ impl Balancer {
         self.pick_where(endpoints, input, &untried)
     }
 
-    fn pick_where(
-        &self,
-        eps: &[Arc<Endpoint>],
-        input: &PickInput,
-        ok: &dyn Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick_where(&self, eps: &[Arc<Endpoint>], input: &PickInput, ok: &dyn Fn(usize) -> bool) -> Option<Pick> {
         let n = eps.len();
         if n == 0 || !(0..n).any(ok) {
             return None;
         }
-        let plain = |index| {
-            Some(Pick {
-                index,
-                set_cookie: false,
-            })
-        };
+        let plain = |index| Some(Pick { index, set_cookie: false });
         match self.kind {
-            BalancerKind::RoundRobin | BalancerKind::WeightedRoundRobin => {
-                plain(self.next_in_cycle(ok)?)
-            }
+            BalancerKind::RoundRobin | BalancerKind::WeightedRoundRobin => plain(self.next_in_cycle(ok)?),
             BalancerKind::Random => plain(weighted_random(eps, ok)?),
             BalancerKind::LeastConnections => plain(self.least_loaded(eps, ok)?),
             BalancerKind::PowerOfTwoChoices => plain(power_of_two(eps, ok)?),
@@ -142,10 +116,7 @@ impl Balancer {
                     .and_then(|id| self.by_id.get(&id).copied());
                 match pinned {
                     Some(i) if ok(i) => plain(i),
-                    _ => Some(Pick {
-                        index: self.next_in_cycle(ok)?,
-                        set_cookie: true,
-                    }),
+                    _ => Some(Pick { index: self.next_in_cycle(ok)?, set_cookie: true }),
                 }
             }
         }
@@ -158,9 +129,7 @@ impl Balancer {
             return None;
         }
         let start = self.cursor.0.fetch_add(1, Ordering::Relaxed);
-        (0..len)
-            .map(|k| self.cycle[(start + k) % len] as usize)
-            .find(|&i| ok(i))
+        (0..len).map(|k| self.cycle[(start + k) % len] as usize).find(|&i| ok(i))
     }
 
     /// Fewest in-flight requests relative to weight, across all workers; ties go round-robin so an idle
@@ -198,9 +167,7 @@ impl Balancer {
     fn ring_lookup(&self, hash: u64, ok: &dyn Fn(usize) -> bool) -> Option<usize> {
         let start = self.ring.partition_point(|(p, _)| *p < hash);
         let len = self.ring.len();
-        (0..len)
-            .map(|k| self.ring[(start + k) % len].1 as usize)
-            .find(|&i| ok(i))
+        (0..len).map(|k| self.ring[(start + k) % len].1 as usize).find(|&i| ok(i))
     }
 }
 
@@ -215,10 +182,7 @@ fn smooth_cycle(weights: &[u32]) -> Vec<u32> {
     let total: u64 = w.iter().map(|&x| x as u64).sum();
     if total > MAX_CYCLE {
         let scale = total as f64 / MAX_CYCLE as f64;
-        w = w
-            .iter()
-            .map(|&x| ((x as f64 / scale).round() as i64).max(1))
-            .collect();
+        w = w.iter().map(|&x| ((x as f64 / scale).round() as i64).max(1)).collect();
     }
     let total: i64 = w.iter().sum();
     let mut current = vec![0i64; w.len()];
@@ -246,12 +210,7 @@ fn gcd(a: u32, b: u32) -> u32 {
 }
 
 fn weighted_random(eps: &[Arc<Endpoint>], ok: &dyn Fn(usize) -> bool) -> Option<usize> {
-    let total: u64 = eps
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| ok(*i))
-        .map(|(_, e)| u64::from(e.weight))
-        .sum();
+    let total: u64 = eps.iter().enumerate().filter(|(i, _)| ok(*i)).map(|(_, e)| u64::from(e.weight)).sum();
     if total == 0 {
         return None;
     }

@@ -31,10 +31,7 @@ pub struct HeadError {
 }
 
 const fn bad(reason: &'static str) -> HeadError {
-    HeadError {
-        status: 400,
-        reason,
-    }
+    HeadError { status: 400, reason }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,12 +51,15 @@ pub struct Span {
 }
 
 impl Span {
+    /// The position of `part` inside `base`; an empty span when `part` does not lie inside it (httparse may
+    /// hand back a static empty string for an absent reason phrase).
     fn of(base: &[u8], part: &[u8]) -> Span {
-        let start = part.as_ptr() as usize - base.as_ptr() as usize;
-        Span {
-            start: start as u32,
-            end: (start + part.len()) as u32,
+        let (b, p) = (base.as_ptr() as usize, part.as_ptr() as usize);
+        if p < b || p + part.len() > b + base.len() {
+            return Span::default();
         }
+        let start = p - b;
+        Span { start: start as u32, end: (start + part.len()) as u32 }
     }
     pub fn get<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
         &buf[self.start as usize..self.end as usize]
@@ -142,6 +142,11 @@ impl RequestHead {
     pub fn method(&self) -> &[u8] {
         self.method.get(&self.buf)
     }
+    /// Safe to send twice (RFC 9110 9.2.2), or marked so by the client with an `Idempotency-Key`.
+    pub fn is_idempotent(&self) -> bool {
+        matches!(self.method(), b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE" | b"PUT" | b"DELETE")
+            || self.values("idempotency-key").next().is_some()
+    }
     pub fn target(&self) -> &[u8] {
         self.target.get(&self.buf)
     }
@@ -202,9 +207,7 @@ impl RequestHead {
     }
     /// True when a `Connection` header names this header, making it hop-by-hop for this message.
     pub fn named_by_connection(&self, name: &[u8]) -> bool {
-        self.connection
-            .iter()
-            .any(|v| list_contains(v.get(&self.buf), name))
+        self.connection.iter().any(|v| list_contains(v.get(&self.buf), name))
     }
 }
 
@@ -222,21 +225,14 @@ pub fn strip_port(host: &[u8]) -> &[u8] {
 }
 
 pub fn trim(v: &[u8]) -> &[u8] {
-    let start = v
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |i| i + 1);
+    let start = v.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(v.len());
+    let end = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |i| i + 1);
     &v[start..end]
 }
 
 /// Whether the comma-separated list `list` contains `token`, case-insensitively.
 pub fn list_contains(list: &[u8], token: &[u8]) -> bool {
-    list.split(|&b| b == b',')
-        .any(|t| trim(t).eq_ignore_ascii_case(token))
+    list.split(|&b| b == b',').any(|t| trim(t).eq_ignore_ascii_case(token))
 }
 
 /// Checks that every line of a head ends in CRLF: no bare CR, no bare LF. httparse accepts a bare LF as a line
@@ -265,9 +261,7 @@ fn parse_content_length(v: &[u8]) -> Option<u64> {
         if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        let n = part
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+        let n = part.iter().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
         match result {
             Some(prev) if prev != n => return None,
             _ => result = Some(n),
@@ -277,9 +271,7 @@ fn parse_content_length(v: &[u8]) -> Option<u64> {
 }
 
 fn valid_host(h: &[u8]) -> bool {
-    !h.is_empty()
-        && h.iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b))
+    !h.is_empty() && h.iter().all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b))
 }
 
 /// The outcome of trying to parse a request head from the bytes received so far.
@@ -303,16 +295,10 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     }
     match memchr::memchr(b'\n', data) {
         Some(line_end) if line_end > limits.max_request_line => {
-            return Err(HeadError {
-                status: 414,
-                reason: "request line too long",
-            })
+            return Err(HeadError { status: 414, reason: "request line too long" })
         }
         None if data.len() > limits.max_request_line => {
-            return Err(HeadError {
-                status: 414,
-                reason: "request line too long",
-            })
+            return Err(HeadError { status: 414, reason: "request line too long" })
         }
         _ => {}
     }
@@ -329,29 +315,16 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if data.len() > limits.max_header_bytes {
-                return Err(HeadError {
-                    status: 431,
-                    reason: "request header section too large",
-                });
+                return Err(HeadError { status: 431, reason: "request header section too large" });
             }
             return Ok(Parsed::Partial);
         }
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(HeadError {
-                status: 431,
-                reason: "too many header fields",
-            })
+            return Err(HeadError { status: 431, reason: "too many header fields" })
         }
-        Err(httparse::Error::Version) => {
-            return Err(HeadError {
-                status: 505,
-                reason: "HTTP version not supported",
-            })
-        }
+        Err(httparse::Error::Version) => return Err(HeadError { status: 505, reason: "HTTP version not supported" }),
         Err(httparse::Error::HeaderName) => {
-            return Err(bad(
-                "invalid header name (whitespace before the colon or obs-fold?)",
-            ))
+            return Err(bad("invalid header name (whitespace before the colon or obs-fold?)"))
         }
         Err(httparse::Error::HeaderValue) => return Err(bad("invalid header value")),
         Err(httparse::Error::NewLine) => return Err(bad("invalid line ending")),
@@ -359,10 +332,7 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
         Err(_) => return Err(bad("malformed request line")),
     };
     if used > limits.max_header_bytes {
-        return Err(HeadError {
-            status: 431,
-            reason: "request header section too large",
-        });
+        return Err(HeadError { status: 431, reason: "request header section too large" });
     }
     if !strict_line_endings(&data[..used]) {
         return Err(bad("bare CR or LF in the request head"));
@@ -374,10 +344,7 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     let http10 = req.version == Some(0);
     let method_bytes = req.method.unwrap_or_default().as_bytes();
     if method_bytes == b"CONNECT" {
-        return Err(HeadError {
-            status: 405,
-            reason: "CONNECT is not supported",
-        });
+        return Err(HeadError { status: 405, reason: "CONNECT is not supported" });
     }
 
     let tb = target_str.as_bytes();
@@ -398,15 +365,9 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
         } else {
             return Err(bad("invalid request target"));
         };
-        let auth_end = tb[after..]
-            .iter()
-            .position(|&b| b == b'/' || b == b'?')
-            .map_or(tb.len(), |i| after + i);
+        let auth_end = tb[after..].iter().position(|&b| b == b'/' || b == b'?').map_or(tb.len(), |i| after + i);
         let authority = &tb[after..auth_end];
-        if authority.is_empty()
-            || memchr::memchr(b'@', authority).is_some()
-            || !valid_host(authority)
-        {
+        if authority.is_empty() || memchr::memchr(b'@', authority).is_some() || !valid_host(authority) {
             return Err(bad("invalid authority in the request target"));
         }
         if tb.get(auth_end) == Some(&b'?') {
@@ -429,15 +390,11 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = trim(h.value);
-        let span = HeaderSpan {
-            name: Span::of(head_bytes, name),
-            value: Span::of(head_bytes, value),
-        };
+        let span = HeaderSpan { name: Span::of(head_bytes, name), value: Span::of(head_bytes, value) };
         let kind = classify(name);
         match kind {
             Known::ContentLength => {
-                let n = parse_content_length(value)
-                    .ok_or(bad("invalid or conflicting Content-Length"))?;
+                let n = parse_content_length(value).ok_or(bad("invalid or conflicting Content-Length"))?;
                 if content_length.is_some_and(|prev| prev != n) {
                     return Err(bad("conflicting Content-Length headers"));
                 }
@@ -459,10 +416,7 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
                 if value.eq_ignore_ascii_case(b"100-continue") {
                     expect_continue = true;
                 } else {
-                    return Err(HeadError {
-                        status: 417,
-                        reason: "unsupported expectation",
-                    });
+                    return Err(HeadError { status: 417, reason: "unsupported expectation" });
                 }
             }
             Known::HopByHop => {
@@ -470,9 +424,7 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
                     // Only a single, final `chunked` is accepted: anything else could be read differently
                     // by the upstream.
                     if transfer_encoding || !value.eq_ignore_ascii_case(b"chunked") {
-                        return Err(bad(
-                            "unsupported Transfer-Encoding (only a single `chunked` is accepted)",
-                        ));
+                        return Err(bad("unsupported Transfer-Encoding (only a single `chunked` is accepted)"));
                     }
                     transfer_encoding = true;
                     chunked = true;
@@ -503,11 +455,7 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
             Some(n) => BodyFraming::Length(n),
         }
     };
-    let keep_alive = if http10 {
-        keep_alive_token && !close
-    } else {
-        !close
-    };
+    let keep_alive = if http10 { keep_alive_token && !close } else { !close };
     let head = RequestHead {
         buf: Bytes::new(),
         method,
@@ -558,11 +506,7 @@ pub fn parse_response(
     let used = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
-            return if buf.len() > max_bytes {
-                Err("response head too large")
-            } else {
-                Ok(Parsed::Partial)
-            };
+            return if buf.len() > max_bytes { Err("response head too large") } else { Ok(Parsed::Partial) };
         }
         Err(httparse::Error::TooManyHeaders) => return Err("too many response header fields"),
         Err(_) => return Err("malformed response head"),
@@ -585,10 +529,7 @@ pub fn parse_response(
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         let value = trim(h.value);
-        let span = HeaderSpan {
-            name: Span::of(buf, name),
-            value: Span::of(buf, value),
-        };
+        let span = HeaderSpan { name: Span::of(buf, name), value: Span::of(buf, value) };
         if name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_content_length(value).ok_or("invalid Content-Length from upstream")?;
             if content_length.is_some_and(|p| p != n) {
@@ -597,10 +538,8 @@ pub fn parse_response(
             content_length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             te_present = true;
-            te_chunked_last = value
-                .rsplit(|&b| b == b',')
-                .next()
-                .is_some_and(|t| trim(t).eq_ignore_ascii_case(b"chunked"));
+            te_chunked_last =
+                value.rsplit(|&b| b == b',').next().is_some_and(|t| trim(t).eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"connection") {
             close |= list_contains(value, b"close");
             keep_alive |= list_contains(value, b"keep-alive");
@@ -609,8 +548,7 @@ pub fn parse_response(
         headers.push(span);
     }
     let reason = Span::of(buf, resp.reason.unwrap_or("").as_bytes());
-    let no_body =
-        request_was_head || (100..200).contains(&status) || status == 204 || status == 304;
+    let no_body = request_was_head || (100..200).contains(&status) || status == 204 || status == 304;
     let body = if no_body {
         BodyFraming::None
     } else if te_present {
@@ -628,37 +566,22 @@ pub fn parse_response(
         }
     };
     let framing_clean = !(te_present && content_length.is_some());
-    let reusable = framing_clean
-        && body != BodyFraming::UntilClose
-        && !close
-        && (!http10 || keep_alive)
-        && status != 101;
-    Ok(Parsed::Complete(
-        ResponseHead {
-            status,
-            reason,
-            headers,
-            body,
-            reusable,
-            connection,
-            len: used,
-        },
-        used,
-    ))
+    let reusable =
+        framing_clean && body != BodyFraming::UntilClose && !close && (!http10 || keep_alive) && status != 101;
+    Ok(Parsed::Complete(ResponseHead { status, reason, headers, body, reusable, connection, len: used }, used))
 }
 
 impl ResponseHead {
     pub fn named_by_connection(&self, buf: &[u8], name: &[u8]) -> bool {
-        self.connection
-            .iter()
-            .any(|v| list_contains(v.get(buf), name))
+        self.connection.iter().any(|v| list_contains(v.get(buf), name))
     }
 }
 
 /// Incremental decoder of the chunked transfer coding (RFC 9112 7.1). Trailer fields are read, checked for
 /// framing and dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ChunkedDecoder {
+    #[default]
     Size,
     Data(u64),
     DataEnd,
@@ -672,20 +595,13 @@ pub enum Decoded {
     Done,
 }
 
-impl Default for ChunkedDecoder {
-    fn default() -> Self {
-        ChunkedDecoder::Size
-    }
-}
-
 impl ChunkedDecoder {
     /// Takes what it can from the front of `buf`: at most `max` bytes of data at a time.
     pub fn decode(&mut self, buf: &mut BytesMut, max: usize) -> Result<Decoded, &'static str> {
         loop {
             match *self {
                 ChunkedDecoder::Size => {
-                    let Some(nl) = memchr::memchr(b'\n', &buf[..buf.len().min(MAX_CHUNK_LINE)])
-                    else {
+                    let Some(nl) = memchr::memchr(b'\n', &buf[..buf.len().min(MAX_CHUNK_LINE)]) else {
                         if buf.len() >= MAX_CHUNK_LINE {
                             return Err("chunk size line too long");
                         }
@@ -696,11 +612,7 @@ impl ChunkedDecoder {
                     }
                     let size = parse_chunk_size(&buf[..nl - 1])?;
                     let _ = buf.split_to(nl + 1);
-                    *self = if size == 0 {
-                        ChunkedDecoder::Trailers(0)
-                    } else {
-                        ChunkedDecoder::Data(size)
-                    };
+                    *self = if size == 0 { ChunkedDecoder::Trailers(0) } else { ChunkedDecoder::Data(size) };
                 }
                 ChunkedDecoder::Data(remaining) => {
                     if buf.is_empty() {
@@ -708,11 +620,7 @@ impl ChunkedDecoder {
                     }
                     let n = (remaining.min(max as u64) as usize).min(buf.len());
                     let left = remaining - n as u64;
-                    *self = if left == 0 {
-                        ChunkedDecoder::DataEnd
-                    } else {
-                        ChunkedDecoder::Data(left)
-                    };
+                    *self = if left == 0 { ChunkedDecoder::DataEnd } else { ChunkedDecoder::Data(left) };
                     return Ok(Decoded::Data(buf.split_to(n).freeze()));
                 }
                 ChunkedDecoder::DataEnd => {
@@ -735,10 +643,7 @@ impl ChunkedDecoder {
                         }
                         return Ok(Decoded::NeedMore);
                     };
-                    if nl == 0
-                        || buf[nl - 1] != b'\r'
-                        || memchr::memchr(b'\r', &buf[..nl - 1]).is_some()
-                    {
+                    if nl == 0 || buf[nl - 1] != b'\r' || memchr::memchr(b'\r', &buf[..nl - 1]).is_some() {
                         return Err("trailer line not ended by CRLF");
                     }
                     let line_len = nl + 1;
@@ -746,11 +651,7 @@ impl ChunkedDecoder {
                         return Err("trailer section too large");
                     }
                     let empty = nl == 1;
-                    if !empty
-                        && (buf[0] == b' '
-                            || buf[0] == b'\t'
-                            || memchr::memchr(b':', &buf[..nl]).is_none())
-                    {
+                    if !empty && (buf[0] == b' ' || buf[0] == b'\t' || memchr::memchr(b':', &buf[..nl]).is_none()) {
                         return Err("malformed trailer field");
                     }
                     let _ = buf.split_to(line_len);
@@ -762,6 +663,19 @@ impl ChunkedDecoder {
                 }
                 ChunkedDecoder::Done => return Ok(Decoded::Done),
             }
+        }
+    }
+}
+
+/// The framing error in the chunked body starting at `received`, judged on what has arrived so far.
+pub fn chunked_prefix_error(received: &[u8]) -> Option<&'static str> {
+    let mut decoder = ChunkedDecoder::default();
+    let mut buf = BytesMut::from(received);
+    loop {
+        match decoder.decode(&mut buf, usize::MAX) {
+            Err(e) => return Some(e),
+            Ok(Decoded::Data(_)) => {}
+            Ok(Decoded::NeedMore | Decoded::Done) => return None,
         }
     }
 }
@@ -803,11 +717,7 @@ pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 mod tests {
     use super::*;
 
-    const LIMITS: HeadLimits = HeadLimits {
-        max_request_line: 8192,
-        max_header_bytes: 32768,
-        max_headers: 100,
-    };
+    const LIMITS: HeadLimits = HeadLimits { max_request_line: 8192, max_header_bytes: 32768, max_headers: 100 };
 
     fn parse(s: &str) -> Result<RequestHead, HeadError> {
         let mut buf = BytesMut::from(s.as_bytes());
@@ -857,32 +767,18 @@ mod tests {
     #[test]
     fn limits() {
         let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
-        assert_eq!(
-            parse_request(long.as_bytes(), &LIMITS)
-                .err()
-                .map(|e| e.status),
-            Some(414)
-        );
+        assert_eq!(parse_request(long.as_bytes(), &LIMITS).err().map(|e| e.status), Some(414));
         let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
         let req = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
-        assert_eq!(
-            parse_request(req.as_bytes(), &LIMITS)
-                .err()
-                .map(|e| e.status),
-            Some(431)
-        );
+        assert_eq!(parse_request(req.as_bytes(), &LIMITS).err().map(|e| e.status), Some(431));
         let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "v".repeat(40000));
-        assert_eq!(
-            parse_request(big.as_bytes(), &LIMITS)
-                .err()
-                .map(|e| e.status),
-            Some(431)
-        );
+        assert_eq!(parse_request(big.as_bytes(), &LIMITS).err().map(|e| e.status), Some(431));
     }
 
     #[test]
     fn absolute_form_and_cookies() {
-        let h = parse("GET http://Svc.local:81/p?q HTTP/1.1\r\nHost: other\r\nCookie: a=1; sticky = xyz ;b=2\r\n\r\n").unwrap();
+        let h = parse("GET http://Svc.local:81/p?q HTTP/1.1\r\nHost: other\r\nCookie: a=1; sticky = xyz ;b=2\r\n\r\n")
+            .unwrap();
         assert_eq!(h.host().unwrap(), b"Svc.local:81");
         assert_eq!(h.origin_form(), b"/p?q");
         assert_eq!(h.path(), b"/p");
@@ -893,16 +789,8 @@ mod tests {
     #[test]
     fn http10_keepalive() {
         assert!(!parse("GET / HTTP/1.0\r\n\r\n").unwrap().keep_alive);
-        assert!(
-            parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
-                .unwrap()
-                .keep_alive
-        );
-        assert!(
-            !parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-                .unwrap()
-                .keep_alive
-        );
+        assert!(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap().keep_alive);
+        assert!(!parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap().keep_alive);
     }
 
     fn decode_all(input: &[u8]) -> Result<Vec<u8>, &'static str> {
@@ -920,14 +808,8 @@ mod tests {
 
     #[test]
     fn chunked() {
-        assert_eq!(
-            decode_all(b"5\r\nhello\r\n1;ext=1\r\n!\r\n0\r\nX-T: 1\r\n\r\n").unwrap(),
-            b"hello!"
-        );
-        assert_eq!(
-            decode_all(b"000A\r\n0123456789\r\n0\r\n\r\n").unwrap(),
-            b"0123456789"
-        );
+        assert_eq!(decode_all(b"5\r\nhello\r\n1;ext=1\r\n!\r\n0\r\nX-T: 1\r\n\r\n").unwrap(), b"hello!");
+        assert_eq!(decode_all(b"000A\r\n0123456789\r\n0\r\n\r\n").unwrap(), b"0123456789");
         for bad in [
             &b"x\r\nhello\r\n0\r\n\r\n"[..],
             b"5\nhello\r\n0\r\n\r\n",
@@ -939,11 +821,7 @@ mod tests {
             b"5 x\r\nhello\r\n0\r\n\r\n",
             b"0\r\n bad\r\n\r\n",
         ] {
-            assert!(
-                decode_all(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert!(decode_all(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
@@ -957,17 +835,11 @@ mod tests {
         assert_eq!((h.body, h.reusable), (BodyFraming::Length(5), true));
         let h = r("HTTP/1.1 200 OK\r\n\r\n", false);
         assert_eq!((h.body, h.reusable), (BodyFraming::UntilClose, false));
-        let h = r(
-            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
-            false,
-        );
+        let h = r("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", false);
         assert_eq!((h.body, h.reusable), (BodyFraming::Chunked, false));
         let h = r("HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false);
         assert!(!h.reusable);
-        let h = r(
-            "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
-            false,
-        );
+        let h = r("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", false);
         assert_eq!(h.body, BodyFraming::None);
         let h = r("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true);
         assert_eq!(h.body, BodyFraming::None);

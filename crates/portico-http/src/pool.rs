@@ -18,11 +18,7 @@ pub struct UpstreamConn {
 
 impl UpstreamConn {
     pub fn new(io: TcpStream) -> Self {
-        UpstreamConn {
-            io,
-            buf: BytesMut::new(),
-            reused: false,
-        }
+        UpstreamConn { io, buf: BytesMut::new(), reused: false }
     }
 
     /// False when the upstream has closed the connection or sent bytes nobody asked for. Costs no system

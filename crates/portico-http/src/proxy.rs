@@ -2,9 +2,7 @@
 //! upstream connection, stream both bodies with bounded buffers, and decide what may be kept alive.
 
 use crate::balancer::PickInput;
-use crate::codec::{
-    self, BodyFraming, ChunkedDecoder, Decoded, HeadError, Known, Parsed, RequestHead, ResponseHead,
-};
+use crate::codec::{self, BodyFraming, ChunkedDecoder, Decoded, HeadError, Known, Parsed, RequestHead, ResponseHead};
 use crate::pool::UpstreamConn;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::worker::WorkerCtx;
@@ -45,19 +43,9 @@ struct Client {
     out: Vec<u8>,
 }
 
-pub async fn serve_connection(
-    io: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<str>,
-    ctx: Rc<WorkerCtx>,
-) {
+pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str>, ctx: Rc<WorkerCtx>) {
     let _ = io.set_nodelay(true);
-    let mut client = Client {
-        io,
-        buf: BytesMut::with_capacity(4096),
-        peer,
-        out: Vec::with_capacity(1024),
-    };
+    let mut client = Client { io, buf: BytesMut::with_capacity(4096), peer, out: Vec::with_capacity(1024) };
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {
@@ -92,18 +80,12 @@ async fn read_head(
 ) -> Result<Option<RequestHead>, HeadError> {
     // A new connection must send its head within header_read; a kept-alive one may idle for keepalive first.
     let mut started = !client.buf.is_empty();
-    let mut deadline = Instant::now()
-        + if first || started {
-            settings.header_read_timeout
-        } else {
-            settings.keepalive_timeout
-        };
+    let mut deadline =
+        Instant::now() + if first || started { settings.header_read_timeout } else { settings.keepalive_timeout };
     loop {
         if !client.buf.is_empty() {
             match codec::parse_request(&client.buf, &settings.limits)? {
-                Parsed::Complete(head, used) => {
-                    return Ok(Some(codec::take_request(&mut client.buf, head, used)))
-                }
+                Parsed::Complete(head, used) => return Ok(Some(codec::take_request(&mut client.buf, head, used))),
                 Parsed::Partial => {
                     if !started {
                         started = true;
@@ -120,18 +102,10 @@ async fn read_head(
             _ = shutdown.changed(), if !started => return Ok(None),
         };
         match read {
-            Err(_) if started => {
-                return Err(HeadError {
-                    status: 408,
-                    reason: "request head not received in time",
-                })
-            }
+            Err(_) if started => return Err(HeadError { status: 408, reason: "request head not received in time" }),
             Err(_) => return Ok(None),
             Ok(Ok(0)) if started => {
-                return Err(HeadError {
-                    status: 400,
-                    reason: "connection closed inside the request head",
-                })
+                return Err(HeadError { status: 400, reason: "connection closed inside the request head" })
             }
             Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
             Ok(Ok(_)) => {}
@@ -165,16 +139,18 @@ async fn handle_request(
 ) -> Next {
     let Some(route) = snapshot.router.find(&head) else {
         let next = discard_body(client, &head);
-        let _ = respond_error(
-            client,
-            404,
-            "no route matches this request",
-            next == Next::Close || !head.keep_alive,
-        )
-        .await;
+        let _ =
+            respond_error(client, 404, "no route matches this request", next == Next::Close || !head.keep_alive).await;
         return if head.keep_alive { next } else { Next::Close };
     };
     let cluster = &snapshot.clusters[route.cluster];
+    if head.body == BodyFraming::Chunked {
+        // Catch a broken chunked body that already arrived before anything goes upstream.
+        if let Some(reason) = codec::chunked_prefix_error(&client.buf) {
+            let _ = respond_error(client, 400, reason, true).await;
+            return Next::Close;
+        }
+    }
 
     let mut body = match head.body {
         BodyFraming::None => ReqBody::InHand(Bytes::new()),
@@ -184,18 +160,10 @@ async fn handle_request(
         framing => ReqBody::Streaming(framing),
     };
 
-    let input = PickInput {
-        req: &head,
-        client_ip: client.peer.ip(),
-        worker: ctx.index,
-    };
+    let input = PickInput { req: &head, client_ip: client.peer.ip(), worker: ctx.index };
     let mut tried: Vec<usize> = Vec::new();
     let mut fresh_only = false;
-    let mut last = UpstreamFailure {
-        status: 503,
-        reason: "no upstream endpoint available",
-        retry_fresh: false,
-    };
+    let mut last = UpstreamFailure { status: 503, reason: "no upstream endpoint available", retry_fresh: false };
     let attempts_allowed = cluster.endpoints.len().min(MAX_CONNECT_ATTEMPTS);
     let mut attempt = 0;
     while attempt < attempts_allowed + 1 {
@@ -213,14 +181,8 @@ async fn handle_request(
             }
         };
         endpoint.begin(ctx.index);
-        let _inflight = InflightGuard {
-            endpoint,
-            worker: ctx.index,
-        };
-        let sent = send_request(
-            client, &mut conn, &head, &mut body, cluster, endpoint, settings,
-        )
-        .await;
+        let _inflight = InflightGuard { endpoint, worker: ctx.index };
+        let sent = send_request(client, &mut conn, &head, &mut body, cluster, endpoint, settings).await;
         let response = match sent {
             Ok(()) => read_response_head(client, &mut conn, &head, cluster, &body).await,
             Err(f) => Err(f),
@@ -301,11 +263,7 @@ async fn upstream_connection(
     fresh_only: bool,
 ) -> Result<UpstreamConn, UpstreamFailure> {
     if !fresh_only {
-        if let Some(conn) = ctx
-            .pool
-            .borrow_mut()
-            .checkout(endpoint.addr, cluster.settings.pool_idle_timeout)
-        {
+        if let Some(conn) = ctx.pool.borrow_mut().checkout(endpoint.addr, cluster.settings.pool_idle_timeout) {
             return Ok(conn);
         }
     }
@@ -315,21 +273,11 @@ async fn upstream_connection(
             let _ = io.set_nodelay(true);
             return Ok(UpstreamConn::new(io));
         }
-        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => UpstreamFailure {
-            status: 502,
-            reason: "upstream refused the connection",
-            retry_fresh: false,
-        },
-        Ok(Err(_)) => UpstreamFailure {
-            status: 502,
-            reason: "upstream connection failed",
-            retry_fresh: false,
-        },
-        Err(_) => UpstreamFailure {
-            status: 504,
-            reason: "upstream connect timed out",
-            retry_fresh: false,
-        },
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            UpstreamFailure { status: 502, reason: "upstream refused the connection", retry_fresh: false }
+        }
+        Ok(Err(_)) => UpstreamFailure { status: 502, reason: "upstream connection failed", retry_fresh: false },
+        Err(_) => UpstreamFailure { status: 504, reason: "upstream connect timed out", retry_fresh: false },
     };
     if endpoint.health.mark_down(cluster.settings.fail_timeout) {
         tracing::warn!(
@@ -358,45 +306,33 @@ async fn send_request(
     }
     let send_timeout = cluster.settings.send_timeout;
     if write_timed(&mut conn.io, out, send_timeout).await.is_err() {
-        return Err(UpstreamFailure {
-            status: 502,
-            reason: "upstream closed the connection",
-            retry_fresh: true,
-        });
+        return Err(UpstreamFailure { status: 502, reason: "upstream closed the connection", retry_fresh: true });
     }
     let ReqBody::Streaming(framing) = *body else {
         return Ok(());
     };
     if head.expect_continue && !head.http10 {
-        let _ = write_timed(
-            &mut client.io,
-            b"HTTP/1.1 100 Continue\r\n\r\n",
-            settings.send_timeout,
-        )
-        .await;
+        let _ = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout).await;
     }
     let out_chunked = framing == BodyFraming::Chunked;
     let timeouts = (settings.body_read_timeout, send_timeout);
-    match relay_body(
-        &mut client.io,
-        &mut client.buf,
-        framing,
-        &mut conn.io,
-        out_chunked,
-        timeouts,
-        &mut client.out,
-    )
-    .await
+    match relay_body(&mut client.io, &mut client.buf, framing, &mut conn.io, out_chunked, timeouts, &mut client.out)
+        .await
     {
         Ok(_) => {
             *body = ReqBody::InHand(Bytes::new());
             Ok(())
         }
-        // The client stopped sending or sent a broken body: nothing useful can reach the upstream.
-        Err(RelayError::Source(_)) => Err(UpstreamFailure {
-            status: 0,
-            reason: "client body failed",
-            retry_fresh: false,
+        // The client stopped sending or sent a broken body: the upstream request is abandoned (its connection
+        // dropped, so the upstream never sees a complete request) and the client told why, if still there.
+        Err(RelayError::Source(fault)) => Err(match fault {
+            SourceFault::Closed => {
+                UpstreamFailure { status: 0, reason: "client closed the connection", retry_fresh: false }
+            }
+            SourceFault::TimedOut => {
+                UpstreamFailure { status: 408, reason: "request body not received in time", retry_fresh: false }
+            }
+            SourceFault::Malformed(reason) => UpstreamFailure { status: 400, reason, retry_fresh: false },
         }),
         Err(RelayError::Dest) => {
             // The upstream stopped reading: it may have answered early (413, 401). Let the caller read it.
@@ -407,13 +343,7 @@ async fn send_request(
 
 /// The request head as forwarded: origin-form target, hop-by-hop headers removed, framing regenerated, the
 /// `x-forwarded-*` and `via` headers added.
-fn write_request_head(
-    out: &mut Vec<u8>,
-    head: &RequestHead,
-    cluster: &Cluster,
-    endpoint: &Endpoint,
-    peer: SocketAddr,
-) {
+fn write_request_head(out: &mut Vec<u8>, head: &RequestHead, cluster: &Cluster, endpoint: &Endpoint, peer: SocketAddr) {
     out.extend_from_slice(head.method());
     out.push(b' ');
     out.extend_from_slice(head.origin_form());
@@ -477,11 +407,7 @@ fn write_request_head(
         out.extend_from_slice(v);
         out.extend_from_slice(b", ");
     }
-    out.extend_from_slice(if head.http10 {
-        b"1.0 portico\r\n"
-    } else {
-        b"1.1 portico\r\n"
-    });
+    out.extend_from_slice(if head.http10 { b"1.0 portico\r\n" } else { b"1.1 portico\r\n" });
     match head.body {
         BodyFraming::Length(n) => {
             out.extend_from_slice(b"content-length: ");
@@ -524,11 +450,7 @@ async fn read_response_head(
     loop {
         match codec::parse_response(&conn.buf, is_head, MAX_RESPONSE_HEAD) {
             Err(reason) => {
-                return Err(UpstreamFailure {
-                    status: 502,
-                    reason: invalid_response(reason),
-                    retry_fresh: false,
-                })
+                return Err(UpstreamFailure { status: 502, reason: invalid_response(reason), retry_fresh: false })
             }
             Ok(Parsed::Complete(resp, used)) => {
                 if resp.status == 101 {
@@ -569,8 +491,9 @@ async fn read_response_head(
                     } else {
                         "upstream closed the connection inside the response head"
                     },
-                    retry_fresh: nothing_yet,
-                })
+                    // The upstream may have read the request before closing: replay only what is safe to repeat.
+                    retry_fresh: nothing_yet && head.is_idempotent(),
+                });
             }
             Err(_) => {
                 return Err(UpstreamFailure {
@@ -615,10 +538,8 @@ async fn forward_response(
     ctx: &WorkerCtx,
 ) -> Next {
     // A close-delimited or chunked body goes to an HTTP/1.0 client as-is, ended by closing.
-    let to_client_chunked =
-        !head.http10 && matches!(resp.body, BodyFraming::Chunked | BodyFraming::UntilClose);
-    let ends_by_close =
-        head.http10 && matches!(resp.body, BodyFraming::Chunked | BodyFraming::UntilClose);
+    let to_client_chunked = !head.http10 && matches!(resp.body, BodyFraming::Chunked | BodyFraming::UntilClose);
+    let ends_by_close = head.http10 && matches!(resp.body, BodyFraming::Chunked | BodyFraming::UntilClose);
     let keep_alive = head.keep_alive && request_done && !ends_by_close && !*ctx.shutdown.borrow();
 
     let out = &mut client.out;
@@ -655,11 +576,7 @@ async fn forward_response(
     }
     if set_cookie {
         use std::io::Write;
-        let _ = write!(
-            out,
-            "set-cookie: {}={:016x}; Path=/; HttpOnly",
-            cluster.balancer.sticky_cookie, endpoint.id
-        );
+        let _ = write!(out, "set-cookie: {}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
         if let Some(age) = cluster.balancer.sticky_max_age {
             let _ = write!(out, "; Max-Age={age}");
         }
@@ -671,10 +588,7 @@ async fn forward_response(
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if write_timed(&mut client.io, out, settings.send_timeout)
-        .await
-        .is_err()
-    {
+    if write_timed(&mut client.io, out, settings.send_timeout).await.is_err() {
         return Next::Close;
     }
     let timeouts = (cluster.settings.read_timeout, settings.send_timeout);
@@ -691,11 +605,7 @@ async fn forward_response(
     match relayed {
         Ok(_) => {
             if resp.reusable && conn.buf.is_empty() && request_done {
-                ctx.pool.borrow_mut().checkin(
-                    endpoint.addr,
-                    conn,
-                    cluster.settings.max_idle_per_endpoint,
-                );
+                ctx.pool.borrow_mut().checkin(endpoint.addr, conn, cluster.settings.max_idle_per_endpoint);
             }
             if keep_alive {
                 Next::KeepAlive
@@ -704,8 +614,8 @@ async fn forward_response(
             }
         }
         Err(e) => {
-            if let RelayError::Source(reason) = e {
-                tracing::debug!(endpoint = %endpoint.addr, reason, "upstream response body failed");
+            if let RelayError::Source(fault) = e {
+                tracing::debug!(endpoint = %endpoint.addr, ?fault, "upstream response body failed");
             }
             // The client has an incomplete response: closing is the only honest signal left.
             Next::Close
@@ -715,7 +625,7 @@ async fn forward_response(
 
 enum RelayError {
     /// Reading the source failed: closed early, timed out or malformed framing.
-    Source(&'static str),
+    Source(SourceFault),
     /// Writing to the destination failed.
     Dest,
 }
@@ -743,7 +653,7 @@ where
             let mut left = n;
             while left > 0 {
                 if src_buf.is_empty() && read_more(src, src_buf, read_timeout).await? == 0 {
-                    return Err(RelayError::Source("closed before the end of the body"));
+                    return Err(RelayError::Source(SourceFault::Closed));
                 }
                 let take = (left.min(src_buf.len() as u64)) as usize;
                 send_piece(dst, &src_buf[..take], out_chunked, write_timeout, scratch).await?;
@@ -755,17 +665,14 @@ where
         BodyFraming::Chunked => {
             let mut decoder = ChunkedDecoder::default();
             loop {
-                match decoder
-                    .decode(src_buf, READ_CHUNK)
-                    .map_err(RelayError::Source)?
-                {
+                match decoder.decode(src_buf, READ_CHUNK).map_err(|e| RelayError::Source(SourceFault::Malformed(e)))? {
                     Decoded::Data(bytes) => {
                         total += bytes.len() as u64;
                         send_piece(dst, &bytes, out_chunked, write_timeout, scratch).await?;
                     }
                     Decoded::NeedMore => {
                         if read_more(src, src_buf, read_timeout).await? == 0 {
-                            return Err(RelayError::Source("closed inside a chunked body"));
+                            return Err(RelayError::Source(SourceFault::Closed));
                         }
                     }
                     Decoded::Done => break,
@@ -783,25 +690,26 @@ where
         },
     }
     if out_chunked {
-        write_timed(dst, codec::LAST_CHUNK, write_timeout)
-            .await
-            .map_err(|_| RelayError::Dest)?;
+        write_timed(dst, codec::LAST_CHUNK, write_timeout).await.map_err(|_| RelayError::Dest)?;
     }
     Ok(total)
 }
 
-async fn read_more<R: AsyncRead + Unpin>(
-    src: &mut R,
-    buf: &mut BytesMut,
-    t: Duration,
-) -> Result<usize, RelayError> {
+#[derive(Debug, Clone, Copy)]
+enum SourceFault {
+    Closed,
+    TimedOut,
+    Malformed(&'static str),
+}
+
+async fn read_more<R: AsyncRead + Unpin>(src: &mut R, buf: &mut BytesMut, t: Duration) -> Result<usize, RelayError> {
     if buf.capacity() - buf.len() < READ_CHUNK / 4 {
         buf.reserve(READ_CHUNK);
     }
     match timeout(t, src.read_buf(buf)).await {
         Ok(Ok(n)) => Ok(n),
-        Ok(Err(_)) => Err(RelayError::Source("read failed")),
-        Err(_) => Err(RelayError::Source("timed out")),
+        Ok(Err(_)) => Err(RelayError::Source(SourceFault::Closed)),
+        Err(_) => Err(RelayError::Source(SourceFault::TimedOut)),
     }
 }
 
@@ -827,11 +735,7 @@ async fn send_piece<W: AsyncWrite + Unpin>(
     result.map_err(|_| RelayError::Dest)
 }
 
-async fn write_timed<W: AsyncWrite + Unpin>(
-    dst: &mut W,
-    data: &[u8],
-    t: Duration,
-) -> io::Result<()> {
+async fn write_timed<W: AsyncWrite + Unpin>(dst: &mut W, data: &[u8], t: Duration) -> io::Result<()> {
     match timeout(t, dst.write_all(data)).await {
         Ok(r) => r,
         Err(_) => Err(io::ErrorKind::TimedOut.into()),
@@ -857,12 +761,7 @@ fn status_text(status: u16) -> &'static str {
 }
 
 /// A short plain-text answer produced by the proxy itself.
-async fn respond_error(
-    client: &mut Client,
-    status: u16,
-    reason: &str,
-    close: bool,
-) -> io::Result<()> {
+async fn respond_error(client: &mut Client, status: u16, reason: &str, close: bool) -> io::Result<()> {
     use std::io::Write;
     let body_len = reason.len() + 1;
     let out = &mut client.out;

@@ -44,22 +44,16 @@ impl CompiledRoute {
             PathMatch::Prefix(p) => (1, p.len()),
             PathMatch::Any => (0, 0),
         };
-        (
-            h,
-            hl,
-            p,
-            pl,
-            usize::from(self.methods.is_some()) + self.headers.len(),
-        )
+        (h, hl, p, pl, usize::from(self.methods.is_some()) + self.headers.len())
     }
 
     fn matches(&self, req: &RequestHead) -> bool {
         let host_ok = match &self.host {
             HostMatch::Any => true,
             HostMatch::Exact(h) => req.host_name().is_some_and(|n| n.eq_ignore_ascii_case(h)),
-            HostMatch::Suffix(s) => req.host_name().is_some_and(|n| {
-                n.len() > s.len() && n[n.len() - s.len()..].eq_ignore_ascii_case(s)
-            }),
+            HostMatch::Suffix(s) => {
+                req.host_name().is_some_and(|n| n.len() > s.len() && n[n.len() - s.len()..].eq_ignore_ascii_case(s))
+            }
         };
         if !host_ok {
             return false;
@@ -77,9 +71,7 @@ impl CompiledRoute {
                 return false;
             }
         }
-        self.headers
-            .iter()
-            .all(|(name, want)| req.values(name).any(|v| v == want.as_slice()))
+        self.headers.iter().all(|(name, want)| req.values(name).any(|v| v == want.as_slice()))
     }
 }
 
@@ -113,19 +105,14 @@ impl Router {
                     cluster: *cluster_index.get(&r.cluster)?,
                     host,
                     path,
-                    methods: m.methods.as_ref().map(|ms| {
-                        ms.iter()
-                            .map(|x| x.to_ascii_uppercase().into_bytes())
-                            .collect()
-                    }),
+                    methods: m
+                        .methods
+                        .as_ref()
+                        .map(|ms| ms.iter().map(|x| x.to_ascii_uppercase().into_bytes()).collect()),
                     headers: m
                         .headers
                         .as_ref()
-                        .map(|h| {
-                            h.iter()
-                                .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-                                .collect()
-                        })
+                        .map(|h| h.iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect())
                         .unwrap_or_default(),
                 })
             })

@@ -36,9 +36,7 @@ impl EndpointHealth {
     /// Marks the endpoint down for `d`; returns true when it was up before (to log the transition once).
     pub fn mark_down(&self, d: Duration) -> bool {
         let now = now_ms();
-        let prev = self
-            .down_until_ms
-            .swap(now + d.as_millis() as u64, Ordering::Relaxed);
+        let prev = self.down_until_ms.swap(now + d.as_millis() as u64, Ordering::Relaxed);
         prev <= now
     }
     pub fn mark_up(&self) {
@@ -65,10 +63,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn inflight(&self) -> u64 {
-        self.inflight
-            .iter()
-            .map(|c| u64::from(c.0.load(Ordering::Relaxed)))
-            .sum()
+        self.inflight.iter().map(|c| u64::from(c.0.load(Ordering::Relaxed))).sum()
     }
     pub fn begin(&self, worker: usize) {
         if let Some(c) = self.inflight.get(worker) {
@@ -148,11 +143,7 @@ pub fn endpoint_id(configured: &str) -> u64 {
 
 /// Builds a snapshot from a validated configuration, resolving DNS names. Blocking (DNS): call it from a
 /// thread that serves no connections (start-up, the reload thread).
-pub fn build(
-    loaded: &LoadedConfig,
-    workers: usize,
-    health: &HealthRegistry,
-) -> Result<Snapshot, ConfigErrors> {
+pub fn build(loaded: &LoadedConfig, workers: usize, health: &HealthRegistry) -> Result<Snapshot, ConfigErrors> {
     let cfg = &loaded.config;
     let mut problems = Vec::new();
     let mut cluster_index = HashMap::new();
@@ -170,10 +161,7 @@ pub fn build(
             };
             let addr = match hp.ip {
                 Some(ip) => SocketAddr::new(ip, hp.port),
-                None => match (hp.host.as_str(), hp.port)
-                    .to_socket_addrs()
-                    .map(|mut a| a.next())
-                {
+                None => match (hp.host.as_str(), hp.port).to_socket_addrs().map(|mut a| a.next()) {
                     Ok(Some(a)) => a,
                     Ok(None) | Err(_) => {
                         problems.push(loaded.diagnostic(
@@ -207,12 +195,7 @@ pub fn build(
         };
         let balancer = Balancer::new(c, &endpoints, workers);
         cluster_index.insert(name.clone(), clusters.len());
-        clusters.push(Cluster {
-            name: name.clone(),
-            endpoints,
-            balancer,
-            settings,
-        });
+        clusters.push(Cluster { name: name.clone(), endpoints, balancer, settings });
     }
     let router = Router::build(&cfg.routes, &cluster_index);
     let listeners = cfg
@@ -239,11 +222,5 @@ pub fn build(
     if !problems.is_empty() {
         return Err(ConfigErrors(problems));
     }
-    Ok(Snapshot {
-        router,
-        clusters,
-        listeners,
-        workers,
-        shutdown_grace: cfg.shutdown.grace.0,
-    })
+    Ok(Snapshot { router, clusters, listeners, workers, shutdown_grace: cfg.shutdown.grace.0 })
 }

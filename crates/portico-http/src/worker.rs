@@ -55,22 +55,17 @@ pub fn spawn(
     snapshot: Arc<ArcSwap<Snapshot>>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(format!("portico-worker-{index}"))
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(worker = index, "cannot start the worker runtime: {e}");
-                    return;
-                }
-            };
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, run(index, listeners, snapshot, shutdown));
-        })
+    std::thread::Builder::new().name(format!("portico-worker-{index}")).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(worker = index, "cannot start the worker runtime: {e}");
+                return;
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&runtime, run(index, listeners, snapshot, shutdown));
+    })
 }
 
 async fn run(
@@ -124,9 +119,7 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::T
     loop {
         let limit = {
             let snap = ctx.snapshot.load();
-            let total = snap
-                .listener(&name)
-                .map_or(usize::MAX, |l| l.max_connections);
+            let total = snap.listener(&name).map_or(usize::MAX, |l| l.max_connections);
             total.div_ceil(snap.workers.max(1))
         };
         while ctx.open_connections.get() >= limit {
@@ -165,8 +158,7 @@ struct ConnectionGuard(Rc<WorkerCtx>);
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         let ctx = &self.0;
-        ctx.open_connections
-            .set(ctx.open_connections.get().saturating_sub(1));
+        ctx.open_connections.set(ctx.open_connections.get().saturating_sub(1));
         ctx.connection_closed.notify_waiters();
     }
 }
@@ -175,14 +167,8 @@ async fn sweep_pool(ctx: Rc<WorkerCtx>) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
-        let longest = ctx
-            .snapshot
-            .load()
-            .clusters
-            .iter()
-            .map(|c| c.settings.pool_idle_timeout)
-            .max()
-            .unwrap_or(Duration::ZERO);
+        let longest =
+            ctx.snapshot.load().clusters.iter().map(|c| c.settings.pool_idle_timeout).max().unwrap_or(Duration::ZERO);
         ctx.pool.borrow_mut().sweep(longest);
     }
 }

@@ -56,33 +56,22 @@ impl Backend {
         let counters = Arc::new(Counters::default());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (c, n) = (counters.clone(), name.to_string());
-        let thread = std::thread::Builder::new()
-            .name(format!("backend-{name}"))
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build();
-                let Ok(rt) = rt else { return };
-                rt.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = serve(listener, Arc::from(n.as_str()), c) => {}
-                        _ = stop_rx => {}
-                    }
-                });
-                // Dropping the runtime cancels every connection task: their sockets close.
-                rt.shutdown_timeout(Duration::from_millis(100));
-            })?;
-        Ok(Backend {
-            addr,
-            name: name.to_string(),
-            counters,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
+        let thread = std::thread::Builder::new().name(format!("backend-{name}")).spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+            let Ok(rt) = rt else { return };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                tokio::select! {
+                    _ = serve(listener, Arc::from(n.as_str()), c) => {}
+                    _ = stop_rx => {}
+                }
+            });
+            // Dropping the runtime cancels every connection task: their sockets close.
+            rt.shutdown_timeout(Duration::from_millis(100));
+        })?;
+        Ok(Backend { addr, name: name.to_string(), counters, stop: Some(stop_tx), thread: Some(thread) })
     }
 
     /// TCP connections accepted so far.
@@ -129,9 +118,7 @@ async fn serve(listener: tokio::net::TcpListener, name: Arc<str>, counters: Arc<
                 handle(req, name.clone())
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, svc)
-                .await;
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
         });
     }
 }
@@ -156,12 +143,7 @@ async fn handle(req: Request<Incoming>, name: Arc<str>) -> Result<Response<AnyBo
             let headers: Vec<(String, String)> = req
                 .headers()
                 .iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
+                .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect();
             let (len, hash) = consume(req.into_body()).await;
             let json = serde_json::json!({
@@ -172,14 +154,7 @@ async fn handle(req: Request<Incoming>, name: Arc<str>) -> Result<Response<AnyBo
         }
         "bytes" => {
             let n: u64 = arg.parse().unwrap_or(0);
-            Response::new(
-                PatternBody {
-                    left: n,
-                    exact: !query.contains("chunked"),
-                    offset: 0,
-                }
-                .boxed(),
-            )
+            Response::new(PatternBody { left: n, exact: !query.contains("chunked"), offset: 0 }.boxed())
         }
         "upload" => {
             let (len, hash) = consume(req.into_body()).await;
@@ -190,10 +165,7 @@ async fn handle(req: Request<Incoming>, name: Arc<str>) -> Result<Response<AnyBo
             Response::new(full(format!("slow hello from {name}\n")))
         }
         "status" => {
-            let code = arg
-                .parse()
-                .ok()
-                .and_then(|c| hyper::StatusCode::from_u16(c).ok());
+            let code = arg.parse().ok().and_then(|c| hyper::StatusCode::from_u16(c).ok());
             let mut r = Response::new(full(format!("status from {name}\n")));
             *r.status_mut() = code.unwrap_or(hyper::StatusCode::BAD_REQUEST);
             r
@@ -237,10 +209,7 @@ impl Body for PatternBody {
     type Data = Bytes;
     type Error = Infallible;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         if self.left == 0 {
             return Poll::Ready(None);
         }

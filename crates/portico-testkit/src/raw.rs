@@ -16,6 +16,9 @@ pub enum Behaviour {
     SilentClose { after: Duration },
     /// Reads the request and never answers. Counts connections the peer closed.
     Hang,
+    /// Answers the first request of each connection (keep-alive); closes without answering when a second
+    /// request arrives on it: the race of an upstream closing an idle connection as the proxy reuses it.
+    CloseOnSecondRequest,
     /// Writes these bytes as the response, then closes.
     Fixed(Vec<u8>),
 }
@@ -53,11 +56,7 @@ impl RawBackend {
                 }
             }
         });
-        Ok(RawBackend {
-            addr,
-            counters,
-            stop,
-        })
+        Ok(RawBackend { addr, counters, stop })
     }
 
     pub fn connections(&self) -> usize {
@@ -95,16 +94,21 @@ fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 
 fn serve(mut stream: TcpStream, behaviour: Behaviour, c: Arc<Counters>, stop: Arc<AtomicBool>) {
     let mut buf = Vec::new();
+    let mut served = 0;
     loop {
         if !read_head(&mut stream, &mut buf) {
             return;
         }
+        served += 1;
         c.requests.fetch_add(1, Ordering::SeqCst);
         match &behaviour {
+            Behaviour::CloseOnSecondRequest if served > 1 => return,
+            Behaviour::CloseOnSecondRequest => {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            }
             Behaviour::CloseDelimited(body) => {
-                let _ = stream.write_all(
-                    format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n{body}").as_bytes(),
-                );
+                let _ =
+                    stream.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n{body}").as_bytes());
                 return;
             }
             Behaviour::Fixed(bytes) => {
@@ -131,11 +135,8 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, c: Arc<Counters>, stop: Ar
                             return;
                         }
                         Ok(_) => {}
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) => {}
+                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        }
                         Err(_) => {
                             c.peer_closed.fetch_add(1, Ordering::SeqCst);
                             return;

@@ -6,14 +6,9 @@ use portico_testkit::Backend;
 pub fn run(listen: &str, workers: &str) -> anyhow::Result<()> {
     let backends = ["alpha", "beta", "gamma"]
         .iter()
-        .map(|name| {
-            Backend::start(name).with_context(|| format!("cannot start demo backend {name}"))
-        })
+        .map(|name| Backend::start(name).with_context(|| format!("cannot start demo backend {name}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let endpoints: String = backends
-        .iter()
-        .map(|b| format!("      - address: {}\n", b.addr))
-        .collect();
+    let endpoints: String = backends.iter().map(|b| format!("      - address: {}\n", b.addr)).collect();
     let yaml = format!(
         "workers: {workers}\nlisteners:\n  - name: demo\n    address: {listen}\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: demo\nclusters:\n  demo:\n    balancer: round_robin\n    endpoints:\n{endpoints}"
     );

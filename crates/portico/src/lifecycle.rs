@@ -39,8 +39,7 @@ pub fn check(path: &Path) -> ExitCode {
 }
 
 pub fn run_file(path: &Path) -> anyhow::Result<()> {
-    let loaded =
-        portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+    let loaded = portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
     serve(loaded, Some(path.to_path_buf()))
 }
 
@@ -48,11 +47,7 @@ pub fn run_file(path: &Path) -> anyhow::Result<()> {
 fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_target(false)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_target(false).try_init();
     guard
 }
 
@@ -61,30 +56,19 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let _log_guard = init_logging(&loaded.config.log.level);
     let workers = loaded.config.workers.resolve();
     let health = HealthRegistry::default();
-    let snapshot = portico_http::build(&loaded, workers, &health)
-        .map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+    let snapshot = portico_http::build(&loaded, workers, &health).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
     for l in &snapshot.listeners {
         for slot in per_worker.iter_mut() {
             let socket = worker::bind(l.address).with_context(|| {
-                format!(
-                    "cannot listen on {} (listener {:?}); is another process using it?",
-                    l.address, l.name
-                )
+                format!("cannot listen on {} (listener {:?}); is another process using it?", l.address, l.name)
             })?;
-            slot.push(BoundListener {
-                name: Arc::from(l.name.as_str()),
-                socket,
-            });
+            slot.push(BoundListener { name: Arc::from(l.name.as_str()), socket });
         }
     }
-    let listening: Vec<String> = snapshot
-        .listeners
-        .iter()
-        .map(|l| format!("{} ({})", l.address, l.name))
-        .collect();
+    let listening: Vec<String> = snapshot.listeners.iter().map(|l| format!("{} ({})", l.address, l.name)).collect();
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut threads = Vec::with_capacity(workers);
@@ -94,16 +78,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 .context("cannot start a worker thread")?,
         );
     }
-    tracing::info!(
-        workers,
-        "portico {} listening on {}",
-        env!("CARGO_PKG_VERSION"),
-        listening.join(", ")
-    );
+    tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", "));
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
@@ -125,9 +102,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     })?;
 
     let grace = shared.load().shutdown_grace;
-    tracing::info!(
-        "shutting down: no new connections, in-flight requests have {grace:?} to finish"
-    );
+    tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     let _ = shutdown_tx.send(true);
     // Workers end on their own within the grace period; the extra second covers their last writes.
     let deadline = std::time::Instant::now() + grace + Duration::from_secs(1);
@@ -144,22 +119,13 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
 }
 
 /// Loads, validates and builds a new snapshot; swaps it in only when all of that succeeded.
-fn reload(
-    path: &Path,
-    shared: &ArcSwap<portico_http::Snapshot>,
-    workers: usize,
-    health: &HealthRegistry,
-) {
-    let result = portico_config::load_file(path)
-        .and_then(|loaded| portico_http::build(&loaded, workers, health));
+fn reload(path: &Path, shared: &ArcSwap<portico_http::Snapshot>, workers: usize, health: &HealthRegistry) {
+    let result = portico_config::load_file(path).and_then(|loaded| portico_http::build(&loaded, workers, health));
     match result {
         Ok(next) => {
             let current = shared.load();
             for l in &next.listeners {
-                if current
-                    .listener(&l.name)
-                    .is_none_or(|c| c.address != l.address)
-                {
+                if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
                     tracing::warn!(listener = %l.name, "listener addresses are bound at start-up; restart to apply {}", l.address);
                 }
             }

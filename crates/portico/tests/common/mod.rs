@@ -1,0 +1,270 @@
+//! Shared helpers for the end-to-end tests: start the real `portico` binary on a free port with a given
+//! configuration, talk to it over real sockets.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+pub fn temp_dir() -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir =
+        std::env::temp_dir().join(format!("portico-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+pub fn portico_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_portico")
+}
+
+pub struct Portico {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub config: PathBuf,
+}
+
+impl Portico {
+    /// Starts `portico run` with `yaml`, where `{listen}` stands for a free loopback address.
+    pub fn start(yaml: &str) -> Portico {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = temp_dir().join("portico.yaml");
+        std::fs::write(&config, yaml.replace("{listen}", &addr.to_string())).unwrap();
+        let child = Command::new(portico_bin())
+            .args(["run", "-c"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start portico");
+        let p = Portico { child, addr, config };
+        p.wait_ready();
+        p
+    }
+
+    /// A configuration with one listener, one catch-all route and one cluster over `endpoints`.
+    pub fn simple(balancer: &str, endpoints: &[SocketAddr], extra_cluster: &str) -> Portico {
+        Portico::start(&simple_yaml(balancer, endpoints, extra_cluster))
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if TcpStream::connect(self.addr).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("portico did not start listening on {}", self.addr);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Resident memory in KiB, from /proc.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Portico {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn simple_yaml(balancer: &str, endpoints: &[SocketAddr], extra_cluster: &str) -> String {
+    let eps: String = endpoints.iter().map(|a| format!("      - address: \"{a}\"\n")).collect();
+    format!(
+        "workers: 1\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: app\nclusters:\n  app:\n    balancer: {balancer}\n{extra_cluster}    endpoints:\n{eps}"
+    )
+}
+
+/// Sends raw bytes, returns everything the server sent until it closed (or 5 s passed) and whether it closed.
+pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (String, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+/// A minimal blocking HTTP/1.1 client over one keep-alive connection, for tests that need to control the
+/// connection (pipelining, reuse). Reads Content-Length or chunked responses.
+pub struct Conn {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl Conn {
+    pub fn from_stream(stream: TcpStream) -> Conn {
+        Conn { stream, buf: Vec::new() }
+    }
+
+    pub fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn { stream, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.stream.write_all(raw).unwrap();
+    }
+
+    pub fn get(&mut self, path: &str, extra_headers: &str) -> Resp {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: test.local\r\n{extra_headers}\r\n").as_bytes());
+        self.read_response(false)
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 65536];
+        match self.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    fn line(&mut self) -> String {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..i]).into_owned();
+                self.buf.drain(..i + 2);
+                return line;
+            }
+            assert!(self.fill(), "connection closed while reading a line");
+        }
+    }
+
+    fn exact(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            assert!(self.fill(), "connection closed inside a body");
+        }
+        self.buf.drain(..n).collect()
+    }
+
+    pub fn read_response(&mut self, head_request: bool) -> Resp {
+        let mut head = String::new();
+        loop {
+            let line = self.line();
+            if line.is_empty() {
+                break;
+            }
+            head.push_str(&line);
+            head.push('\n');
+        }
+        let status: u16 = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
+        let mut resp = Resp { status, head, body: Vec::new() };
+        if head_request || status == 204 || status == 304 || status < 200 {
+            return resp;
+        }
+        if resp.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            loop {
+                let size = usize::from_str_radix(self.line().split(';').next().unwrap().trim(), 16).unwrap();
+                if size == 0 {
+                    while !self.line().is_empty() {}
+                    break;
+                }
+                let data = self.exact(size);
+                resp.body.extend_from_slice(&data);
+                self.exact(2);
+            }
+        } else if let Some(len) = resp.header("content-length") {
+            resp.body = self.exact(len.parse().unwrap());
+        } else {
+            while self.fill() {}
+            resp.body = std::mem::take(&mut self.buf);
+        }
+        resp
+    }
+
+    /// True when the server has closed the connection (reads EOF within a second).
+    pub fn is_closed(&mut self) -> bool {
+        self.stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut b = [0u8; 1];
+        match self.stream.read(&mut b) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        }
+    }
+}
+
+/// Runs curl with `args`; returns (exit ok, stdout).
+pub fn curl(args: &[&str]) -> (bool, String) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "20"]).args(args).output().expect("curl is installed");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The `x-backend` header of a GET through `conn`.
+pub fn backend_of(conn: &mut Conn, path: &str, extra: &str) -> String {
+    let r = conn.get(path, extra);
+    assert_eq!(r.status, 200, "{}", r.head);
+    r.header("x-backend").expect("x-backend header")
+}

@@ -1,0 +1,184 @@
+//! The command line and the process lifecycle: check, demo, graceful shutdown, reload.
+
+mod common;
+use common::*;
+use portico_testkit::Backend;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn check(yaml: &str) -> (bool, String, String) {
+    let path = temp_dir().join("check.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).replace(&path.display().to_string(), "FILE");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+#[test]
+fn check_reports_every_error_with_file_line_col_and_a_hint() {
+    let yaml = "\
+workers: 1
+listeners:
+  - name: web
+    address: 127.0.0.1:notaport
+routes:
+  - match: { path_prefix: api }
+    cluster: missing
+clusters:
+  app:
+    balancer: round_robin
+    endpoints:
+      - address: 127.0.0.1
+      - address: 127.0.0.1:9001
+        weight: 0
+";
+    let (ok, _, err) = check(yaml);
+    assert!(!ok);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("FILE:")).collect();
+    assert_eq!(lines.len(), 5, "{err}");
+    assert!(lines[0].starts_with("FILE:4:14: invalid listener address"), "{err}");
+    assert!(lines[1].starts_with("FILE:6:27: path_prefix \"api\" must start with '/'"), "{err}");
+    assert!(lines[2].starts_with("FILE:7:14: route refers to unknown cluster \"missing\""), "{err}");
+    assert!(lines[3].starts_with("FILE:12:18: invalid endpoint address"), "{err}");
+    assert!(lines[4].starts_with("FILE:14:17: weight must be"), "{err}");
+    assert!(err.contains("hint: known clusters: app"), "{err}");
+}
+
+#[test]
+fn check_reports_unknown_keys_and_bad_values_at_their_position() {
+    let (ok, _, err) = check("listeners:\n  - name: web\n    address: 127.0.0.1:8080\nclusters:\n  app:\n    balancer: fastest\n    endpoints: []\n");
+    assert!(!ok);
+    assert!(err.starts_with("FILE:6:15: clusters.app.balancer: unknown variant `fastest`"), "{err}");
+    assert!(err.contains("round_robin"), "{err}");
+    let (ok, _, err) = check("listeners:\n  - name: web\n    adress: 127.0.0.1:8080\n");
+    assert!(!ok);
+    assert!(err.starts_with("FILE:3:5:") && err.contains("unknown field `adress`"), "{err}");
+    let (ok, _, err) = check("listeners:\n  - { name: web, address: 127.0.0.1:8080 }\nclusters:\n  app:\n    timeouts: { connect: 5 }\n    endpoints: [ { address: 127.0.0.1:1 } ]\n");
+    assert!(!ok);
+    assert!(err.contains("write it with a unit"), "{err}");
+    let (ok, _, err) = check("listeners: [\n");
+    assert!(!ok && err.starts_with("FILE:"), "{err}");
+}
+
+#[test]
+fn check_accepts_a_valid_file_and_every_example() {
+    let (ok, out, err) = check("listeners:\n  - { name: web, address: 127.0.0.1:8080 }\nroutes:\n  - { cluster: app }\nclusters:\n  app:\n    endpoints: [ { address: 127.0.0.1:9001 } ]\n");
+    assert!(ok, "{err}");
+    assert!(out.contains("valid"));
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "examples/ has no configurations");
+}
+
+#[test]
+fn run_refuses_an_invalid_file_and_a_taken_port() {
+    let path = temp_dir().join("bad.yaml");
+    std::fs::write(&path, "listeners: []\n").unwrap();
+    let out = Command::new(portico_bin()).args(["run", "-c"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no listeners"));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let yaml = format!("listeners:\n  - {{ name: web, address: \"{}\" }}\n", taken.local_addr().unwrap());
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(portico_bin()).args(["run", "-c"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot listen on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn version_and_help() {
+    let out = Command::new(portico_bin()).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("portico "));
+    let out = Command::new(portico_bin()).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for verb in ["run", "check", "demo"] {
+        assert!(help.contains(verb), "{help}");
+    }
+}
+
+#[test]
+fn demo_serves_three_backends_round_robin() {
+    let port = free_port();
+    let mut child = Command::new(portico_bin())
+        .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut seen: Vec<String> = (0..6)
+        .map(|_| {
+            let (ok, body) = curl(&[&format!("http://127.0.0.1:{port}/")]);
+            assert!(ok);
+            body
+        })
+        .collect();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(&seen[..3], &seen[3..], "not a rotation: {seen:?}");
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, vec!["hello from alpha\n", "hello from beta\n", "hello from gamma\n"]);
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let b = Backend::start("b").unwrap();
+    let yaml = simple_yaml("round_robin", &[b.addr], "").replace("workers: 1", "workers: 2\nshutdown: { grace: 5s }");
+    let mut p = Portico::start(&yaml);
+    let mut idle = Conn::open(p.addr);
+    assert_eq!(idle.get("/", "").status, 200);
+    let mut busy = Conn::open(p.addr);
+    busy.send(b"GET /slow/1000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    p.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    // No new connections once shutting down.
+    assert!(std::net::TcpStream::connect(p.addr).is_err(), "still accepting after SIGTERM");
+    // The in-flight request completes, marked as the last on its connection.
+    let r = busy.read_response(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection").as_deref(), Some("close"));
+    assert!(idle.is_closed(), "idle keep-alive connection not closed on shutdown");
+    let status = p.wait_exit(Duration::from_secs(5)).expect("exited");
+    assert!(status.success(), "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn sighup_reloads_routes_and_keeps_the_old_config_when_the_new_one_is_invalid() {
+    let a = Backend::start("a").unwrap();
+    let b = Backend::start("b").unwrap();
+    let p = Portico::simple("round_robin", &[a.addr], "");
+    let mut conn = Conn::open(p.addr);
+    assert_eq!(backend_of(&mut conn, "/", ""), "a");
+    let listen = p.addr.to_string();
+    std::fs::write(&p.config, simple_yaml("round_robin", &[b.addr], "").replace("{listen}", &listen)).unwrap();
+    p.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backend_of(&mut conn, "/", "") != "b" {
+        assert!(Instant::now() < deadline, "reload not applied");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&p.config, "listeners: [ broken\n").unwrap();
+    p.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(backend_of(&mut conn, "/", ""), "b", "an invalid reload changed the running config");
+}
