@@ -844,4 +844,78 @@ mod tests {
         let h = r("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true);
         assert_eq!(h.body, BodyFraming::None);
     }
+
+    /// Feeding a chunked body in pieces of every size gives the same result as feeding it whole.
+    #[test]
+    fn chunked_decoding_is_split_invariant() {
+        let input: &[u8] = b"5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n1\r\n!\r\n0\r\nX-T: v\r\n\r\n";
+        let whole = decode_all(input).unwrap();
+        for piece in 1..input.len() {
+            let mut d = ChunkedDecoder::default();
+            let mut buf = BytesMut::new();
+            let mut out = Vec::new();
+            let mut fed = 0;
+            loop {
+                match d.decode(&mut buf, 4).unwrap() {
+                    Decoded::Data(b) => out.extend_from_slice(&b),
+                    Decoded::Done => break,
+                    Decoded::NeedMore => {
+                        assert!(fed < input.len(), "needs more after all input (piece {piece})");
+                        let end = (fed + piece).min(input.len());
+                        buf.extend_from_slice(&input[fed..end]);
+                        fed = end;
+                    }
+                }
+            }
+            assert_eq!(out, whole, "piece size {piece}");
+        }
+    }
+
+    /// A request head arriving byte by byte is Partial until complete, then parses as it does whole.
+    #[test]
+    fn request_parsing_is_split_invariant() {
+        let input = b"\r\nPOST /p?q=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nX: y\r\n\r\nabc";
+        let full = match parse_request(input, &LIMITS).unwrap() {
+            Parsed::Complete(h, used) => (h.body, used),
+            Parsed::Partial => panic!(),
+        };
+        for end in 0..full.1 {
+            assert!(matches!(parse_request(&input[..end], &LIMITS), Ok(Parsed::Partial)), "prefix {end}");
+        }
+        assert_eq!(full, (BodyFraming::Length(3), input.len() - 3));
+    }
+
+    /// Random mutations of valid messages never panic the parsers, and whatever the request parser accepts
+    /// has unambiguous framing.
+    #[test]
+    fn mutated_input_never_panics() {
+        let seeds: [&[u8]; 3] = [
+            b"GET /a HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, x\r\nCookie: a=b\r\n\r\n",
+            b"POST http://h:1/p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ];
+        let alphabet = b"\r\n :;,\t0aZ/?-\x00\x7f\xff";
+        let mut rng = fastrand::Rng::with_seed(0x5eed);
+        for _ in 0..20_000 {
+            let mut m = seeds[rng.usize(..seeds.len())].to_vec();
+            for _ in 0..rng.usize(1..4) {
+                let at = rng.usize(..m.len());
+                match rng.u8(..3) {
+                    0 => m[at] = alphabet[rng.usize(..alphabet.len())],
+                    1 => m.insert(at, alphabet[rng.usize(..alphabet.len())]),
+                    _ => {
+                        m.remove(at);
+                    }
+                }
+            }
+            if let Ok(Parsed::Complete(h, used)) = parse_request(&m, &LIMITS) {
+                let mut buf = BytesMut::from(&m[..]);
+                let h = take_request(&mut buf, h, used);
+                let _ = (h.path(), h.origin_form(), h.host_name(), h.cookie("a"), h.is_idempotent());
+                assert!(!(h.body == BodyFraming::Chunked && h.values("content-length").next().is_some()));
+            }
+            let _ = parse_response(&m, false, 65536);
+            let _ = chunked_prefix_error(&m);
+        }
+    }
 }

@@ -49,21 +49,28 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {
-        let snapshot = ctx.snapshot.load_full();
-        let Some(settings) = snapshot.listener(&listener).cloned() else {
-            return;
-        };
-        let head = match read_head(&mut client, &settings, first, &mut shutdown).await {
-            Ok(Some(head)) => head,
-            Ok(None) => return,
-            Err(e) => {
-                let _ = respond_error(&mut client, e.status, e.reason, true).await;
-                linger_close(client.io).await;
+        let head = {
+            let waiting = ctx.snapshot.load_full();
+            let Some(settings) = waiting.listener(&listener) else {
                 return;
+            };
+            match read_head(&mut client, settings, first, &mut shutdown).await {
+                Ok(Some(head)) => head,
+                Ok(None) => return,
+                Err(e) => {
+                    let _ = respond_error(&mut client, e.status, e.reason, true).await;
+                    linger_close(client.io).await;
+                    return;
+                }
             }
         };
         first = false;
-        let next = handle_request(&mut client, head, &snapshot, &settings, &ctx).await;
+        // Load again: a connection that idled through a reload serves its next request on the new config.
+        let snapshot = ctx.snapshot.load_full();
+        let Some(settings) = snapshot.listener(&listener) else {
+            return;
+        };
+        let next = handle_request(&mut client, head, &snapshot, settings, &ctx).await;
         if next == Next::Close || *shutdown.borrow() {
             linger_close(client.io).await;
             return;

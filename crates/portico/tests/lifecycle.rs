@@ -173,10 +173,12 @@ fn sighup_reloads_routes_and_keeps_the_old_config_when_the_new_one_is_invalid() 
     std::fs::write(&p.config, simple_yaml("round_robin", &[b.addr], "").replace("{listen}", &listen)).unwrap();
     p.signal(libc::SIGHUP);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while backend_of(&mut conn, "/", "") != "b" {
+    while backend_of(&mut Conn::open(p.addr), "/", "") != "b" {
         assert!(Instant::now() < deadline, "reload not applied");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The keep-alive connection that idled through the reload uses the new routes for its next request.
+    assert_eq!(backend_of(&mut conn, "/", ""), "b");
     std::fs::write(&p.config, "listeners: [ broken\n").unwrap();
     p.signal(libc::SIGHUP);
     std::thread::sleep(Duration::from_millis(300));
