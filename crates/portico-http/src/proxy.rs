@@ -315,6 +315,7 @@ async fn send_request(
     if write_timed(&mut conn.io, out, send_timeout).await.is_err() {
         return Err(UpstreamFailure { status: 502, reason: "upstream closed the connection", retry_fresh: true });
     }
+    out.clear();
     let ReqBody::Streaming(framing) = *body else {
         return Ok(());
     };
@@ -595,9 +596,7 @@ async fn forward_response(
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if write_timed(&mut client.io, out, settings.send_timeout).await.is_err() {
-        return Next::Close;
-    }
+    // The head stays in `client.out`: relay_body sends it with the first body bytes.
     let timeouts = (cluster.settings.read_timeout, settings.send_timeout);
     let relayed = relay_body(
         &mut conn.io,
@@ -638,7 +637,11 @@ enum RelayError {
 }
 
 /// Streams one body from `src` to `dst`, decoding `framing` and, when `out_chunked`, re-encoding it chunked.
-/// At most `READ_CHUNK` bytes are held at a time.
+///
+/// `pending` may hold bytes to send first (the response head): output is gathered there while the source has
+/// data buffered and written only before the relay would wait for more, or once `COALESCE` bytes are
+/// pending, so a small response goes out in one write with its head. At most `READ_CHUNK` bytes are read
+/// ahead and `COALESCE` plus one piece held for writing.
 #[allow(clippy::too_many_arguments)]
 async fn relay_body<R, W>(
     src: &mut R,
@@ -647,23 +650,27 @@ async fn relay_body<R, W>(
     dst: &mut W,
     out_chunked: bool,
     (read_timeout, write_timeout): (Duration, Duration),
-    scratch: &mut Vec<u8>,
+    pending: &mut Vec<u8>,
 ) -> Result<u64, RelayError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let mut out = Output { dst, pending, chunked: out_chunked, timeout: write_timeout };
     let mut total = 0u64;
     match framing {
-        BodyFraming::None => return Ok(0),
+        BodyFraming::None => {}
         BodyFraming::Length(n) => {
             let mut left = n;
             while left > 0 {
-                if src_buf.is_empty() && read_more(src, src_buf, read_timeout).await? == 0 {
-                    return Err(RelayError::Source(SourceFault::Closed));
+                if src_buf.is_empty() {
+                    out.flush().await?;
+                    if read_more(src, src_buf, read_timeout).await? == 0 {
+                        return Err(RelayError::Source(SourceFault::Closed));
+                    }
                 }
                 let take = (left.min(src_buf.len() as u64)) as usize;
-                send_piece(dst, &src_buf[..take], out_chunked, write_timeout, scratch).await?;
+                out.piece(&src_buf[..take]).await?;
                 src_buf.advance(take);
                 left -= take as u64;
                 total += take as u64;
@@ -675,9 +682,10 @@ where
                 match decoder.decode(src_buf, READ_CHUNK).map_err(|e| RelayError::Source(SourceFault::Malformed(e)))? {
                     Decoded::Data(bytes) => {
                         total += bytes.len() as u64;
-                        send_piece(dst, &bytes, out_chunked, write_timeout, scratch).await?;
+                        out.piece(&bytes).await?;
                     }
                     Decoded::NeedMore => {
+                        out.flush().await?;
                         if read_more(src, src_buf, read_timeout).await? == 0 {
                             return Err(RelayError::Source(SourceFault::Closed));
                         }
@@ -687,19 +695,65 @@ where
             }
         }
         BodyFraming::UntilClose => loop {
-            if src_buf.is_empty() && read_more(src, src_buf, read_timeout).await? == 0 {
-                break;
+            if src_buf.is_empty() {
+                out.flush().await?;
+                if read_more(src, src_buf, read_timeout).await? == 0 {
+                    break;
+                }
             }
             let take = src_buf.len();
-            send_piece(dst, &src_buf[..take], out_chunked, write_timeout, scratch).await?;
+            out.piece(&src_buf[..take]).await?;
             src_buf.advance(take);
             total += take as u64;
         },
     }
-    if out_chunked {
-        write_timed(dst, codec::LAST_CHUNK, write_timeout).await.map_err(|_| RelayError::Dest)?;
+    if out_chunked && framing != BodyFraming::None {
+        out.pending.extend_from_slice(codec::LAST_CHUNK);
     }
+    out.flush().await?;
     Ok(total)
+}
+
+/// Most bytes gathered before a write; larger pieces are written on their own, uncopied.
+const COALESCE: usize = 16 * 1024;
+
+/// The writing side of a relay: gathers small pieces, frames them when chunked.
+struct Output<'a, W> {
+    dst: &'a mut W,
+    pending: &'a mut Vec<u8>,
+    chunked: bool,
+    timeout: Duration,
+}
+
+impl<W: AsyncWrite + Unpin> Output<'_, W> {
+    async fn piece(&mut self, data: &[u8]) -> Result<(), RelayError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.pending.len() + data.len() > COALESCE {
+            self.flush().await?;
+            if !self.chunked {
+                return write_timed(self.dst, data, self.timeout).await.map_err(|_| RelayError::Dest);
+            }
+        }
+        if self.chunked {
+            codec::chunk_header(self.pending, data.len());
+            self.pending.extend_from_slice(data);
+            self.pending.extend_from_slice(b"\r\n");
+        } else {
+            self.pending.extend_from_slice(data);
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), RelayError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let result = write_timed(self.dst, self.pending, self.timeout).await;
+        self.pending.clear();
+        result.map_err(|_| RelayError::Dest)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -718,28 +772,6 @@ async fn read_more<R: AsyncRead + Unpin>(src: &mut R, buf: &mut BytesMut, t: Dur
         Ok(Err(_)) => Err(RelayError::Source(SourceFault::Closed)),
         Err(_) => Err(RelayError::Source(SourceFault::TimedOut)),
     }
-}
-
-async fn send_piece<W: AsyncWrite + Unpin>(
-    dst: &mut W,
-    data: &[u8],
-    chunked: bool,
-    t: Duration,
-    scratch: &mut Vec<u8>,
-) -> Result<(), RelayError> {
-    if data.is_empty() {
-        return Ok(());
-    }
-    let result = if chunked {
-        scratch.clear();
-        codec::chunk_header(scratch, data.len());
-        scratch.extend_from_slice(data);
-        scratch.extend_from_slice(b"\r\n");
-        write_timed(dst, scratch, t).await
-    } else {
-        write_timed(dst, data, t).await
-    };
-    result.map_err(|_| RelayError::Dest)
 }
 
 async fn write_timed<W: AsyncWrite + Unpin>(dst: &mut W, data: &[u8], t: Duration) -> io::Result<()> {
