@@ -108,7 +108,7 @@ fn serde_diagnostic(e: &serde_norway::Error, file: &str) -> Diagnostic {
     } else if message.contains("missing field") {
         Some("add the key; docs/configuration.md shows an example".to_string())
     } else {
-        None
+        Some("docs/configuration.md shows the expected form of every key".to_string())
     };
     Diagnostic { file: file.to_string(), line, col, message, hint }
 }

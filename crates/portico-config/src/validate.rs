@@ -75,7 +75,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
     for (i, l) in cfg.listeners.iter().enumerate() {
         let base = format!("listeners[{i}]");
         if l.name.is_empty() {
-            err(&format!("{base}.name"), "listener name is empty".into(), None);
+            err(&format!("{base}.name"), "listener name is empty".into(), Some("name it, for example `name: web`"));
         } else if !names.insert(l.name.as_str()) {
             err(
                 &format!("{base}.name"),
@@ -86,7 +86,11 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         match l.address.parse::<SocketAddr>() {
             Ok(sa) => {
                 if !addrs.insert(sa) {
-                    err(&format!("{base}.address"), format!("address {sa} is used by two listeners"), None);
+                    err(
+                        &format!("{base}.address"),
+                        format!("address {sa} is used by two listeners"),
+                        Some("give each listener its own IP:PORT"),
+                    );
                 }
             }
             Err(_) => err(
@@ -104,7 +108,11 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
         if lim.max_request_line.0 < 64 {
-            err(&format!("{base}.limits.max_request_line"), "max_request_line must be at least 64 bytes".into(), None);
+            err(
+                &format!("{base}.limits.max_request_line"),
+                "max_request_line must be at least 64 bytes".into(),
+                Some("the default is 8KiB"),
+            );
         }
         if lim.max_header_bytes.0 < lim.max_request_line.0 {
             err(
@@ -114,10 +122,18 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
         if lim.max_header_bytes.0 > 1 << 20 {
-            err(&format!("{base}.limits.max_header_bytes"), "max_header_bytes may be at most 1MiB".into(), None);
+            err(
+                &format!("{base}.limits.max_header_bytes"),
+                "max_header_bytes may be at most 1MiB".into(),
+                Some("the default is 32KiB"),
+            );
         }
         if lim.max_connections == 0 {
-            err(&format!("{base}.limits.max_connections"), "max_connections must be at least 1".into(), None);
+            err(
+                &format!("{base}.limits.max_connections"),
+                "max_connections must be at least 1".into(),
+                Some("the default is 10000"),
+            );
         }
     }
 
@@ -143,7 +159,11 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         for (key, value) in [("path", &m.path), ("path_prefix", &m.path_prefix)] {
             if let Some(p) = value {
                 if !p.starts_with('/') {
-                    err(&format!("{base}.match.{key}"), format!("{key} {p:?} must start with '/'"), None);
+                    err(
+                        &format!("{base}.match.{key}"),
+                        format!("{key} {p:?} must start with '/'"),
+                        Some(&format!("write `{key}: /{}`", p.trim_start_matches('/'))),
+                    );
                 }
             }
         }
@@ -167,14 +187,22 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             }
             for (j, method) in methods.iter().enumerate() {
                 if !is_token(method) {
-                    err(&format!("{base}.match.methods[{j}]"), format!("invalid method {method:?}"), None);
+                    err(
+                        &format!("{base}.match.methods[{j}]"),
+                        format!("invalid method {method:?}"),
+                        Some("methods are tokens such as GET, POST, PUT, DELETE"),
+                    );
                 }
             }
         }
         if let Some(headers) = &m.headers {
             for name in headers.keys() {
                 if !is_token(name) {
-                    err(&format!("{base}.match.headers.{name}"), format!("invalid header name {name:?}"), None);
+                    err(
+                        &format!("{base}.match.headers.{name}"),
+                        format!("invalid header name {name:?}"),
+                        Some("header names are tokens such as x-canary, without spaces or a colon"),
+                    );
                 }
             }
         }
@@ -227,14 +255,22 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
         if c.balancer == BalancerKind::StickyCookie && !is_token(&c.sticky.cookie) {
-            err(&format!("{base}.sticky.cookie"), format!("invalid cookie name {:?}", c.sticky.cookie), None);
+            err(
+                &format!("{base}.sticky.cookie"),
+                format!("invalid cookie name {:?}", c.sticky.cookie),
+                Some("cookie names are tokens: letters, digits and !#$%&'*+-.^_`|~"),
+            );
         }
         if c.timeouts.connect.0.is_zero()
             || c.timeouts.response_header.0.is_zero()
             || c.timeouts.read.0.is_zero()
             || c.timeouts.send.0.is_zero()
         {
-            err(&format!("{base}.timeouts"), "upstream timeouts must be greater than zero".into(), None);
+            err(
+                &format!("{base}.timeouts"),
+                "upstream timeouts must be greater than zero".into(),
+                Some("for example `timeouts: { connect: 3s }`"),
+            );
         }
     }
     // Report in file order, as a compiler would.

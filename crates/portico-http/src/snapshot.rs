@@ -155,7 +155,11 @@ pub fn build(loaded: &LoadedConfig, workers: usize, health: &HealthRegistry) -> 
             let hp = match portico_config::parse_host_port(&e.address) {
                 Ok(hp) => hp,
                 Err(msg) => {
-                    problems.push(loaded.diagnostic(&path, msg, None));
+                    problems.push(loaded.diagnostic(
+                        &path,
+                        msg,
+                        Some("write host:port, [ipv6]:port or dns-name:port".into()),
+                    ));
                     continue;
                 }
             };

@@ -42,6 +42,7 @@ clusters:
     assert!(lines[3].starts_with("FILE:12:18: invalid endpoint address"), "{err}");
     assert!(lines[4].starts_with("FILE:14:17: weight must be"), "{err}");
     assert!(err.contains("hint: known clusters: app"), "{err}");
+    assert_eq!(err.matches("\n  hint: ").count(), 5, "every error carries a hint: {err}");
 }
 
 #[test]
