@@ -57,6 +57,8 @@ pub struct LoadedConfig {
     pub config: Config,
     pub file: String,
     pub spans: SpanIndex,
+    /// The YAML text as loaded (shown, with secrets masked, by the admin API).
+    pub source: String,
 }
 
 impl LoadedConfig {
@@ -85,7 +87,8 @@ pub fn load_file(path: &Path) -> Result<LoadedConfig, ConfigErrors> {
 /// Parses and validates `source`; `file` is only used in diagnostics.
 pub fn load_str(source: &str, file: &str) -> Result<LoadedConfig, ConfigErrors> {
     let config: Config = serde_norway::from_str(source).map_err(|e| ConfigErrors(vec![serde_diagnostic(&e, file)]))?;
-    let loaded = LoadedConfig { config, file: file.to_string(), spans: SpanIndex::build(source) };
+    let loaded =
+        LoadedConfig { config, file: file.to_string(), spans: SpanIndex::build(source), source: source.to_string() };
     let problems = validate::validate(&loaded);
     if problems.is_empty() {
         Ok(loaded)

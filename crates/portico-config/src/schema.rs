@@ -20,6 +20,39 @@ pub struct Config {
     pub shutdown: Shutdown,
     #[serde(default)]
     pub log: Log,
+    /// The admin server: `/metrics`, `/health`, `/ready`, `/admin/...`. Off when absent.
+    #[serde(default)]
+    pub admin: Option<Admin>,
+    /// One line per request. Off when absent.
+    #[serde(default)]
+    pub access_log: Option<AccessLog>,
+    /// Reload when the configuration file changes (checked every second).
+    #[serde(default)]
+    pub watch: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// `IP:PORT`, for example `127.0.0.1:9901`. Keep it on loopback or a private network: it can reload.
+    pub address: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogFormat {
+    #[default]
+    Json,
+    Combined,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLog {
+    /// A file path (created if missing, appended to), or `-` for standard output.
+    pub path: String,
+    #[serde(default)]
+    pub format: AccessLogFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -169,17 +202,151 @@ pub struct Cluster {
     /// Forward the client's `Host` header unchanged (true) or send the endpoint's `host:port` (false).
     #[serde(default = "default_true")]
     pub preserve_host: bool,
-    /// How long an endpoint that refused or timed out a connection is skipped by the balancer.
-    #[serde(default = "default_fail_timeout")]
-    pub fail_timeout: HumanDuration,
+    /// Active health checks; none when absent.
+    #[serde(default)]
+    pub health_check: Option<HealthCheck>,
+    #[serde(default)]
+    pub outlier_detection: OutlierDetection,
+    #[serde(default)]
+    pub circuit_breaker: CircuitBreaker,
+    #[serde(default)]
+    pub retries: Retries,
+    /// When no endpoint is healthy: `false` answers 503, `true` spreads requests over all endpoints anyway.
+    #[serde(default)]
+    pub panic_mode: bool,
 }
 
 fn default_true() -> bool {
     true
 }
 
-fn default_fail_timeout() -> HumanDuration {
-    HumanDuration::secs(10)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthCheckKind {
+    #[default]
+    Http,
+    Tcp,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthCheck {
+    #[serde(rename = "type")]
+    pub kind: HealthCheckKind,
+    pub path: String,
+    pub method: String,
+    /// `Host` header of the probe; the endpoint's `host:port` when absent.
+    pub host: Option<String>,
+    /// Accepted statuses, `"200-399"` or `"200"`.
+    pub expected_status: String,
+    /// The response body must contain this text.
+    pub body_contains: Option<String>,
+    pub interval: HumanDuration,
+    pub timeout: HumanDuration,
+    pub healthy_after: u32,
+    pub unhealthy_after: u32,
+}
+
+impl HealthCheck {
+    /// The accepted status range: `"200-399"` or a single `"204"`.
+    pub fn status_range(&self) -> Option<(u16, u16)> {
+        let text = self.expected_status.trim();
+        let (lo, hi) = text.split_once('-').unwrap_or((text, text));
+        let (lo, hi): (u16, u16) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+        ((100..=599).contains(&lo) && (lo..=599).contains(&hi)).then_some((lo, hi))
+    }
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            kind: HealthCheckKind::Http,
+            path: "/health".into(),
+            method: "GET".into(),
+            host: None,
+            expected_status: "200-399".into(),
+            body_contains: None,
+            interval: HumanDuration::secs(5),
+            timeout: HumanDuration::secs(2),
+            healthy_after: 2,
+            unhealthy_after: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutlierDetection {
+    /// Connect failures, resets and timeouts in a row (seen by one worker) that eject an endpoint; 0 disables.
+    pub consecutive_failures: u32,
+    /// 5xx responses in a row (seen by one worker) that eject an endpoint; 0 disables.
+    pub consecutive_5xx: u32,
+    /// First ejection time; doubles with each further ejection of the same endpoint.
+    pub base_ejection: HumanDuration,
+    pub max_ejection: HumanDuration,
+    /// Never eject more than this share of a cluster's endpoints at once.
+    pub max_ejected_percent: u32,
+}
+
+impl Default for OutlierDetection {
+    fn default() -> Self {
+        OutlierDetection {
+            consecutive_failures: 3,
+            consecutive_5xx: 5,
+            base_ejection: HumanDuration::secs(10),
+            max_ejection: HumanDuration::secs(300),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CircuitBreaker {
+    /// Upstream connections open at once (active and idle), across all endpoints.
+    pub max_connections: usize,
+    /// Requests waiting for an upstream connection.
+    pub max_pending: usize,
+    /// Requests in flight to the cluster.
+    pub max_requests: usize,
+}
+
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        CircuitBreaker { max_connections: 10_000, max_pending: 1_000, max_requests: 10_000 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retries {
+    /// Retries after the first try (so `attempts: 2` means up to three tries).
+    pub attempts: u32,
+    /// Statuses that make an idempotent request retry on another endpoint.
+    pub on_status: Vec<u16>,
+    /// Retry idempotent requests whose upstream timed out before responding.
+    pub on_timeout: bool,
+    /// Wait before a retry: a random time up to `backoff` doubled per retry, capped at `max_backoff`.
+    pub backoff: HumanDuration,
+    pub max_backoff: HumanDuration,
+    /// Retries in flight may be at most this percentage of the cluster's requests in flight...
+    pub budget_percent: u32,
+    /// ...but at least this many, so a quiet cluster can still retry.
+    pub min_retry_concurrency: u32,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            attempts: 2,
+            on_status: Vec::new(),
+            on_timeout: false,
+            backoff: HumanDuration::millis(25),
+            max_backoff: HumanDuration::millis(250),
+            budget_percent: 20,
+            min_retry_concurrency: 3,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

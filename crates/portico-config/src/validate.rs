@@ -273,6 +273,118 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
     }
+    if let Some(admin) = &cfg.admin {
+        if admin.address.parse::<SocketAddr>().is_err() {
+            err(
+                "admin.address",
+                format!("invalid admin address {:?}", admin.address),
+                Some("write IP:PORT, for example 127.0.0.1:9901"),
+            );
+        } else if cfg.listeners.iter().any(|l| l.address == admin.address) {
+            err(
+                "admin.address",
+                "the admin address is also a listener's".into(),
+                Some("give the admin server its own port"),
+            );
+        }
+    }
+    if let Some(log) = &cfg.access_log {
+        if log.path.trim().is_empty() {
+            err(
+                "access_log.path",
+                "access_log.path is empty".into(),
+                Some("a file path, or \"-\" for standard output"),
+            );
+        }
+    }
+    for (name, c) in &cfg.clusters {
+        let base = format!("clusters.{name}");
+        if let Some(hc) = &c.health_check {
+            let hb = format!("{base}.health_check");
+            if !hc.path.starts_with('/') {
+                err(
+                    &format!("{hb}.path"),
+                    format!("health check path {:?} must start with '/'", hc.path),
+                    Some("for example `path: /health`"),
+                );
+            }
+            if !is_token(&hc.method) {
+                err(
+                    &format!("{hb}.method"),
+                    format!("invalid method {:?}", hc.method),
+                    Some("for example GET or HEAD"),
+                );
+            }
+            if hc.status_range().is_none() {
+                err(
+                    &format!("{hb}.expected_status"),
+                    format!("invalid status range {:?}", hc.expected_status),
+                    Some("write a status or a range between 100 and 599, like \"200-399\""),
+                );
+            }
+            if hc.interval.0.is_zero() || hc.timeout.0.is_zero() {
+                err(
+                    &hb,
+                    "health check interval and timeout must be greater than zero".into(),
+                    Some("for example `interval: 1s, timeout: 500ms`"),
+                );
+            }
+            if hc.healthy_after == 0 || hc.unhealthy_after == 0 {
+                err(
+                    &hb,
+                    "healthy_after and unhealthy_after must be at least 1".into(),
+                    Some("1 acts on the first result; 2 or 3 rides out flapping"),
+                );
+            }
+        }
+        let od = &c.outlier_detection;
+        if od.max_ejected_percent > 100 {
+            err(
+                &format!("{base}.outlier_detection.max_ejected_percent"),
+                format!("max_ejected_percent is a percentage, got {}", od.max_ejected_percent),
+                Some("use 0 to 100"),
+            );
+        }
+        if od.base_ejection.0 > od.max_ejection.0 {
+            err(
+                &format!("{base}.outlier_detection.base_ejection"),
+                "base_ejection is longer than max_ejection".into(),
+                Some("the ejection time grows from base_ejection up to max_ejection"),
+            );
+        }
+        let cb = &c.circuit_breaker;
+        if cb.max_connections == 0 || cb.max_requests == 0 {
+            err(
+                &format!("{base}.circuit_breaker"),
+                "max_connections and max_requests must be at least 1".into(),
+                Some("remove the key for the defaults"),
+            );
+        }
+        let r = &c.retries;
+        if r.attempts > 10 {
+            err(
+                &format!("{base}.retries.attempts"),
+                format!("at most 10 retries, got {}", r.attempts),
+                Some("a retry storm helps nobody; 1 to 3 is usual"),
+            );
+        }
+        for (j, status) in r.on_status.iter().enumerate() {
+            if !(400..=599).contains(status) {
+                err(
+                    &format!("{base}.retries.on_status[{j}]"),
+                    format!("{status} is not an error status"),
+                    Some("retry on 5xx statuses such as 502, 503, 504"),
+                );
+            }
+        }
+        if r.budget_percent > 100 {
+            err(
+                &format!("{base}.retries.budget_percent"),
+                format!("budget_percent is a percentage, got {}", r.budget_percent),
+                Some("use 0 to 100; 20 is usual"),
+            );
+        }
+    }
     // Report in file order, as a compiler would.
     out.sort_by_key(|d| (d.line, d.col));
     out

@@ -42,6 +42,15 @@ pub struct PickInput<'a> {
     pub worker: usize,
 }
 
+/// Why no endpoint was picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPick {
+    /// Every available endpoint was already tried for this request.
+    AllTried,
+    /// No endpoint of the cluster is healthy (and panic mode is off).
+    NoneHealthy,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pick {
     pub index: usize,
@@ -80,16 +89,28 @@ impl Balancer {
         }
     }
 
-    /// Picks an endpoint not in `tried`, preferring healthy ones; when every untried endpoint is down it picks
-    /// among them anyway (a request that may fail beats one refused without trying).
-    pub fn pick(&self, endpoints: &[Arc<Endpoint>], input: &PickInput, tried: &[usize]) -> Option<Pick> {
+    /// Picks an available (healthy, not ejected) endpoint not in `tried`. When no endpoint of the cluster is
+    /// available at all, `panic_mode` picks among all untried endpoints instead of giving up.
+    pub fn pick(
+        &self,
+        endpoints: &[Arc<Endpoint>],
+        input: &PickInput,
+        tried: &[usize],
+        panic_mode: bool,
+    ) -> Result<Pick, NoPick> {
         let now = now_ms();
         let untried = |i: usize| !tried.contains(&i);
-        let healthy = |i: usize| untried(i) && endpoints[i].health.is_up(now);
+        let healthy = |i: usize| untried(i) && endpoints[i].health.is_available(now);
         if let Some(p) = self.pick_where(endpoints, input, &healthy) {
-            return Some(p);
+            return Ok(p);
         }
-        self.pick_where(endpoints, input, &untried)
+        if endpoints.iter().any(|e| e.health.is_available(now)) {
+            return Err(NoPick::AllTried);
+        }
+        if panic_mode {
+            return self.pick_where(endpoints, input, &untried).ok_or(NoPick::AllTried);
+        }
+        Err(NoPick::NoneHealthy)
     }
 
     fn pick_where(&self, eps: &[Arc<Endpoint>], input: &PickInput, ok: &dyn Fn(usize) -> bool) -> Option<Pick> {

@@ -493,6 +493,9 @@ pub struct ResponseHead {
     pub reusable: bool,
     pub connection: Vec<Span>,
     pub len: usize,
+    /// Transfer codings other than the final `chunked` (for example `gzip`): the body is still encoded with
+    /// them after de-chunking, so they must be forwarded.
+    pub other_codings: Option<String>,
 }
 
 /// Parses a response head at the start of `buf`. `request_was_head` suppresses the body.
@@ -522,6 +525,7 @@ pub fn parse_response(
     let mut content_length: Option<u64> = None;
     let mut te_present = false;
     let mut te_chunked_last = false;
+    let mut codings: Vec<&[u8]> = Vec::new();
     let mut close = false;
     let mut keep_alive = false;
     let mut headers = Vec::with_capacity(resp.headers.len());
@@ -538,8 +542,8 @@ pub fn parse_response(
             content_length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             te_present = true;
-            te_chunked_last =
-                value.rsplit(|&b| b == b',').next().is_some_and(|t| trim(t).eq_ignore_ascii_case(b"chunked"));
+            codings.extend(value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()));
+            te_chunked_last = codings.last().is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"connection") {
             close |= list_contains(value, b"close");
             keep_alive |= list_contains(value, b"keep-alive");
@@ -568,7 +572,15 @@ pub fn parse_response(
     let framing_clean = !(te_present && content_length.is_some());
     let reusable =
         framing_clean && body != BodyFraming::UntilClose && !close && (!http10 || keep_alive) && status != 101;
-    Ok(Parsed::Complete(ResponseHead { status, reason, headers, body, reusable, connection, len: used }, used))
+    if te_chunked_last {
+        codings.pop();
+    }
+    let other_codings = (te_present && !codings.is_empty() && body != BodyFraming::None)
+        .then(|| codings.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join(", "));
+    Ok(Parsed::Complete(
+        ResponseHead { status, reason, headers, body, reusable, connection, len: used, other_codings },
+        used,
+    ))
 }
 
 impl ResponseHead {
@@ -839,6 +851,10 @@ mod tests {
         assert_eq!((h.body, h.reusable), (BodyFraming::Chunked, false));
         let h = r("HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false);
         assert!(!h.reusable);
+        let h = r("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", false);
+        assert_eq!((h.body, h.other_codings.as_deref()), (BodyFraming::Chunked, Some("gzip")));
+        let h = r("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false);
+        assert_eq!((h.body, h.other_codings.as_deref()), (BodyFraming::UntilClose, Some("gzip")));
         let h = r("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", false);
         assert_eq!(h.body, BodyFraming::None);
         let h = r("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true);

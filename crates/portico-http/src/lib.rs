@@ -1,12 +1,17 @@
 //! Portico's HTTP plane: a strict HTTP/1 codec, routing, balancers, upstream connection pools and the
 //! streaming proxy, run on per-core worker threads.
 
+pub mod access_log;
 pub mod balancer;
 pub mod codec;
+pub mod health;
 pub mod pool;
 mod proxy;
+mod relay;
 pub mod router;
 pub mod snapshot;
+pub mod stats;
+mod upstream;
 pub mod worker;
 
-pub use snapshot::{build, HealthRegistry, Snapshot};
+pub use snapshot::{build, Registry, Snapshot};

@@ -1,9 +1,13 @@
-//! Per-worker pools of idle keep-alive connections to upstream endpoints, keyed by address so that an endpoint
-//! that survives a reload keeps its connections. Owned by one worker thread: no lock.
+//! Per-worker pools of idle keep-alive connections to upstream endpoints, keyed by endpoint (cluster and
+//! address) so that an endpoint that survives a reload keeps its connections. Owned by one worker thread: no
+//! lock.
 
+use crate::snapshot::Endpoint;
+use crate::stats::{ClusterStats, EndpointStats};
 use bytes::BytesMut;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
@@ -14,11 +18,21 @@ pub struct UpstreamConn {
     /// True when the connection came from the pool: a failure before any response byte may be a race with
     /// the upstream closing it, and is retried on a fresh connection.
     pub reused: bool,
+    endpoint: Arc<EndpointStats>,
+    cluster: Arc<ClusterStats>,
+    worker: usize,
 }
 
 impl UpstreamConn {
-    pub fn new(io: TcpStream) -> Self {
-        UpstreamConn { io, buf: BytesMut::new(), reused: false }
+    /// A freshly connected socket, counted as opened and open for its cluster and endpoint.
+    pub fn new(io: TcpStream, endpoint: Arc<EndpointStats>, cluster: Arc<ClusterStats>, worker: usize) -> Self {
+        if let Some(s) = endpoint.slots.get(worker) {
+            s.0.connections_opened.inc();
+        }
+        if let Some(s) = cluster.slots.get(worker) {
+            s.0.connections.add(1);
+        }
+        UpstreamConn { io, buf: BytesMut::new(), reused: false, endpoint, cluster, worker }
     }
 
     /// False when the upstream has closed the connection or sent bytes nobody asked for. Costs no system
@@ -27,18 +41,41 @@ impl UpstreamConn {
         let mut probe = [0u8; 1];
         matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
+
+    fn set_idle(&self, delta: i64) {
+        if let Some(s) = self.endpoint.slots.get(self.worker) {
+            s.0.idle.add(delta);
+        }
+    }
+}
+
+impl Drop for UpstreamConn {
+    fn drop(&mut self) {
+        if let Some(s) = self.cluster.slots.get(self.worker) {
+            s.0.connections.add(-1);
+        }
+    }
+}
+
+/// Identifies an endpoint's connections: the same address in two clusters gets two pools.
+type PoolKey = (usize, SocketAddr);
+
+fn key(endpoint: &Endpoint) -> PoolKey {
+    (Arc::as_ptr(&endpoint.stats) as usize, endpoint.addr)
 }
 
 #[derive(Default)]
 pub struct Pool {
-    idle: HashMap<SocketAddr, Vec<(UpstreamConn, Instant)>>,
+    idle: HashMap<PoolKey, Vec<(UpstreamConn, Instant)>>,
 }
 
 impl Pool {
-    /// The most recently used idle connection to `addr` that is still open and younger than `max_idle_time`.
-    pub fn checkout(&mut self, addr: SocketAddr, max_idle_time: Duration) -> Option<UpstreamConn> {
-        let list = self.idle.get_mut(&addr)?;
+    /// The most recently used idle connection to `endpoint` that is still open and younger than
+    /// `max_idle_time`.
+    pub fn checkout(&mut self, endpoint: &Endpoint, max_idle_time: Duration) -> Option<UpstreamConn> {
+        let list = self.idle.get_mut(&key(endpoint))?;
         while let Some((mut conn, since)) = list.pop() {
+            conn.set_idle(-1);
             if since.elapsed() < max_idle_time && conn.still_usable() {
                 conn.reused = true;
                 return Some(conn);
@@ -47,28 +84,31 @@ impl Pool {
         None
     }
 
-    /// Keeps `conn` for reuse. The caller guarantees the previous response was read completely and nothing
-    /// else is buffered.
-    pub fn checkin(&mut self, addr: SocketAddr, conn: UpstreamConn, max_idle: usize) {
+    /// Keeps `conn` for reuse. The caller guarantees the previous response was read completely.
+    pub fn checkin(&mut self, endpoint: &Endpoint, conn: UpstreamConn, max_idle: usize) {
         if max_idle == 0 || !conn.buf.is_empty() {
             return;
         }
-        let list = self.idle.entry(addr).or_default();
+        let list = self.idle.entry(key(endpoint)).or_default();
         if list.len() >= max_idle {
-            list.remove(0);
+            let (oldest, _) = list.remove(0);
+            oldest.set_idle(-1);
         }
+        conn.set_idle(1);
         list.push((conn, Instant::now()));
     }
 
     /// Closes connections idle for longer than `max_idle_time` or closed by their upstream.
     pub fn sweep(&mut self, max_idle_time: Duration) {
         for list in self.idle.values_mut() {
-            list.retain(|(c, since)| since.elapsed() < max_idle_time && c.still_usable());
+            list.retain(|(c, since)| {
+                let keep = since.elapsed() < max_idle_time && c.still_usable();
+                if !keep {
+                    c.set_idle(-1);
+                }
+                keep
+            });
         }
         self.idle.retain(|_, l| !l.is_empty());
-    }
-
-    pub fn idle_count(&self) -> usize {
-        self.idle.values().map(Vec::len).sum()
     }
 }

@@ -4,8 +4,11 @@
 //! server-then-location rule, so a catch-all route written first cannot shadow a specific one below it.
 
 use crate::codec::RequestHead;
+use crate::snapshot::Registry;
+use crate::stats::RouteStats;
 use portico_config::Route;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[derive(Debug)]
 enum HostMatch {
@@ -26,6 +29,7 @@ enum PathMatch {
 pub struct CompiledRoute {
     pub name: String,
     pub cluster: usize,
+    pub stats: Arc<RouteStats>,
     host: HostMatch,
     path: PathMatch,
     methods: Option<Vec<Vec<u8>>>,
@@ -81,7 +85,7 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn build(routes: &[Route], cluster_index: &HashMap<String, usize>) -> Router {
+    pub fn build(routes: &[Route], cluster_index: &HashMap<String, usize>, registry: &Registry) -> Router {
         let mut compiled: Vec<CompiledRoute> = routes
             .iter()
             .enumerate()
@@ -100,9 +104,11 @@ impl Router {
                     (None, Some(p)) => PathMatch::Prefix(p.as_bytes().to_vec()),
                     (None, None) => PathMatch::Any,
                 };
+                let name = r.name.clone().unwrap_or_else(|| format!("route-{i}"));
                 Some(CompiledRoute {
-                    name: r.name.clone().unwrap_or_else(|| format!("route-{i}")),
                     cluster: *cluster_index.get(&r.cluster)?,
+                    stats: registry.route_stats(&name, &r.cluster),
+                    name,
                     host,
                     path,
                     methods: m

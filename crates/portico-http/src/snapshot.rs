@@ -1,13 +1,15 @@
 //! The immutable view of the configuration that every request reads: routes, clusters with resolved endpoints
 //! and their balancers, listener settings. Built and validated completely before it is swapped in, so a reload
-//! either applies whole or not at all.
+//! either applies whole or not at all. State that must outlive a reload (health, ejections, counters) lives in
+//! the `Registry` and is looked up by name when a snapshot is built.
 
 use crate::balancer::Balancer;
 use crate::router::Router;
-use portico_config::{ConfigErrors, LoadedConfig};
+use crate::stats::{self, ClusterStats, EndpointStats, Global, RouteStats};
+use portico_config::{ConfigErrors, HealthCheck, LoadedConfig, OutlierDetection};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,28 +24,70 @@ pub fn now_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
-/// Health of one upstream address, shared by all workers and kept across reloads while the address stays.
-#[derive(Debug, Default)]
+/// Health of one endpoint of one cluster, shared by all workers and kept across reloads while it stays.
+#[derive(Debug)]
 pub struct EndpointHealth {
-    /// The endpoint is skipped by balancers until this time (`now_ms`), after a failed connection.
-    down_until_ms: AtomicU64,
+    /// Verdict of the active health check (true when there is none).
+    active_healthy: AtomicBool,
+    /// Ejected by outlier detection until this time (`now_ms`).
+    ejected_until_ms: AtomicU64,
+    /// Ejections so far; the next ejection lasts `base * 2^ejections`, capped.
+    ejections: AtomicU32,
+}
+
+impl Default for EndpointHealth {
+    fn default() -> Self {
+        EndpointHealth {
+            active_healthy: AtomicBool::new(true),
+            ejected_until_ms: AtomicU64::new(0),
+            ejections: AtomicU32::new(0),
+        }
+    }
 }
 
 impl EndpointHealth {
-    pub fn is_up(&self, now: u64) -> bool {
-        self.down_until_ms.load(Ordering::Relaxed) <= now
+    /// Whether balancers may pick this endpoint now.
+    pub fn is_available(&self, now: u64) -> bool {
+        self.active_healthy.load(Ordering::Relaxed) && self.ejected_until_ms.load(Ordering::Relaxed) <= now
     }
-    /// Marks the endpoint down for `d`; returns true when it was up before (to log the transition once).
-    pub fn mark_down(&self, d: Duration) -> bool {
+    pub fn active_healthy(&self) -> bool {
+        self.active_healthy.load(Ordering::Relaxed)
+    }
+    /// Records the health checker's verdict; returns true when it changed.
+    pub fn set_active_healthy(&self, healthy: bool) -> bool {
+        self.active_healthy.swap(healthy, Ordering::Relaxed) != healthy
+    }
+    pub fn ejected_until_ms(&self) -> u64 {
+        self.ejected_until_ms.load(Ordering::Relaxed)
+    }
+    pub fn is_ejected(&self, now: u64) -> bool {
+        self.ejected_until_ms() > now
+    }
+    pub fn ejections(&self) -> u32 {
+        self.ejections.load(Ordering::Relaxed)
+    }
+    /// Ejects for `base * 2^previous_ejections` (capped at `max`); the multiplier starts over once the endpoint
+    /// has stayed in for `max`. Returns the ejection time.
+    pub fn eject(&self, od: &OutlierSettings) -> Duration {
         let now = now_ms();
-        let prev = self.down_until_ms.swap(now + d.as_millis() as u64, Ordering::Relaxed);
-        prev <= now
-    }
-    pub fn mark_up(&self) {
-        if self.down_until_ms.load(Ordering::Relaxed) != 0 {
-            self.down_until_ms.store(0, Ordering::Relaxed);
+        let until = self.ejected_until_ms.load(Ordering::Relaxed);
+        let mut previous = self.ejections.load(Ordering::Relaxed);
+        if until > 0 && now.saturating_sub(until) > od.max_ejection.as_millis() as u64 {
+            previous = 0;
         }
+        let time = od.base_ejection.saturating_mul(1u32 << previous.min(16)).min(od.max_ejection);
+        self.ejections.store(previous + 1, Ordering::Relaxed);
+        self.ejected_until_ms.store(now + time.as_millis() as u64, Ordering::Relaxed);
+        time
     }
+}
+
+/// Per-worker outlier-detection counters for one endpoint: each worker counts what it sees, so no shared
+/// cache line is written per request.
+#[derive(Debug, Default)]
+pub struct OutlierLocal {
+    pub consecutive_failures: AtomicU32,
+    pub consecutive_5xx: AtomicU32,
 }
 
 #[derive(Debug)]
@@ -57,8 +101,10 @@ pub struct Endpoint {
     /// Stable across restarts and reloads: the sticky cookie's value.
     pub id: u64,
     pub health: Arc<EndpointHealth>,
+    pub stats: Arc<EndpointStats>,
     /// In-flight requests, one slot per worker: each worker writes only its own.
     inflight: Box<[Padded<AtomicU32>]>,
+    pub outlier: Box<[Padded<OutlierLocal>]>,
 }
 
 impl Endpoint {
@@ -67,14 +113,46 @@ impl Endpoint {
     }
     pub fn begin(&self, worker: usize) {
         if let Some(c) = self.inflight.get(worker) {
-            c.0.fetch_add(1, Ordering::Relaxed);
+            c.0.store(c.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
     }
     pub fn end(&self, worker: usize) {
         if let Some(c) = self.inflight.get(worker) {
-            c.0.fetch_sub(1, Ordering::Relaxed);
+            c.0.store(c.0.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
         }
     }
+}
+
+#[derive(Debug, Clone)]
+pub struct OutlierSettings {
+    pub consecutive_failures: u32,
+    pub consecutive_5xx: u32,
+    pub base_ejection: Duration,
+    pub max_ejection: Duration,
+    pub max_ejected_percent: u32,
+}
+
+impl From<&OutlierDetection> for OutlierSettings {
+    fn from(o: &OutlierDetection) -> Self {
+        OutlierSettings {
+            consecutive_failures: o.consecutive_failures,
+            consecutive_5xx: o.consecutive_5xx,
+            base_ejection: o.base_ejection.0,
+            max_ejection: o.max_ejection.0,
+            max_ejected_percent: o.max_ejected_percent,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RetrySettings {
+    pub attempts: u32,
+    pub on_status: Vec<u16>,
+    pub on_timeout: bool,
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+    pub budget_percent: u32,
+    pub min_retry_concurrency: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -86,7 +164,13 @@ pub struct UpstreamSettings {
     pub max_idle_per_endpoint: usize,
     pub pool_idle_timeout: Duration,
     pub preserve_host: bool,
-    pub fail_timeout: Duration,
+    pub outlier: OutlierSettings,
+    pub retries: RetrySettings,
+    pub panic_mode: bool,
+    /// Circuit-breaker limits for one worker: the configured totals divided among workers.
+    pub max_connections_per_worker: i64,
+    pub max_pending_per_worker: i64,
+    pub max_requests_per_worker: i64,
 }
 
 #[derive(Debug)]
@@ -95,6 +179,8 @@ pub struct Cluster {
     pub endpoints: Vec<Arc<Endpoint>>,
     pub balancer: Balancer,
     pub settings: UpstreamSettings,
+    pub health_check: Option<HealthCheck>,
+    pub stats: Arc<ClusterStats>,
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +202,10 @@ pub struct Snapshot {
     pub listeners: Vec<ListenerSettings>,
     pub workers: usize,
     pub shutdown_grace: Duration,
+    /// Stats for requests no route matched.
+    pub unrouted: Arc<RouteStats>,
+    /// The configuration this snapshot was built from (for `/admin/config`).
+    pub source: Arc<LoadedConfig>,
 }
 
 impl Snapshot {
@@ -124,16 +214,84 @@ impl Snapshot {
     }
 }
 
-/// Health state by address, so that a reload keeps what it knows about endpoints that stay.
-#[derive(Default)]
-pub struct HealthRegistry {
-    by_addr: Mutex<HashMap<SocketAddr, Arc<EndpointHealth>>>,
+/// State kept across reloads, by name: endpoint health, and every counter, so Prometheus counters stay
+/// monotonic. Locked only while a snapshot is built or metrics are rendered, never per request.
+pub struct Registry {
+    pub workers: usize,
+    health: Mutex<HashMap<(String, SocketAddr), Arc<EndpointHealth>>>,
+    routes: Mutex<HashMap<(String, String), Arc<RouteStats>>>,
+    endpoints: Mutex<HashMap<(String, String), Arc<EndpointStats>>>,
+    clusters: Mutex<HashMap<String, Arc<ClusterStats>>>,
+    pub global: Global,
 }
 
-impl HealthRegistry {
-    fn get(&self, addr: SocketAddr) -> Arc<EndpointHealth> {
-        let mut map = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(addr).or_default().clone()
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Registry {
+    pub fn new(workers: usize) -> Registry {
+        Registry {
+            workers: workers.max(1),
+            health: Mutex::default(),
+            routes: Mutex::default(),
+            endpoints: Mutex::default(),
+            clusters: Mutex::default(),
+            global: Global::default(),
+        }
+    }
+
+    fn health(&self, cluster: &str, addr: SocketAddr) -> Arc<EndpointHealth> {
+        locked(&self.health).entry((cluster.to_string(), addr)).or_default().clone()
+    }
+
+    pub fn route_stats(&self, route: &str, cluster: &str) -> Arc<RouteStats> {
+        let workers = self.workers;
+        locked(&self.routes)
+            .entry((route.to_string(), cluster.to_string()))
+            .or_insert_with(|| {
+                Arc::new(RouteStats { route: route.into(), cluster: cluster.into(), slots: stats::slots(workers) })
+            })
+            .clone()
+    }
+
+    fn endpoint_stats(&self, cluster: &str, endpoint: &str) -> Arc<EndpointStats> {
+        let workers = self.workers;
+        locked(&self.endpoints)
+            .entry((cluster.to_string(), endpoint.to_string()))
+            .or_insert_with(|| {
+                Arc::new(EndpointStats {
+                    cluster: cluster.into(),
+                    endpoint: endpoint.into(),
+                    slots: stats::slots(workers),
+                })
+            })
+            .clone()
+    }
+
+    fn cluster_stats(&self, cluster: &str) -> Arc<ClusterStats> {
+        let workers = self.workers;
+        locked(&self.clusters)
+            .entry(cluster.to_string())
+            .or_insert_with(|| Arc::new(ClusterStats { cluster: cluster.into(), slots: stats::slots(workers) }))
+            .clone()
+    }
+
+    /// Every stats object ever created, sorted by name (for rendering).
+    pub fn all_routes(&self) -> Vec<Arc<RouteStats>> {
+        let mut v: Vec<_> = locked(&self.routes).values().cloned().collect();
+        v.sort_by(|a, b| (&a.route, &a.cluster).cmp(&(&b.route, &b.cluster)));
+        v
+    }
+    pub fn all_endpoints(&self) -> Vec<Arc<EndpointStats>> {
+        let mut v: Vec<_> = locked(&self.endpoints).values().cloned().collect();
+        v.sort_by(|a, b| (&a.cluster, &a.endpoint).cmp(&(&b.cluster, &b.endpoint)));
+        v
+    }
+    pub fn all_clusters(&self) -> Vec<Arc<ClusterStats>> {
+        let mut v: Vec<_> = locked(&self.clusters).values().cloned().collect();
+        v.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+        v
     }
 }
 
@@ -143,7 +301,8 @@ pub fn endpoint_id(configured: &str) -> u64 {
 
 /// Builds a snapshot from a validated configuration, resolving DNS names. Blocking (DNS): call it from a
 /// thread that serves no connections (start-up, the reload thread).
-pub fn build(loaded: &LoadedConfig, workers: usize, health: &HealthRegistry) -> Result<Snapshot, ConfigErrors> {
+pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, ConfigErrors> {
+    let workers = registry.workers;
     let cfg = &loaded.config;
     let mut problems = Vec::new();
     let mut cluster_index = HashMap::new();
@@ -183,10 +342,14 @@ pub fn build(loaded: &LoadedConfig, workers: usize, health: &HealthRegistry) -> 
                 authority: hp.authority(),
                 weight: e.weight,
                 id: endpoint_id(&e.address),
-                health: health.get(addr),
+                health: registry.health(name, addr),
+                stats: registry.endpoint_stats(name, &e.address),
                 inflight: (0..workers).map(|_| Padded::default()).collect(),
+                outlier: stats::slots(workers),
             }));
         }
+        let per_worker = |total: usize| total.div_ceil(workers) as i64;
+        let r = &c.retries;
         let settings = UpstreamSettings {
             connect_timeout: c.timeouts.connect.0,
             response_header_timeout: c.timeouts.response_header.0,
@@ -195,13 +358,33 @@ pub fn build(loaded: &LoadedConfig, workers: usize, health: &HealthRegistry) -> 
             max_idle_per_endpoint: c.pool.max_idle_per_endpoint,
             pool_idle_timeout: c.pool.idle_timeout.0,
             preserve_host: c.preserve_host,
-            fail_timeout: c.fail_timeout.0,
+            outlier: (&c.outlier_detection).into(),
+            retries: RetrySettings {
+                attempts: r.attempts,
+                on_status: r.on_status.clone(),
+                on_timeout: r.on_timeout,
+                backoff: r.backoff.0,
+                max_backoff: r.max_backoff.0,
+                budget_percent: r.budget_percent,
+                min_retry_concurrency: r.min_retry_concurrency,
+            },
+            panic_mode: c.panic_mode,
+            max_connections_per_worker: per_worker(c.circuit_breaker.max_connections),
+            max_pending_per_worker: per_worker(c.circuit_breaker.max_pending),
+            max_requests_per_worker: per_worker(c.circuit_breaker.max_requests),
         };
         let balancer = Balancer::new(c, &endpoints, workers);
         cluster_index.insert(name.clone(), clusters.len());
-        clusters.push(Cluster { name: name.clone(), endpoints, balancer, settings });
+        clusters.push(Cluster {
+            name: name.clone(),
+            endpoints,
+            balancer,
+            settings,
+            health_check: c.health_check.clone(),
+            stats: registry.cluster_stats(name),
+        });
     }
-    let router = Router::build(&cfg.routes, &cluster_index);
+    let router = Router::build(&cfg.routes, &cluster_index, registry);
     let listeners = cfg
         .listeners
         .iter()
@@ -226,5 +409,13 @@ pub fn build(loaded: &LoadedConfig, workers: usize, health: &HealthRegistry) -> 
     if !problems.is_empty() {
         return Err(ConfigErrors(problems));
     }
-    Ok(Snapshot { router, clusters, listeners, workers, shutdown_grace: cfg.shutdown.grace.0 })
+    Ok(Snapshot {
+        router,
+        clusters,
+        listeners,
+        workers,
+        shutdown_grace: cfg.shutdown.grace.0,
+        unrouted: registry.route_stats("none", "none"),
+        source: Arc::new(loaded.clone()),
+    })
 }

@@ -2,6 +2,7 @@
 //! own upstream pools, so nothing on the request path is shared between cores except the snapshot (read
 //! through arc-swap) and per-endpoint health (atomics written on failure only).
 
+use crate::access_log::{AccessLogSink, LocalLog};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
@@ -22,6 +23,7 @@ pub struct WorkerCtx {
     pub pool: RefCell<Pool>,
     /// Becomes true when the process starts shutting down.
     pub shutdown: watch::Receiver<bool>,
+    pub access_log: Option<LocalLog>,
     open_connections: Cell<usize>,
     connection_closed: Notify,
 }
@@ -54,6 +56,7 @@ pub fn spawn(
     listeners: Vec<BoundListener>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     shutdown: watch::Receiver<bool>,
+    access_log: Option<Arc<AccessLogSink>>,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name(format!("portico-worker-{index}")).spawn(move || {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -64,7 +67,7 @@ pub fn spawn(
             }
         };
         let local = tokio::task::LocalSet::new();
-        local.block_on(&runtime, run(index, listeners, snapshot, shutdown));
+        local.block_on(&runtime, run(index, listeners, snapshot, shutdown, access_log));
     })
 }
 
@@ -73,12 +76,14 @@ async fn run(
     listeners: Vec<BoundListener>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     mut shutdown: watch::Receiver<bool>,
+    access_log: Option<Arc<AccessLogSink>>,
 ) {
     let ctx = Rc::new(WorkerCtx {
         index,
         snapshot,
         pool: RefCell::new(Pool::default()),
         shutdown: shutdown.clone(),
+        access_log: access_log.map(LocalLog::new),
         open_connections: Cell::new(0),
         connection_closed: Notify::new(),
     });
@@ -93,6 +98,9 @@ async fn run(
         }
     }
     tokio::task::spawn_local(sweep_pool(ctx.clone()));
+    if ctx.access_log.is_some() {
+        tokio::task::spawn_local(flush_access_log(ctx.clone()));
+    }
     while !*shutdown.borrow() {
         if shutdown.changed().await.is_err() {
             break;
@@ -170,5 +178,16 @@ async fn sweep_pool(ctx: Rc<WorkerCtx>) {
         let longest =
             ctx.snapshot.load().clusters.iter().map(|c| c.settings.pool_idle_timeout).max().unwrap_or(Duration::ZERO);
         ctx.pool.borrow_mut().sweep(longest);
+    }
+}
+
+/// Hands the worker's buffered access-log lines to the writer at least every 200 ms.
+async fn flush_access_log(ctx: Rc<WorkerCtx>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        if let Some(log) = &ctx.access_log {
+            log.flush();
+        }
     }
 }

@@ -1,36 +1,37 @@
-//! Start-up, signals, reload and graceful shutdown.
+//! Start-up, signals, reload (SIGHUP, the admin API, file watching) and graceful shutdown.
 
 use anyhow::{anyhow, Context};
 use arc_swap::ArcSwap;
+use portico_admin::{AdminState, ReloadStatus};
 use portico_config::LoadedConfig;
+use portico_http::access_log::AccessLogSink;
 use portico_http::worker::{self, BoundListener};
-use portico_http::HealthRegistry;
+use portico_http::{Registry, Snapshot};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 /// `portico check`: prints every problem as FILE:LINE:COL and exits 1, or says the file is valid.
 pub fn check(path: &Path) -> ExitCode {
-    match portico_config::load_file(path) {
-        Ok(loaded) => match portico_http::build(&loaded, 1, &HealthRegistry::default()) {
-            Ok(snapshot) => {
-                println!(
-                    "{}: valid ({} listener(s), {} route(s), {} cluster(s))",
-                    path.display(),
-                    snapshot.listeners.len(),
-                    loaded.config.routes.len(),
-                    snapshot.clusters.len()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(errors) => {
-                eprintln!("{errors}");
-                ExitCode::FAILURE
-            }
-        },
+    let result = portico_config::load_file(path).and_then(|loaded| {
+        let snapshot = portico_http::build(&loaded, &Registry::new(1))?;
+        Ok((loaded, snapshot))
+    });
+    match result {
+        Ok((loaded, snapshot)) => {
+            println!(
+                "{}: valid ({} listener(s), {} route(s), {} cluster(s))",
+                path.display(),
+                snapshot.listeners.len(),
+                loaded.config.routes.len(),
+                snapshot.clusters.len()
+            );
+            ExitCode::SUCCESS
+        }
         Err(errors) => {
             eprintln!("{errors}");
             ExitCode::FAILURE
@@ -51,12 +52,66 @@ fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
     guard
 }
 
+/// Applies new configurations: validates fully, swaps the snapshot only when all is well, and records the
+/// outcome for the log, the metrics and the admin API.
+struct Reloader {
+    path: PathBuf,
+    shared: Arc<ArcSwap<Snapshot>>,
+    registry: Arc<Registry>,
+    admin: OnceLock<Arc<AdminState>>,
+    /// One reload at a time, whatever triggered it.
+    lock: Mutex<()>,
+}
+
+impl Reloader {
+    fn reload(&self, trigger: &str) -> Result<(), String> {
+        let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let result = portico_config::load_file(&self.path)
+            .and_then(|loaded| portico_http::build(&loaded, &self.registry))
+            .map_err(|e| e.to_string());
+        let outcome = match result {
+            Ok(next) => {
+                let current = self.shared.load();
+                for l in &next.listeners {
+                    if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
+                        tracing::warn!(listener = %l.name, "listener addresses are bound at start-up; restart to apply {}", l.address);
+                    }
+                }
+                if next.source.config.access_log.as_ref().map(|a| (&a.path, a.format))
+                    != current.source.config.access_log.as_ref().map(|a| (&a.path, a.format))
+                {
+                    tracing::warn!("access_log settings are applied at start-up; restart to change them");
+                }
+                self.shared.store(Arc::new(next));
+                self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(trigger, "configuration reloaded from {}", self.path.display());
+                Ok(())
+            }
+            Err(errors) => {
+                self.registry.global.reload_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(trigger, "reload failed, keeping the running configuration:\n{errors}");
+                Err(errors)
+            }
+        };
+        if let Some(admin) = self.admin.get() {
+            admin.record_reload(&outcome);
+        }
+        outcome
+    }
+}
+
+/// Size and modification time: what `watch: true` compares every second.
+fn file_stamp(path: &Path) -> Option<(u64, SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
 /// Runs the gateway until SIGTERM or SIGINT; SIGHUP reloads `config_path` (when there is one).
 pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let _log_guard = init_logging(&loaded.config.log.level);
     let workers = loaded.config.workers.resolve();
-    let health = HealthRegistry::default();
-    let snapshot = portico_http::build(&loaded, workers, &health).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+    let registry = Arc::new(Registry::new(workers));
+    let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
@@ -68,15 +123,57 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             slot.push(BoundListener { name: Arc::from(l.name.as_str()), socket });
         }
     }
+    let access_log = match &loaded.config.access_log {
+        Some(cfg) => Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?),
+        None => None,
+    };
     let listening: Vec<String> = snapshot.listeners.iter().map(|l| format!("{} ({})", l.address, l.name)).collect();
+    let admin_address = loaded.config.admin.as_ref().map(|a| a.address.clone());
+    let watch = loaded.config.watch;
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
+    let reloader = config_path.map(|path| {
+        Arc::new(Reloader {
+            path,
+            shared: shared.clone(),
+            registry: registry.clone(),
+            admin: OnceLock::new(),
+            lock: Mutex::new(()),
+        })
+    });
+    let admin = match admin_address {
+        Some(address) => {
+            let reload: Option<portico_admin::ReloadFn> = reloader.clone().map(|r| {
+                let f: portico_admin::ReloadFn = Arc::new(move || r.reload("admin API"));
+                f
+            });
+            let state = Arc::new(AdminState {
+                snapshot: shared.clone(),
+                registry: registry.clone(),
+                ready: AtomicBool::new(false),
+                reload,
+                last_reload: Mutex::new(ReloadStatus::default()),
+            });
+            let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
+            portico_admin::start(addr, state.clone())
+                .with_context(|| format!("cannot serve the admin API on {address}; is another process using it?"))?;
+            if let Some(r) = &reloader {
+                let _ = r.admin.set(state.clone());
+            }
+            Some(state)
+        }
+        None => None,
+    };
+
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut threads = Vec::with_capacity(workers);
     for (index, listeners) in per_worker.into_iter().enumerate() {
-        threads.push(
-            worker::spawn(index, listeners, shared.clone(), shutdown_rx.clone())
-                .context("cannot start a worker thread")?,
-        );
+        let thread = worker::spawn(index, listeners, shared.clone(), shutdown_rx.clone(), access_log.clone())
+            .context("cannot start a worker thread")?;
+        threads.push(thread);
+    }
+    portico_http::health::spawn(shared.clone(), shutdown_rx.clone()).context("cannot start the health checker")?;
+    if let Some(a) = &admin {
+        a.ready.store(true, Ordering::SeqCst);
     }
     tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", "));
 
@@ -85,15 +182,30 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let mut usr1 = signal(SignalKind::user_defined1())?;
+        let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
+        let mut stamp = reloader.as_ref().and_then(|r| file_stamp(&r.path));
         loop {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => {
-                    if let Some(path) = &config_path {
-                        reload(path, &shared, workers, &health);
-                    } else {
-                        tracing::warn!("SIGHUP ignored: no configuration file to reload");
+                _ = hup.recv() => match &reloader {
+                    Some(r) => { let _ = r.reload("SIGHUP"); }
+                    None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
+                },
+                _ = usr1.recv() => {
+                    if let Some(log) = &access_log {
+                        log.reopen();
+                        tracing::info!("access log reopened (SIGUSR1)");
+                    }
+                }
+                _ = watch_tick.tick(), if watch && reloader.is_some() => {
+                    if let Some(r) = &reloader {
+                        let now = file_stamp(&r.path);
+                        if now.is_some() && now != stamp {
+                            stamp = now;
+                            let _ = r.reload("file change");
+                        }
                     }
                 }
             }
@@ -101,6 +213,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         anyhow::Ok(())
     })?;
 
+    if let Some(a) = &admin {
+        a.ready.store(false, Ordering::SeqCst);
+    }
     let grace = shared.load().shutdown_grace;
     tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     let _ = shutdown_tx.send(true);
@@ -114,26 +229,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             let _ = t.join();
         }
     }
+    // Give the access-log writer a moment to write the workers' last batches.
+    std::thread::sleep(Duration::from_millis(50));
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Loads, validates and builds a new snapshot; swaps it in only when all of that succeeded.
-fn reload(path: &Path, shared: &ArcSwap<portico_http::Snapshot>, workers: usize, health: &HealthRegistry) {
-    let result = portico_config::load_file(path).and_then(|loaded| portico_http::build(&loaded, workers, health));
-    match result {
-        Ok(next) => {
-            let current = shared.load();
-            for l in &next.listeners {
-                if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
-                    tracing::warn!(listener = %l.name, "listener addresses are bound at start-up; restart to apply {}", l.address);
-                }
-            }
-            shared.store(Arc::new(next));
-            tracing::info!("configuration reloaded from {}", path.display());
-        }
-        Err(errors) => {
-            tracing::error!("reload failed, keeping the running configuration:\n{errors}")
-        }
-    }
 }

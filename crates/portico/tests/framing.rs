@@ -232,6 +232,28 @@ fn slow_request_heads_time_out() {
 }
 
 #[test]
+fn empty_lines_between_requests_are_tolerated_but_a_flood_is_refused() {
+    let b = Backend::start("b0").unwrap();
+    let yaml = simple_yaml("round_robin", &[b.addr], "").replace(
+        "    address: \"{listen}\"\n",
+        "    address: \"{listen}\"\n    timeouts: { header_read: 300ms, keepalive: 5s }\n",
+    );
+    let p = Portico::start(&yaml);
+    // A CRLF after a body (RFC 9112 2.2) must not start the head timer: no stray 408 on an idle connection.
+    let mut conn = Conn::open(p.addr);
+    conn.send(b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi\r\n");
+    assert_eq!(conn.read_response(false).status, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    let r = conn.get("/", "");
+    assert_eq!(r.status, 200, "{}", r.head);
+    // Endless empty lines are cut off instead of buffered.
+    let flood = b"\r\n".repeat(1000);
+    let (out, closed) = raw_exchange(p.addr, &flood);
+    assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+    assert!(closed);
+}
+
+#[test]
 fn head_and_bodiless_responses() {
     let (_b, p) = setup();
     let mut conn = Conn::open(p.addr);

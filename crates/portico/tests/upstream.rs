@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use portico_testkit::raw::{Behaviour, RawBackend};
 use portico_testkit::Backend;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -64,20 +65,57 @@ fn idempotent_requests_are_replayed_when_a_reused_connection_dies() {
 }
 
 #[test]
+fn a_streamed_body_is_never_replayed() {
+    // Review finding: a streamed body marked "in hand" was replayed as a head without its body, letting the
+    // next client's request become that body. A streamed PUT whose pooled connection dies must get a 502.
+    let raw = RawBackend::start(Behaviour::CloseOnSecondRequest).unwrap();
+    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let mut conn = Conn::open(p.addr);
+    assert_eq!(conn.get("/warm", "").status, 200);
+    let body = vec![b'x'; 70_000];
+    conn.send(format!("PUT /up HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+    let _ = conn.stream.write_all(&body);
+    let r = conn.read_response(false);
+    assert_eq!(r.status, 502, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(raw.requests(), 2, "the PUT was sent again");
+}
+
+#[test]
+fn transfer_codings_other_than_chunked_are_forwarded() {
+    let raw = RawBackend::start(Behaviour::Fixed(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n4\r\nGZIP\r\n0\r\n\r\n".to_vec(),
+    ))
+    .unwrap();
+    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let r = Conn::open(p.addr).get("/", "");
+    assert_eq!(r.header("transfer-encoding").as_deref(), Some("gzip, chunked"));
+    assert_eq!(r.body, b"GZIP");
+    let (out, _) = raw_exchange(p.addr, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+}
+
+#[test]
 fn unreachable_upstream_gets_502_quickly_and_other_routes_keep_working() {
     let dead: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let live = Backend::start("live").unwrap();
     let yaml = format!(
-        "workers: 2\nlisteners:\n  - {{ name: web, address: \"{{listen}}\" }}\nroutes:\n  - {{ match: {{ path_prefix: /dead }}, cluster: dead }}\n  - {{ cluster: live }}\nclusters:\n  dead:\n    endpoints: [ {{ address: \"{dead}\" }} ]\n  live:\n    endpoints: [ {{ address: \"{}\" }} ]\n",
+        "workers: 1\nlisteners:\n  - {{ name: web, address: \"{{listen}}\" }}\nroutes:\n  - {{ match: {{ path_prefix: /dead }}, cluster: dead }}\n  - {{ cluster: live }}\nclusters:\n  dead:\n    endpoints: [ {{ address: \"{dead}\" }} ]\n  live:\n    endpoints: [ {{ address: \"{}\" }} ]\n",
         live.addr
     );
     let p = Portico::start(&yaml);
     let mut conn = Conn::open(p.addr);
-    for _ in 0..3 {
+    for i in 0..6 {
         let started = Instant::now();
         let r = conn.get("/dead/x", "");
-        assert_eq!(r.status, 502, "{}", r.head);
-        assert!(r.text().contains("refused"), "{}", r.text());
+        // Refused until outlier detection ejects the only endpoint (3 failures), then no healthy endpoint.
+        if i < 3 {
+            assert_eq!(r.status, 502, "request {i}: {}", r.head);
+            assert!(r.text().contains("refused"), "{}", r.text());
+        } else {
+            assert_eq!(r.status, 503, "{}", r.head);
+            assert!(r.text().contains("no healthy upstream endpoint"), "{}", r.text());
+        }
         assert_eq!(r.header("content-type").as_deref(), Some("text/plain; charset=utf-8"));
         assert!(started.elapsed() < Duration::from_secs(2));
         // The 502 keeps the client connection usable.

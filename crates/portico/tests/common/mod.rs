@@ -224,7 +224,7 @@ impl Conn {
         if head_request || status == 204 || status == 304 || status < 200 {
             return resp;
         }
-        if resp.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        if resp.header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().ends_with("chunked")) {
             loop {
                 let size = usize::from_str_radix(self.line().split(';').next().unwrap().trim(), 16).unwrap();
                 if size == 0 {

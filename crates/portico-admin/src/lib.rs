@@ -1,0 +1,211 @@
+//! The admin server, on a thread of its own: `/metrics` (Prometheus), `/health` (liveness), `/ready`
+//! (readiness), `/admin/clusters`, `/admin/config`, `/admin/reload`. Served with hyper; the proxy's own codec
+//! is for the data path only.
+
+mod metrics;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use portico_http::snapshot::{now_ms, Registry, Snapshot};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use metrics::render as render_metrics;
+
+/// Applies a reload; `Err` carries the `FILE:LINE:COL` diagnostics.
+pub type ReloadFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// What the admin server reads and can do.
+pub struct AdminState {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub registry: Arc<Registry>,
+    /// True once the listeners serve; false again when shutting down.
+    pub ready: AtomicBool,
+    pub reload: Option<ReloadFn>,
+    pub last_reload: Mutex<ReloadStatus>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReloadStatus {
+    /// Milliseconds since start of the last attempt, if any.
+    pub at_ms: Option<u64>,
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+impl AdminState {
+    /// Records a reload attempt (from any trigger) for `/admin/reload` and the metrics.
+    pub fn record_reload(&self, result: &Result<(), String>) {
+        let mut status = self.last_reload.lock().unwrap_or_else(|p| p.into_inner());
+        *status = ReloadStatus { at_ms: Some(now_ms()), ok: result.is_ok(), error: result.as_ref().err().cloned() };
+    }
+
+    fn reload_ok(&self) -> bool {
+        let status = self.last_reload.lock().unwrap_or_else(|p| p.into_inner());
+        status.at_ms.is_none() || status.ok
+    }
+}
+
+/// Binds the admin address now (so a taken port fails start-up) and serves it on a new thread.
+pub fn start(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new().name("portico-admin".into()).spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            tracing::error!("cannot start the admin runtime");
+            return;
+        };
+        runtime.block_on(async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(req, state.clone()));
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+                });
+            }
+        });
+    })
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
+    reply(status, "application/json", format!("{v:#}\n"))
+}
+
+async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    let response = match (req.method(), path.as_str()) {
+        (&Method::GET, "/health") => reply(StatusCode::OK, "text/plain", "ok\n"),
+        (&Method::GET, "/ready") => {
+            if state.ready.load(Ordering::SeqCst) {
+                reply(StatusCode::OK, "text/plain", "ready\n")
+            } else {
+                reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "not ready\n")
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            let snapshot = state.snapshot.load_full();
+            let text = metrics::render(&state.registry, &snapshot, state.reload_ok());
+            reply(StatusCode::OK, "text/plain; version=0.0.4", text)
+        }
+        (&Method::GET, "/admin/clusters") => json(StatusCode::OK, clusters(&state.snapshot.load_full())),
+        (&Method::GET, "/admin/config") => {
+            let snapshot = state.snapshot.load_full();
+            json(
+                StatusCode::OK,
+                serde_json::json!({ "file": snapshot.source.file, "yaml": mask_secrets(&snapshot.source.source) }),
+            )
+        }
+        (&Method::GET, "/admin/reload") => {
+            let status = state.last_reload.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            json(
+                StatusCode::OK,
+                serde_json::json!({ "last_attempt_ms": status.at_ms, "ok": status.ok, "error": status.error }),
+            )
+        }
+        (&Method::POST, "/admin/reload") => match &state.reload {
+            None => json(
+                StatusCode::CONFLICT,
+                serde_json::json!({ "ok": false, "error": "no configuration file to reload" }),
+            ),
+            Some(reload) => {
+                let reload = reload.clone();
+                // Loading resolves DNS: keep it off the admin runtime.
+                let result = tokio::task::spawn_blocking(move || reload()).await.unwrap_or_else(|e| Err(e.to_string()));
+                match result {
+                    Ok(()) => json(StatusCode::OK, serde_json::json!({ "ok": true })),
+                    Err(e) => json(StatusCode::UNPROCESSABLE_ENTITY, serde_json::json!({ "ok": false, "error": e })),
+                }
+            }
+        },
+        (_, "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/config" | "/admin/reload") => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n")
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/config, /admin/reload\n",
+        ),
+    };
+    Ok(response)
+}
+
+fn clusters(snapshot: &Snapshot) -> serde_json::Value {
+    let now = now_ms();
+    let list: Vec<serde_json::Value> = snapshot
+        .clusters
+        .iter()
+        .map(|c| {
+            let endpoints: Vec<serde_json::Value> = c
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let idle: i64 = e.stats.slots.iter().map(|s| s.0.idle.get()).sum();
+                    let opened: u64 = e.stats.slots.iter().map(|s| s.0.connections_opened.get()).sum();
+                    let requests: u64 =
+                        e.stats.slots.iter().map(|s| s.0.by_class.iter().map(|c| c.get()).sum::<u64>()).sum();
+                    let ejected_for = e.health.ejected_until_ms().saturating_sub(now);
+                    serde_json::json!({
+                        "address": e.configured,
+                        "resolved": e.addr.to_string(),
+                        "weight": e.weight,
+                        "healthy": e.health.active_healthy(),
+                        "ejected": e.health.is_ejected(now),
+                        "ejected_for_ms": ejected_for,
+                        "ejections": e.health.ejections(),
+                        "available": e.health.is_available(now),
+                        "in_flight": e.inflight(),
+                        "idle_connections": idle,
+                        "connections_opened": opened,
+                        "requests": requests,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": c.name,
+                "health_check": c.health_check.is_some(),
+                "panic_mode": c.settings.panic_mode,
+                "requests_active": c.stats.sum(|s| s.requests.get()),
+                "connections_open": c.stats.sum(|s| s.connections.get()),
+                "endpoints": endpoints,
+            })
+        })
+        .collect();
+    serde_json::json!({ "clusters": list })
+}
+
+/// Replaces the values of keys that hold secrets with `****`.
+pub fn mask_secrets(yaml: &str) -> String {
+    const SECRET_KEYS: [&str; 6] = ["password", "secret", "token", "api_key", "private_key", "passphrase"];
+    yaml.lines()
+        .map(|line| {
+            let trimmed = line.trim_start().trim_start_matches("- ");
+            match trimmed.split_once(':') {
+                Some((key, value))
+                    if !value.trim().is_empty() && SECRET_KEYS.iter().any(|s| key.trim().eq_ignore_ascii_case(s)) =>
+                {
+                    let cut = line.len() - value.len();
+                    format!("{} \"****\"", &line[..cut])
+                }
+                _ => line.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

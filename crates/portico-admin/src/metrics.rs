@@ -1,0 +1,178 @@
+//! Prometheus text exposition of Portico's counters: per-worker slots summed at scrape time.
+
+use portico_http::snapshot::{now_ms, Registry, Snapshot};
+use portico_http::stats::{sum_histograms, Histogram, BUCKETS, CLASS_LABELS};
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+/// A metric read from one per-worker slot: name, type, help, how to read it.
+type SlotMetric<T> = (&'static str, &'static str, &'static str, fn(&T) -> i64);
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn histogram<'a>(out: &mut String, name: &str, labels: &str, hs: impl Iterator<Item = &'a Histogram>) {
+    let totals = sum_histograms(hs);
+    for (i, bound) in BUCKETS.iter().enumerate() {
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {}", totals.cumulative[i]);
+    }
+    let count = totals.cumulative[BUCKETS.len()];
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", totals.sum_seconds);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+}
+
+/// Renders every metric. Counters come from the registry (so they survive reloads); gauges that describe the
+/// current configuration (health, in-flight) come from the running snapshot.
+pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    let routes = registry.all_routes();
+    header(&mut out, "portico_requests_total", "counter", "Requests answered, by route, cluster and status class.");
+    for r in &routes {
+        let labels = format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster));
+        for (class, label) in CLASS_LABELS.iter().enumerate() {
+            let n: u64 = r.slots.iter().map(|s| s.0.by_class[class].get()).sum();
+            if n > 0 {
+                let _ = writeln!(out, "portico_requests_total{{{labels},status_class=\"{label}\"}} {n}");
+            }
+        }
+    }
+    header(&mut out, "portico_request_duration_seconds", "histogram", "Time from request head to response end.");
+    for r in &routes {
+        let labels = format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster));
+        histogram(&mut out, "portico_request_duration_seconds", &labels, r.slots.iter().map(|s| &s.0.duration));
+    }
+
+    let endpoints = registry.all_endpoints();
+    header(&mut out, "portico_upstream_requests_total", "counter", "Upstream tries, by endpoint and status class.");
+    for e in &endpoints {
+        let labels = format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint));
+        for (class, label) in CLASS_LABELS.iter().enumerate() {
+            let n: u64 = e.slots.iter().map(|s| s.0.by_class[class].get()).sum();
+            if n > 0 {
+                let _ = writeln!(out, "portico_upstream_requests_total{{{labels},status_class=\"{label}\"}} {n}");
+            }
+        }
+    }
+    header(&mut out, "portico_upstream_duration_seconds", "histogram", "Time spent on one upstream try.");
+    for e in &endpoints {
+        let labels = format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint));
+        histogram(&mut out, "portico_upstream_duration_seconds", &labels, e.slots.iter().map(|s| &s.0.duration));
+    }
+    let per_endpoint: [SlotMetric<portico_http::stats::EndpointSlot>; 3] = [
+        ("portico_upstream_connections_opened_total", "counter", "Upstream connections opened.", |s| {
+            s.connections_opened.get() as i64
+        }),
+        ("portico_upstream_connections_idle", "gauge", "Idle pooled upstream connections.", |s| s.idle.get()),
+        ("portico_upstream_failures_total", "counter", "Connect failures, resets and timeouts.", |s| {
+            s.failures.get() as i64
+        }),
+    ];
+    for (name, kind, help, f) in per_endpoint {
+        header(&mut out, name, kind, help);
+        for e in &endpoints {
+            let v: i64 = e.slots.iter().map(|s| f(&s.0)).sum();
+            let _ =
+                writeln!(out, "{name}{{cluster=\"{}\",endpoint=\"{}\"}} {v}", escape(&e.cluster), escape(&e.endpoint));
+        }
+    }
+
+    let now = now_ms();
+    header(&mut out, "portico_upstream_requests_active", "gauge", "Requests in flight to an endpoint.");
+    for c in &snapshot.clusters {
+        for e in &c.endpoints {
+            let _ = writeln!(
+                out,
+                "portico_upstream_requests_active{{cluster=\"{}\",endpoint=\"{}\"}} {}",
+                escape(&c.name),
+                escape(&e.configured),
+                e.inflight()
+            );
+        }
+    }
+    header(&mut out, "portico_endpoint_healthy", "gauge", "1 when the active health check passes (or there is none).");
+    for c in &snapshot.clusters {
+        for e in &c.endpoints {
+            let _ = writeln!(
+                out,
+                "portico_endpoint_healthy{{cluster=\"{}\",endpoint=\"{}\"}} {}",
+                escape(&c.name),
+                escape(&e.configured),
+                u8::from(e.health.active_healthy())
+            );
+        }
+    }
+    header(&mut out, "portico_endpoint_ejected", "gauge", "1 while outlier detection keeps the endpoint out.");
+    for c in &snapshot.clusters {
+        for e in &c.endpoints {
+            let _ = writeln!(
+                out,
+                "portico_endpoint_ejected{{cluster=\"{}\",endpoint=\"{}\"}} {}",
+                escape(&c.name),
+                escape(&e.configured),
+                u8::from(e.health.is_ejected(now))
+            );
+        }
+    }
+
+    let clusters = registry.all_clusters();
+    let per_cluster: [SlotMetric<portico_http::stats::ClusterSlot>; 8] = [
+        ("portico_retries_total", "counter", "Retries of requests on another endpoint or connection.", |s| {
+            s.retries.get() as i64
+        }),
+        ("portico_retry_budget_exhausted_total", "counter", "Retries refused by the retry budget.", |s| {
+            s.retries_budget_exhausted.get() as i64
+        }),
+        ("portico_breaker_rejections_total", "counter", "Requests refused by the circuit breaker.", |s| {
+            s.breaker_rejections.get() as i64
+        }),
+        (
+            "portico_no_healthy_endpoint_total",
+            "counter",
+            "Requests answered 503 for lack of a healthy endpoint.",
+            |s| s.no_healthy_endpoint.get() as i64,
+        ),
+        ("portico_ejections_total", "counter", "Endpoints ejected by outlier detection.", |s| s.ejections.get() as i64),
+        ("portico_cluster_requests_active", "gauge", "Requests in flight to the cluster.", |s| s.requests.get()),
+        ("portico_cluster_requests_pending", "gauge", "Requests waiting for an upstream connection.", |s| {
+            s.pending.get()
+        }),
+        ("portico_upstream_connections_open", "gauge", "Upstream connections open (active and idle).", |s| {
+            s.connections.get()
+        }),
+    ];
+    for (name, kind, help, f) in per_cluster {
+        header(&mut out, name, kind, help);
+        for c in &clusters {
+            let _ = writeln!(out, "{name}{{cluster=\"{}\"}} {}", escape(&c.cluster), c.sum(f));
+        }
+    }
+
+    let g = &registry.global;
+    header(&mut out, "portico_reloads_total", "counter", "Configuration reloads applied.");
+    let _ = writeln!(out, "portico_reloads_total {}", g.reloads.load(Ordering::Relaxed));
+    header(
+        &mut out,
+        "portico_reload_failures_total",
+        "counter",
+        "Reloads refused because the new configuration was invalid.",
+    );
+    let _ = writeln!(out, "portico_reload_failures_total {}", g.reload_failures.load(Ordering::Relaxed));
+    header(&mut out, "portico_config_last_reload_successful", "gauge", "0 when the last reload attempt failed.");
+    let _ = writeln!(out, "portico_config_last_reload_successful {}", u8::from(reload_ok));
+    header(
+        &mut out,
+        "portico_access_log_dropped_total",
+        "counter",
+        "Access-log batches dropped because the writer fell behind.",
+    );
+    let _ = writeln!(out, "portico_access_log_dropped_total {}", g.access_log_dropped.load(Ordering::Relaxed));
+    header(&mut out, "portico_panics_total", "counter", "Panics caught while serving.");
+    let _ = writeln!(out, "portico_panics_total {}", g.panics.load(Ordering::Relaxed));
+    out
+}

@@ -1,0 +1,312 @@
+//! The access log: one line per request, JSON or the combined format. Workers format lines into a buffer of
+//! their own and hand full buffers (or, every 200 ms, whatever they hold) to a writer thread over a bounded
+//! channel; a worker never waits for the disk. When the writer falls behind, whole buffers are dropped and
+//! counted (`portico_access_log_dropped_total`) rather than stalling requests. SIGUSR1 reopens the file.
+
+use crate::snapshot::Registry;
+use portico_config::{AccessLog, AccessLogFormat};
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A worker hands its buffer over once it holds this much.
+const BATCH: usize = 32 * 1024;
+/// Buffers queued for the writer before new ones are dropped.
+const QUEUE: usize = 256;
+
+pub struct AccessLogSink {
+    tx: SyncSender<Vec<u8>>,
+    pub format: AccessLogFormat,
+    reopen: Arc<AtomicBool>,
+    registry: Arc<Registry>,
+}
+
+enum Target {
+    Stdout,
+    File(PathBuf, File),
+}
+
+fn open(path: &PathBuf) -> io::Result<File> {
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+impl AccessLogSink {
+    /// Opens the log (so a bad path fails start-up) and starts the writer thread.
+    pub fn start(cfg: &AccessLog, registry: Arc<Registry>) -> io::Result<Arc<AccessLogSink>> {
+        let target = if cfg.path == "-" {
+            Target::Stdout
+        } else {
+            let path = PathBuf::from(&cfg.path);
+            let file = open(&path).map_err(|e| io::Error::new(e.kind(), format!("access log {}: {e}", cfg.path)))?;
+            Target::File(path, file)
+        };
+        let (tx, rx) = sync_channel(QUEUE);
+        let reopen = Arc::new(AtomicBool::new(false));
+        let flag = reopen.clone();
+        std::thread::Builder::new().name("portico-access-log".into()).spawn(move || write_loop(rx, target, flag))?;
+        Ok(Arc::new(AccessLogSink { tx, format: cfg.format, reopen, registry }))
+    }
+
+    /// Asks the writer to reopen the file before its next write (log rotation).
+    pub fn reopen(&self) {
+        self.reopen.store(true, Ordering::SeqCst);
+        // Wake the writer even when no request is logged.
+        let _ = self.tx.try_send(Vec::new());
+    }
+
+    fn send(&self, batch: Vec<u8>) {
+        match self.tx.try_send(batch) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.registry.global.access_log_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn write_loop(rx: Receiver<Vec<u8>>, mut target: Target, reopen: Arc<AtomicBool>) {
+    while let Ok(batch) = rx.recv() {
+        if reopen.swap(false, Ordering::SeqCst) {
+            if let Target::File(path, file) = &mut target {
+                let _ = file.flush();
+                match open(path) {
+                    Ok(new) => *file = new,
+                    Err(e) => tracing::error!("cannot reopen the access log {}: {e}", path.display()),
+                }
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let written = match &mut target {
+            Target::Stdout => io::stdout().lock().write_all(&batch),
+            Target::File(_, file) => file.write_all(&batch),
+        };
+        if let Err(e) = written {
+            tracing::error!("access log write failed: {e}");
+        }
+    }
+}
+
+/// One request, as logged.
+pub struct Entry<'a> {
+    pub client: IpAddr,
+    pub method: &'a [u8],
+    pub target: &'a [u8],
+    pub http10: bool,
+    pub host: Option<&'a [u8]>,
+    pub status: u16,
+    pub bytes: u64,
+    pub duration: Duration,
+    pub upstream: Option<SocketAddr>,
+    pub upstream_duration: Option<Duration>,
+    pub retries: u32,
+    pub route: &'a str,
+    pub cluster: &'a str,
+    pub user_agent: Option<&'a [u8]>,
+    pub referer: Option<&'a [u8]>,
+}
+
+/// A worker's side of the log.
+pub struct LocalLog {
+    sink: Arc<AccessLogSink>,
+    buf: RefCell<Vec<u8>>,
+    /// The current second, formatted (ISO 8601 and combined-log style), to format it once per second.
+    clock: RefCell<(u64, String, String)>,
+}
+
+impl LocalLog {
+    pub fn new(sink: Arc<AccessLogSink>) -> LocalLog {
+        LocalLog {
+            sink,
+            buf: RefCell::new(Vec::with_capacity(BATCH * 2)),
+            clock: RefCell::new((0, String::new(), String::new())),
+        }
+    }
+
+    pub fn record(&self, e: &Entry) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let mut clock = self.clock.borrow_mut();
+        if clock.0 != now.as_secs() || clock.1.is_empty() {
+            *clock = (now.as_secs(), iso8601(now.as_secs()), clf_time(now.as_secs()));
+        }
+        let mut buf = self.buf.borrow_mut();
+        match self.sink.format {
+            AccessLogFormat::Json => json_line(&mut buf, e, &clock.1, now.subsec_millis()),
+            AccessLogFormat::Combined => combined_line(&mut buf, e, &clock.2),
+        }
+        if buf.len() >= BATCH {
+            let full = std::mem::replace(&mut *buf, Vec::with_capacity(BATCH * 2));
+            self.sink.send(full);
+        }
+    }
+
+    pub fn flush(&self) {
+        let mut buf = self.buf.borrow_mut();
+        if !buf.is_empty() {
+            let full = std::mem::replace(&mut *buf, Vec::with_capacity(BATCH * 2));
+            self.sink.send(full);
+        }
+    }
+}
+
+fn json_str(out: &mut Vec<u8>, v: &[u8]) {
+    out.push(b'"');
+    for &b in v {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x20..=0x7e => out.push(b),
+            _ => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn json_line(out: &mut Vec<u8>, e: &Entry, iso: &str, ms: u32) {
+    let _ = write!(out, "{{\"time\":\"{iso}.{ms:03}Z\",\"client\":\"{}\",\"method\":", e.client);
+    json_str(out, e.method);
+    out.extend_from_slice(b",\"target\":");
+    json_str(out, e.target);
+    out.extend_from_slice(b",\"host\":");
+    json_str(out, e.host.unwrap_or_default());
+    let _ = write!(
+        out,
+        ",\"protocol\":\"{}\",\"status\":{},\"bytes\":{},\"duration_ms\":{:.3},\"route\":",
+        if e.http10 { "HTTP/1.0" } else { "HTTP/1.1" },
+        e.status,
+        e.bytes,
+        millis(e.duration)
+    );
+    json_str(out, e.route.as_bytes());
+    out.extend_from_slice(b",\"cluster\":");
+    json_str(out, e.cluster.as_bytes());
+    match e.upstream {
+        Some(a) => {
+            let _ = write!(out, ",\"upstream\":\"{a}\"");
+        }
+        None => out.extend_from_slice(b",\"upstream\":null"),
+    }
+    match e.upstream_duration {
+        Some(d) => {
+            let _ = write!(out, ",\"upstream_ms\":{:.3}", millis(d));
+        }
+        None => out.extend_from_slice(b",\"upstream_ms\":null"),
+    }
+    let _ = write!(out, ",\"retries\":{},\"user_agent\":", e.retries);
+    json_str(out, e.user_agent.unwrap_or_default());
+    out.extend_from_slice(b",\"referer\":");
+    json_str(out, e.referer.unwrap_or_default());
+    out.extend_from_slice(b"}\n");
+}
+
+/// `%h - - [%t] "%r" %s %b "%{Referer}" "%{User-agent}"`, then Portico's own fields as `key=value`.
+fn combined_line(out: &mut Vec<u8>, e: &Entry, time: &str) {
+    let quoted = |out: &mut Vec<u8>, v: &[u8]| {
+        out.push(b'"');
+        for &b in v {
+            match b {
+                b'"' | b'\\' => {
+                    out.push(b'\\');
+                    out.push(b);
+                }
+                0x20..=0x7e => out.push(b),
+                _ => {
+                    let _ = write!(out, "\\x{b:02x}");
+                }
+            }
+        }
+        out.push(b'"');
+    };
+    let _ = write!(out, "{} - - [{time}] ", e.client);
+    let mut request = Vec::with_capacity(e.method.len() + e.target.len() + 10);
+    request.extend_from_slice(e.method);
+    request.push(b' ');
+    request.extend_from_slice(e.target);
+    request.extend_from_slice(if e.http10 { b" HTTP/1.0" } else { b" HTTP/1.1" });
+    quoted(out, &request);
+    let _ = write!(out, " {} {} ", e.status, e.bytes);
+    quoted(out, e.referer.unwrap_or(b"-"));
+    out.push(b' ');
+    quoted(out, e.user_agent.unwrap_or(b"-"));
+    let _ = write!(out, " rt={:.3}", e.duration.as_secs_f64());
+    match e.upstream {
+        Some(a) => {
+            let _ = write!(out, " upstream={a}");
+        }
+        None => out.extend_from_slice(b" upstream=-"),
+    }
+    match e.upstream_duration {
+        Some(d) => {
+            let _ = write!(out, " urt={:.3}", d.as_secs_f64());
+        }
+        None => out.extend_from_slice(b" urt=-"),
+    }
+    let _ = writeln!(out, " retries={} route={} cluster={}", e.retries, e.route, e.cluster);
+}
+
+/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's civil_from_days).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn split(secs: u64) -> ((i64, u32, u32), u64, u64, u64) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    (civil(days), rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+pub fn iso8601(secs: u64) -> String {
+    let ((y, mo, d), h, mi, s) = split(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}")
+}
+
+fn clf_time(secs: u64) -> String {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let ((y, mo, d), h, mi, s) = split(secs);
+    format!("{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000", MONTHS[(mo - 1) as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00");
+        assert_eq!(iso8601(1_795_305_600), "2026-11-22T00:00:00");
+        assert_eq!(clf_time(951_782_400), "29/Feb/2000:00:00:00 +0000");
+    }
+
+    #[test]
+    fn json_escaping() {
+        let mut out = Vec::new();
+        json_str(&mut out, b"a\"b\\c\n\xff");
+        assert_eq!(out, b"\"a\\\"b\\\\c\\u000a\\u00ff\"");
+    }
+}

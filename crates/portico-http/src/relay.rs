@@ -1,0 +1,168 @@
+//! Streaming a body from one socket to another: decode the source framing, re-encode or pass through, hold at
+//! most a bounded amount, gather small pieces into one write.
+
+use crate::codec::{self, BodyFraming, ChunkedDecoder, Decoded};
+use bytes::{Buf, BytesMut};
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::timeout;
+
+/// Read size and the most body data held at once per direction: the memory bound of a streamed body.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+
+pub(crate) enum RelayError {
+    /// Reading the source failed: closed early, timed out or malformed framing.
+    Source(SourceFault),
+    /// Writing to the destination failed.
+    Dest,
+}
+
+/// Streams one body from `src` to `dst`, decoding `framing` and, when `out_chunked`, re-encoding it chunked.
+///
+/// `pending` may hold bytes to send first (the response head): output is gathered there while the source has
+/// data buffered and written only before the relay would wait for more, or once `COALESCE` bytes are
+/// pending, so a small response goes out in one write with its head. At most `READ_CHUNK` bytes are read
+/// ahead and `COALESCE` plus one piece held for writing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn relay_body<R, W>(
+    src: &mut R,
+    src_buf: &mut BytesMut,
+    framing: BodyFraming,
+    dst: &mut W,
+    out_chunked: bool,
+    (read_timeout, write_timeout): (Duration, Duration),
+    pending: &mut Vec<u8>,
+) -> Result<u64, RelayError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut out = Output { dst, pending, chunked: out_chunked, timeout: write_timeout };
+    let mut total = 0u64;
+    match framing {
+        BodyFraming::None => {}
+        BodyFraming::Length(n) => {
+            let mut left = n;
+            while left > 0 {
+                if src_buf.is_empty() {
+                    out.flush().await?;
+                    if read_more(src, src_buf, read_timeout).await? == 0 {
+                        return Err(RelayError::Source(SourceFault::Closed));
+                    }
+                }
+                let take = (left.min(src_buf.len() as u64)) as usize;
+                out.piece(&src_buf[..take]).await?;
+                src_buf.advance(take);
+                left -= take as u64;
+                total += take as u64;
+            }
+        }
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            loop {
+                match decoder.decode(src_buf, READ_CHUNK).map_err(|e| RelayError::Source(SourceFault::Malformed(e)))? {
+                    Decoded::Data(bytes) => {
+                        total += bytes.len() as u64;
+                        out.piece(&bytes).await?;
+                    }
+                    Decoded::NeedMore => {
+                        out.flush().await?;
+                        if read_more(src, src_buf, read_timeout).await? == 0 {
+                            return Err(RelayError::Source(SourceFault::Closed));
+                        }
+                    }
+                    Decoded::Done => break,
+                }
+            }
+        }
+        BodyFraming::UntilClose => loop {
+            if src_buf.is_empty() {
+                out.flush().await?;
+                if read_more(src, src_buf, read_timeout).await? == 0 {
+                    break;
+                }
+            }
+            let take = src_buf.len();
+            out.piece(&src_buf[..take]).await?;
+            src_buf.advance(take);
+            total += take as u64;
+        },
+    }
+    if out_chunked && framing != BodyFraming::None {
+        out.pending.extend_from_slice(codec::LAST_CHUNK);
+    }
+    out.flush().await?;
+    Ok(total)
+}
+
+/// Most bytes gathered before a write; larger pieces are written on their own, uncopied.
+const COALESCE: usize = 16 * 1024;
+
+/// The writing side of a relay: gathers small pieces, frames them when chunked.
+struct Output<'a, W> {
+    dst: &'a mut W,
+    pending: &'a mut Vec<u8>,
+    chunked: bool,
+    timeout: Duration,
+}
+
+impl<W: AsyncWrite + Unpin> Output<'_, W> {
+    async fn piece(&mut self, data: &[u8]) -> Result<(), RelayError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.pending.len() + data.len() > COALESCE {
+            self.flush().await?;
+            if !self.chunked {
+                return write_timed(self.dst, data, self.timeout).await.map_err(|_| RelayError::Dest);
+            }
+        }
+        if self.chunked {
+            codec::chunk_header(self.pending, data.len());
+            self.pending.extend_from_slice(data);
+            self.pending.extend_from_slice(b"\r\n");
+        } else {
+            self.pending.extend_from_slice(data);
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), RelayError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let result = write_timed(self.dst, self.pending, self.timeout).await;
+        self.pending.clear();
+        result.map_err(|_| RelayError::Dest)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SourceFault {
+    Closed,
+    TimedOut,
+    Malformed(&'static str),
+}
+
+pub(crate) async fn read_more<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    t: Duration,
+) -> Result<usize, RelayError> {
+    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        buf.reserve(READ_CHUNK);
+    }
+    match timeout(t, src.read_buf(buf)).await {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(_)) => Err(RelayError::Source(SourceFault::Closed)),
+        Err(_) => Err(RelayError::Source(SourceFault::TimedOut)),
+    }
+}
+
+pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(dst: &mut W, data: &[u8], t: Duration) -> io::Result<()> {
+    match timeout(t, dst.write_all(data)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}

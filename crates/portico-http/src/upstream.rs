@@ -1,0 +1,403 @@
+//! The upstream side of one request: a connection (pooled, or new within the circuit breaker's limits), the
+//! request head and body sent, the response head read, and what the outcome says about the endpoint's health
+//! (outlier detection).
+
+use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
+use crate::pool::UpstreamConn;
+use crate::proxy::{Client, ReqBody};
+use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
+use crate::snapshot::{now_ms, Cluster, Endpoint, ListenerSettings};
+use crate::stats::slot;
+use crate::worker::WorkerCtx;
+use bytes::{Buf, Bytes, BytesMut};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Instant};
+
+/// Largest response head accepted from an upstream.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// Pipelined bytes read ahead while waiting for an upstream, before the proxy stops reading the client.
+const PIPELINE_READ_AHEAD: usize = 64 * 1024;
+
+/// Who is to blame for a failed request: decides retries, outlier detection and the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The upstream refused, reset, timed out or answered nonsense.
+    Upstream,
+    /// The circuit breaker refused to add load.
+    Breaker,
+    /// The client sent a broken or too slow body.
+    Client,
+    /// The client went away: nobody to answer.
+    ClientGone,
+}
+
+/// A failure before the upstream produced a usable response head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UpstreamFailure {
+    pub status: u16,
+    pub reason: &'static str,
+    pub fault: Fault,
+    /// A reused connection died before any response byte, in a way that allows sending the request again on a
+    /// fresh connection.
+    pub retry_fresh: bool,
+    /// The upstream did not answer in time (for `retries.on_timeout`).
+    pub timed_out: bool,
+}
+
+impl UpstreamFailure {
+    pub fn upstream(status: u16, reason: &'static str) -> Self {
+        UpstreamFailure { status, reason, fault: Fault::Upstream, retry_fresh: false, timed_out: false }
+    }
+    pub fn breaker(reason: &'static str) -> Self {
+        UpstreamFailure { status: 503, reason, fault: Fault::Breaker, retry_fresh: false, timed_out: false }
+    }
+    pub fn client(status: u16, reason: &'static str) -> Self {
+        UpstreamFailure { status, reason, fault: Fault::Client, retry_fresh: false, timed_out: false }
+    }
+    pub fn client_gone() -> Self {
+        UpstreamFailure {
+            status: 499,
+            reason: "client closed the connection",
+            fault: Fault::ClientGone,
+            retry_fresh: false,
+            timed_out: false,
+        }
+    }
+}
+
+/// A pooled connection to `endpoint`, or a new one if the breaker allows it.
+pub(crate) async fn connection(
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    fresh_only: bool,
+) -> Result<UpstreamConn, UpstreamFailure> {
+    if !fresh_only {
+        if let Some(conn) = ctx.pool.borrow_mut().checkout(endpoint, cluster.settings.pool_idle_timeout) {
+            return Ok(conn);
+        }
+    }
+    let counters = slot(&cluster.stats.slots, ctx.index);
+    let settings = &cluster.settings;
+    if counters.connections.get() >= settings.max_connections_per_worker {
+        counters.breaker_rejections.inc();
+        return Err(UpstreamFailure::breaker("upstream connection limit reached (circuit breaker)"));
+    }
+    if counters.pending.get() >= settings.max_pending_per_worker {
+        counters.breaker_rejections.inc();
+        return Err(UpstreamFailure::breaker("too many requests waiting for an upstream connection (circuit breaker)"));
+    }
+    counters.pending.add(1);
+    let connected = timeout(settings.connect_timeout, TcpStream::connect(endpoint.addr)).await;
+    counters.pending.add(-1);
+    match connected {
+        Ok(Ok(io)) => {
+            let _ = io.set_nodelay(true);
+            Ok(UpstreamConn::new(io, endpoint.stats.clone(), cluster.stats.clone(), ctx.index))
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Err(UpstreamFailure::upstream(502, "upstream refused the connection"))
+        }
+        Ok(Err(_)) => Err(UpstreamFailure::upstream(502, "upstream connection failed")),
+        Err(_) => {
+            Err(UpstreamFailure { timed_out: true, ..UpstreamFailure::upstream(504, "upstream connect timed out") })
+        }
+    }
+}
+
+/// What one try told about an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Observed {
+    /// A response below 500.
+    Success,
+    /// A 5xx response.
+    ServerError,
+    /// No usable response: connect failure, reset, timeout, invalid response.
+    GatewayFailure,
+}
+
+/// Outlier detection: counts consecutive failures per worker and ejects the endpoint when a threshold is
+/// reached, unless that would eject more than `max_ejected_percent` of the cluster.
+pub(crate) fn observe(cluster: &Cluster, endpoint: &Endpoint, worker: usize, what: Observed) {
+    let od = &cluster.settings.outlier;
+    let local = slot(&endpoint.outlier, worker);
+    let bump = |c: &std::sync::atomic::AtomicU32| {
+        let n = c.load(Ordering::Relaxed) + 1;
+        c.store(n, Ordering::Relaxed);
+        n
+    };
+    let reset = |c: &std::sync::atomic::AtomicU32| {
+        if c.load(Ordering::Relaxed) != 0 {
+            c.store(0, Ordering::Relaxed);
+        }
+    };
+    let tripped = match what {
+        Observed::Success => {
+            reset(&local.consecutive_failures);
+            reset(&local.consecutive_5xx);
+            false
+        }
+        Observed::ServerError => {
+            reset(&local.consecutive_failures);
+            let n = bump(&local.consecutive_5xx);
+            od.consecutive_5xx > 0 && n >= od.consecutive_5xx
+        }
+        Observed::GatewayFailure => {
+            slot(&endpoint.stats.slots, worker).failures.inc();
+            let f = bump(&local.consecutive_failures);
+            let s = bump(&local.consecutive_5xx);
+            (od.consecutive_failures > 0 && f >= od.consecutive_failures)
+                || (od.consecutive_5xx > 0 && s >= od.consecutive_5xx)
+        }
+    };
+    if !tripped {
+        return;
+    }
+    reset(&local.consecutive_failures);
+    reset(&local.consecutive_5xx);
+    let now = now_ms();
+    if endpoint.health.is_ejected(now) {
+        return;
+    }
+    let total = cluster.endpoints.len();
+    let ejected = cluster.endpoints.iter().filter(|e| e.health.is_ejected(now)).count();
+    let allowed = if od.max_ejected_percent == 0 { 0 } else { (total * od.max_ejected_percent as usize / 100).max(1) };
+    if ejected >= allowed {
+        return;
+    }
+    let time = endpoint.health.eject(od);
+    slot(&cluster.stats.slots, worker).ejections.inc();
+    tracing::warn!(cluster = %cluster.name, endpoint = %endpoint.configured, ?what, "endpoint ejected for {time:?}");
+}
+
+/// Writes the request head (with a body in hand, in the same write) and streams a body still at the client.
+pub(crate) async fn send_request(
+    client: &mut Client,
+    conn: &mut UpstreamConn,
+    head: &RequestHead,
+    body: &mut ReqBody,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    settings: &ListenerSettings,
+) -> Result<(), UpstreamFailure> {
+    let out = &mut client.out;
+    out.clear();
+    write_request_head(out, head, cluster, endpoint, client.peer);
+    if let ReqBody::InHand(bytes) = body {
+        out.extend_from_slice(bytes);
+    }
+    let send_timeout = cluster.settings.send_timeout;
+    if write_timed(&mut conn.io, out, send_timeout).await.is_err() {
+        return Err(UpstreamFailure {
+            retry_fresh: true,
+            ..UpstreamFailure::upstream(502, "upstream closed the connection")
+        });
+    }
+    out.clear();
+    let ReqBody::Streaming(framing) = *body else {
+        return Ok(());
+    };
+    if head.expect_continue && !head.http10 {
+        let _ = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout).await;
+    }
+    let out_chunked = framing == BodyFraming::Chunked;
+    let timeouts = (settings.body_read_timeout, send_timeout);
+    match relay_body(&mut client.io, &mut client.buf, framing, &mut conn.io, out_chunked, timeouts, &mut client.out)
+        .await
+    {
+        Ok(_) => {
+            *body = ReqBody::Sent;
+            Ok(())
+        }
+        // The client stopped sending or sent a broken body: the upstream request is abandoned (its connection
+        // dropped, so the upstream never sees a complete request) and the client told why, if still there.
+        Err(RelayError::Source(fault)) => Err(match fault {
+            SourceFault::Closed => UpstreamFailure::client_gone(),
+            SourceFault::TimedOut => UpstreamFailure::client(408, "request body not received in time"),
+            SourceFault::Malformed(reason) => UpstreamFailure::client(400, reason),
+        }),
+        Err(RelayError::Dest) => {
+            // The upstream stopped reading: it may have answered early (413, 401). Let the caller read it.
+            Ok(())
+        }
+    }
+}
+
+/// The request head as forwarded: origin-form target, hop-by-hop headers removed, framing regenerated, the
+/// `x-forwarded-*` and `via` headers added.
+fn write_request_head(out: &mut Vec<u8>, head: &RequestHead, cluster: &Cluster, endpoint: &Endpoint, peer: SocketAddr) {
+    out.extend_from_slice(head.method());
+    out.push(b' ');
+    out.extend_from_slice(head.origin_form());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    out.extend_from_slice(b"host: ");
+    match head.host() {
+        Some(h) if cluster.settings.preserve_host => out.extend_from_slice(h),
+        _ => out.extend_from_slice(endpoint.authority.as_bytes()),
+    }
+    out.extend_from_slice(b"\r\n");
+    let mut forwarded_for: Option<&[u8]> = None;
+    let mut extra_forwarded_for = Vec::new();
+    let mut via: Vec<&[u8]> = Vec::new();
+    for (h, kind) in &head.headers {
+        let name = head.header_name(h);
+        let value = head.header_value(h);
+        match kind {
+            Known::HopByHop | Known::Host | Known::ContentLength | Known::Expect => continue,
+            Known::XForwardedProto | Known::XForwardedHost => continue,
+            Known::XForwardedFor => {
+                if forwarded_for.is_none() {
+                    forwarded_for = Some(value);
+                } else {
+                    extra_forwarded_for.push(value);
+                }
+                continue;
+            }
+            Known::Via => {
+                via.push(value);
+                continue;
+            }
+            Known::Other | Known::Cookie => {
+                if !head.connection.is_empty() && head.named_by_connection(name) {
+                    continue;
+                }
+            }
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if let Some(first) = forwarded_for {
+        out.extend_from_slice(first);
+        for v in extra_forwarded_for {
+            out.extend_from_slice(b", ");
+            out.extend_from_slice(v);
+        }
+        out.extend_from_slice(b", ");
+    }
+    push_ip(out, peer);
+    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    if let Some(h) = head.host() {
+        out.extend_from_slice(b"x-forwarded-host: ");
+        out.extend_from_slice(h);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"via: ");
+    for v in via {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(if head.http10 { b"1.0 portico\r\n" } else { b"1.1 portico\r\n" });
+    match head.body {
+        BodyFraming::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            push_u64(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyFraming::None | BodyFraming::UntilClose => {
+            // Keep an explicit zero length: some upstreams require it on POST and PUT.
+            if head.values("content-length").next().is_some() {
+                out.extend_from_slice(b"content-length: 0\r\n");
+            }
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_ip(out: &mut Vec<u8>, peer: SocketAddr) {
+    use std::io::Write;
+    let _ = write!(out, "{}", peer.ip());
+}
+
+pub(crate) fn push_u64(out: &mut Vec<u8>, n: u64) {
+    use std::io::Write;
+    let _ = write!(out, "{n}");
+}
+
+pub(crate) async fn read_response_head(
+    client: &mut Client,
+    conn: &mut UpstreamConn,
+    head: &RequestHead,
+    cluster: &Cluster,
+    body: &ReqBody,
+) -> Result<(Bytes, ResponseHead), UpstreamFailure> {
+    let deadline = Instant::now() + cluster.settings.response_header_timeout;
+    let is_head = head.method() == b"HEAD";
+    // Reading ahead from the client is only safe once its body is fully consumed.
+    let watch_client = body.consumed();
+    let mut interim_seen = false;
+    loop {
+        match codec::parse_response(&conn.buf, is_head, MAX_RESPONSE_HEAD) {
+            Err(reason) => {
+                tracing::debug!(reason, "invalid upstream response");
+                return Err(UpstreamFailure::upstream(502, "upstream sent an invalid response"));
+            }
+            Ok(Parsed::Complete(resp, used)) => {
+                if resp.status == 101 {
+                    // Upgrades are not forwarded (the Upgrade header is stripped), so this is a broken upstream.
+                    return Err(UpstreamFailure::upstream(502, "upstream switched protocols unexpectedly"));
+                }
+                if resp.status < 200 {
+                    // 100 Continue was answered by the proxy itself; other interim responses are dropped.
+                    conn.buf.advance(used);
+                    interim_seen = true;
+                    continue;
+                }
+                let bytes = conn.buf.split_to(used).freeze();
+                return Ok((bytes, resp));
+            }
+            Ok(Parsed::Partial) => {}
+        }
+        if conn.buf.capacity() - conn.buf.len() < 4096 {
+            conn.buf.reserve(16 * 1024);
+        }
+        let nothing_yet = conn.buf.is_empty() && !interim_seen;
+        let read = tokio::select! {
+            r = timeout_at(deadline, conn.io.read_buf(&mut conn.buf)) => r,
+            _ = client_gone(&mut client.io, &mut client.buf), if watch_client => {
+                return Err(UpstreamFailure::client_gone());
+            }
+        };
+        match read {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                let reason = if nothing_yet {
+                    "upstream closed the connection before responding"
+                } else {
+                    "upstream closed the connection inside the response head"
+                };
+                // The upstream may have read the request before closing: replay only what is safe to repeat.
+                return Err(UpstreamFailure {
+                    retry_fresh: nothing_yet && head.is_idempotent(),
+                    ..UpstreamFailure::upstream(502, reason)
+                });
+            }
+            Err(_) => {
+                return Err(UpstreamFailure {
+                    timed_out: true,
+                    ..UpstreamFailure::upstream(504, "upstream timed out before responding")
+                })
+            }
+        }
+    }
+}
+
+/// Resolves when the client closes its side (or errors). Pipelined bytes read meanwhile stay in `buf`.
+async fn client_gone(io: &mut TcpStream, buf: &mut BytesMut) {
+    loop {
+        if buf.len() >= PIPELINE_READ_AHEAD {
+            std::future::pending::<()>().await;
+        }
+        buf.reserve(4096);
+        match io.read_buf(buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
