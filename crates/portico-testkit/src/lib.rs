@@ -7,7 +7,10 @@
 //! - `/upload`: reads the body as it streams, answers `LEN HASH`
 //! - `/slow/MS`: waits MS milliseconds before answering
 //! - `/status/CODE`: answers with that status
+//! - `/health`: `200 healthy`, or the status set with `set_health_status`
 //! - anything else: `hello from NAME`
+//!
+//! `set_status` makes every path but `/health` answer with one status (a failing backend).
 //!
 //! Every response carries `x-backend: NAME`.
 
@@ -20,7 +23,7 @@ use hyper::{Request, Response};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,6 +35,10 @@ pub const PATTERN: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO
 struct Counters {
     accepted: AtomicUsize,
     requests: AtomicUsize,
+    /// When non-zero, every request except `/health` is answered with this status.
+    forced_status: AtomicU16,
+    /// When non-zero, `/health` is answered with this status (else 200 `healthy`).
+    health_status: AtomicU16,
 }
 
 /// A running backend; stops (closing its listener and connections) when dropped or stopped.
@@ -84,6 +91,16 @@ impl Backend {
         self.counters.requests.load(Ordering::SeqCst)
     }
 
+    /// Answers every request (but `/health`) with `status` from now on; 0 restores normal answers.
+    pub fn set_status(&self, status: u16) {
+        self.counters.forced_status.store(status, Ordering::SeqCst);
+    }
+
+    /// Answers `/health` with `status` from now on; 0 restores `200 healthy`.
+    pub fn set_health_status(&self, status: u16) {
+        self.counters.health_status.store(status, Ordering::SeqCst);
+    }
+
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -115,7 +132,9 @@ async fn serve(listener: tokio::net::TcpListener, name: Arc<str>, counters: Arc<
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 counters.requests.fetch_add(1, Ordering::SeqCst);
-                handle(req, name.clone())
+                let forced =
+                    (counters.forced_status.load(Ordering::SeqCst), counters.health_status.load(Ordering::SeqCst));
+                handle(req, name.clone(), forced)
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
@@ -129,8 +148,28 @@ fn full(text: impl Into<Bytes>) -> AnyBody {
     Full::new(text.into()).boxed()
 }
 
-async fn handle(req: Request<Incoming>, name: Arc<str>) -> Result<Response<AnyBody>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    name: Arc<str>,
+    (forced, health): (u16, u16),
+) -> Result<Response<AnyBody>, Infallible> {
     let path = req.uri().path().to_string();
+    let status_reply = |code: u16, text: String| {
+        let mut r = Response::new(full(text));
+        *r.status_mut() = hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&name) {
+            r.headers_mut().insert("x-backend", v);
+        }
+        Ok(r)
+    };
+    if path == "/health" {
+        let code = if health == 0 { 200 } else { health };
+        return status_reply(code, if code < 400 { "healthy\n".into() } else { "unhealthy\n".into() });
+    }
+    if forced != 0 {
+        let _ = consume(req.into_body()).await;
+        return status_reply(forced, format!("forced {forced} from {name}\n"));
+    }
     let query = req.uri().query().unwrap_or("").to_string();
     let mut parts = path.trim_start_matches('/').splitn(2, '/');
     let first = parts.next().unwrap_or("");

@@ -28,15 +28,19 @@ pub fn portico_bin() -> &'static str {
 pub struct Portico {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Where `{admin}` in the configuration pointed.
+    pub admin: SocketAddr,
     pub config: PathBuf,
 }
 
 impl Portico {
-    /// Starts `portico run` with `yaml`, where `{listen}` stands for a free loopback address.
+    /// Starts `portico run` with `yaml`, where `{listen}` and `{admin}` stand for free loopback addresses.
     pub fn start(yaml: &str) -> Portico {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let config = temp_dir().join("portico.yaml");
-        std::fs::write(&config, yaml.replace("{listen}", &addr.to_string())).unwrap();
+        let yaml = yaml.replace("{listen}", &addr.to_string()).replace("{admin}", &admin.to_string());
+        std::fs::write(&config, yaml).unwrap();
         let child = Command::new(portico_bin())
             .args(["run", "-c"])
             .arg(&config)
@@ -45,7 +49,7 @@ impl Portico {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start portico");
-        let p = Portico { child, addr, config };
+        let p = Portico { child, addr, admin, config };
         p.wait_ready();
         p
     }
@@ -64,6 +68,26 @@ impl Portico {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("portico did not start listening on {}", self.addr);
+    }
+
+    /// GET on the admin server.
+    pub fn admin_get(&self, path: &str) -> Resp {
+        Conn::open(self.admin).get(path, "")
+    }
+
+    /// The value of one Prometheus sample, by its full name and labels as rendered
+    /// (`portico_requests_total{route="r",cluster="c",status_class="2xx"}`); 0 when absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let text = self.admin_get("/metrics").text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// The `/admin/clusters` JSON.
+    pub fn clusters(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.admin_get("/admin/clusters").body).expect("clusters JSON")
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -113,7 +137,7 @@ impl Drop for Portico {
 pub fn simple_yaml(balancer: &str, endpoints: &[SocketAddr], extra_cluster: &str) -> String {
     let eps: String = endpoints.iter().map(|a| format!("      - address: \"{a}\"\n")).collect();
     format!(
-        "workers: 1\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: app\nclusters:\n  app:\n    balancer: {balancer}\n{extra_cluster}    endpoints:\n{eps}"
+        "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: app\nclusters:\n  app:\n    balancer: {balancer}\n{extra_cluster}    endpoints:\n{eps}"
     )
 }
 

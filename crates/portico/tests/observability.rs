@@ -1,0 +1,270 @@
+//! Seeing and changing a running Portico: Prometheus metrics that match the traffic, the admin API, the
+//! access log and its reopening, reloads (SIGHUP, admin API, file watch) under load without a failed request.
+
+mod common;
+use common::*;
+use portico_testkit::Backend;
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn metrics_match_the_requests_sent() {
+    let b = Backend::start("b").unwrap();
+    let yaml = format!(
+        "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - {{ name: web, address: \"{{listen}}\" }}\nroutes:\n  - {{ name: api, match: {{ path_prefix: /api }}, cluster: app }}\n  - {{ name: st, match: {{ path_prefix: /status }}, cluster: app }}\nclusters:\n  app:\n    endpoints: [ {{ address: \"{}\" }} ]\n",
+        b.addr
+    );
+    let p = Portico::start(&yaml);
+    for _ in 0..7 {
+        let mut conn = Conn::open(p.addr); // new connections spread over both workers
+        assert_eq!(conn.get("/api/x", "").status, 200);
+    }
+    let mut conn = Conn::open(p.addr);
+    for _ in 0..3 {
+        assert_eq!(conn.get("/nowhere", "").status, 404);
+    }
+    assert_eq!(conn.get("/status/503", "").status, 503);
+    let m = |s: &str| p.metric(s);
+    assert_eq!(m("portico_requests_total{route=\"api\",cluster=\"app\",status_class=\"2xx\"}"), 7.0);
+    assert_eq!(m("portico_requests_total{route=\"st\",cluster=\"app\",status_class=\"5xx\"}"), 1.0);
+    assert_eq!(m("portico_requests_total{route=\"none\",cluster=\"none\",status_class=\"4xx\"}"), 3.0);
+    let ep = format!("cluster=\"app\",endpoint=\"{}\"", b.addr);
+    assert_eq!(m(&format!("portico_upstream_requests_total{{{ep},status_class=\"2xx\"}}")), 7.0);
+    assert_eq!(m("portico_request_duration_seconds_count{route=\"api\",cluster=\"app\"}"), 7.0);
+    assert_eq!(m(&format!("portico_upstream_duration_seconds_count{{{ep}}}")), 8.0);
+    let opened = m(&format!("portico_upstream_connections_opened_total{{{ep}}}"));
+    assert!((1.0..=2.0).contains(&opened), "opened {opened} upstream connections for 8 sequential requests");
+    assert_eq!(m(&format!("portico_upstream_connections_idle{{{ep}}}")), opened);
+    assert_eq!(m(&format!("portico_endpoint_healthy{{{ep}}}")), 1.0);
+    assert_eq!(m("portico_reloads_total"), 0.0);
+    let text = p.admin_get("/metrics").text();
+    assert!(text.contains("# TYPE portico_requests_total counter"));
+    assert!(text.contains("portico_request_duration_seconds_bucket{route=\"api\",cluster=\"app\",le=\"+Inf\"} 7"));
+}
+
+#[test]
+fn admin_api_reports_clusters_config_health_and_readiness() {
+    let b = Backend::start("b").unwrap();
+    let mut p = Portico::simple("least_connections", &[b.addr], "");
+    assert_eq!(p.admin_get("/health").status, 200);
+    assert_eq!(p.admin_get("/ready").status, 200);
+    Conn::open(p.addr).get("/", "");
+    let clusters = p.clusters();
+    let ep = &clusters["clusters"][0]["endpoints"][0];
+    assert_eq!(clusters["clusters"][0]["name"], "app");
+    assert_eq!(ep["address"], b.addr.to_string());
+    assert_eq!(ep["healthy"], true);
+    assert_eq!(ep["ejected"], false);
+    assert_eq!(ep["in_flight"], 0);
+    assert_eq!(ep["idle_connections"], 1);
+    assert_eq!(ep["requests"], 1);
+    let config: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/config").body).unwrap();
+    assert!(config["yaml"].as_str().unwrap().contains("least_connections"));
+    assert_eq!(p.admin_get("/nope").status, 404);
+    // Readiness drops when shutting down.
+    p.signal(libc::SIGTERM);
+    p.wait_exit(Duration::from_secs(5)).expect("exited");
+}
+
+#[test]
+fn secrets_are_masked_in_the_config_view() {
+    assert_eq!(
+        portico_admin::mask_secrets("a: 1\n  password: hunter2\ntoken:\nkey: x"),
+        "a: 1\n  password: \"****\"\ntoken:\nkey: x"
+    );
+}
+
+#[test]
+fn admin_reload_applies_valid_and_refuses_invalid_configs() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let p = Portico::simple("round_robin", &[a.addr], "");
+    let fill = |yaml: String| yaml.replace("{listen}", &p.addr.to_string()).replace("{admin}", &p.admin.to_string());
+    std::fs::write(&p.config, fill(simple_yaml("round_robin", &[b.addr], ""))).unwrap();
+    let mut admin = Conn::open(p.admin);
+    admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = admin.read_response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
+    // An invalid file: refused with FILE:LINE:COL, the running config stays, the failure is counted.
+    std::fs::write(&p.config, fill(simple_yaml("fastest", &[a.addr], ""))).unwrap();
+    admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = admin.read_response(false);
+    assert_eq!(r.status, 422);
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("{}:11:15: clusters.app.balancer: unknown variant `fastest`", p.config.display())),
+        "{error}"
+    );
+    assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
+    assert_eq!(p.metric("portico_reloads_total"), 1.0);
+    assert_eq!(p.metric("portico_reload_failures_total"), 1.0);
+    assert_eq!(p.metric("portico_config_last_reload_successful"), 0.0);
+    let status: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
+    assert!(status["error"].as_str().unwrap().contains("unknown variant"), "{status}");
+}
+
+#[test]
+fn watch_reloads_when_the_file_changes() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let p = Portico::start(&simple_yaml("round_robin", &[a.addr], "").replace("workers: 1", "workers: 1\nwatch: true"));
+    assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "a");
+    std::thread::sleep(Duration::from_millis(1100)); // a different modification time
+    let yaml = simple_yaml("round_robin", &[b.addr], "").replace("workers: 1", "workers: 1\nwatch: true");
+    std::fs::write(&p.config, yaml.replace("{listen}", &p.addr.to_string()).replace("{admin}", &p.admin.to_string()))
+        .unwrap();
+    wait_until("the changed file applied", Duration::from_secs(5), || {
+        backend_of(&mut Conn::open(p.addr), "/", "") == "b"
+    });
+}
+
+#[test]
+fn access_log_lines_and_reopen_on_sigusr1() {
+    let b = Backend::start("b").unwrap();
+    let dir = temp_dir();
+    let log = dir.join("logs/access.log");
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("workers: 1", &format!("workers: 1\naccess_log: {{ path: \"{}\", format: json }}", log.display()));
+    let p = Portico::start(&yaml);
+    let mut conn = Conn::open(p.addr);
+    conn.get("/echo?x=1", "User-Agent: test-agent\r\n");
+    conn.get("/missing/status/404", "");
+    wait_until("two lines logged", Duration::from_secs(3), || {
+        std::fs::read_to_string(&log).unwrap_or_default().lines().count() == 2
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["method"], "GET");
+    assert_eq!(first["target"], "/echo?x=1");
+    assert_eq!(first["status"], 200);
+    assert_eq!(first["upstream"], b.addr.to_string());
+    assert_eq!(first["retries"], 0);
+    assert_eq!(first["user_agent"], "test-agent");
+    assert_eq!(first["route"], "route-0");
+    assert!(first["bytes"].as_u64().unwrap() > 0);
+    assert!(first["duration_ms"].as_f64().unwrap() >= first["upstream_ms"].as_f64().unwrap());
+    // Rotate: move the file away, SIGUSR1, and new lines go to a new file.
+    let rotated = dir.join("logs/access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    p.signal(libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(200));
+    conn.get("/after-rotation", "");
+    wait_until("a line in the new file", Duration::from_secs(3), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("/after-rotation")
+    });
+    assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 2);
+}
+
+#[test]
+fn combined_access_log_format() {
+    let b = Backend::start("b").unwrap();
+    let log = temp_dir().join("access.log");
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("workers: 1", &format!("workers: 1\naccess_log: {{ path: \"{}\", format: combined }}", log.display()));
+    let p = Portico::start(&yaml);
+    Conn::open(p.addr).get("/x", "Referer: http://r/\r\nUser-Agent: ua\r\n");
+    wait_until("a line", Duration::from_secs(3), || std::fs::read_to_string(&log).unwrap_or_default().contains('\n'));
+    let line = std::fs::read_to_string(&log).unwrap();
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(line.contains("] \"GET /x HTTP/1.1\" 200 "), "{line}");
+    assert!(line.contains("\"http://r/\" \"ua\" rt="), "{line}");
+    assert!(line.contains(&format!("upstream={}", b.addr)), "{line}");
+    assert!(line.contains("retries=0 route=route-0 cluster=app"), "{line}");
+}
+
+#[test]
+fn ten_reloads_under_load_fail_no_request_and_finish_a_long_download() {
+    let bs: Vec<Backend> = (0..3).map(|i| Backend::start(&format!("b{i}")).unwrap()).collect();
+    let config_for = |n: usize| -> String {
+        // Alternate endpoints and routes on every reload.
+        let (eps, extra_route) = if n.is_multiple_of(2) {
+            (vec![bs[0].addr, bs[1].addr], "")
+        } else {
+            (vec![bs[1].addr, bs[2].addr], "  - { match: { path_prefix: /other }, cluster: app }\n")
+        };
+        let eps: String = eps.iter().map(|a| format!("      - address: \"{a}\"\n")).collect();
+        format!(
+            "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - {{ name: web, address: \"{{listen}}\" }}\nroutes:\n  - {{ match: {{ path_prefix: / }}, cluster: app }}\n{extra_route}clusters:\n  app:\n    endpoints:\n{eps}"
+        )
+    };
+    let p = Portico::start(&config_for(0));
+    let fill = |yaml: String| yaml.replace("{listen}", &p.addr.to_string()).replace("{admin}", &p.admin.to_string());
+
+    // A long download, read slowly so that it spans every reload.
+    let addr = p.addr;
+    let download = std::thread::spawn(move || {
+        let size: u64 = 48 << 20;
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        use std::io::Write;
+        s.write_all(format!("GET /bytes/{size} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => total += n as u64,
+                Err(e) => panic!("download failed after {total} bytes: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        total > size
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let loaders: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut conn = Conn::open(addr);
+                let (mut ok, mut failed) = (0usize, Vec::new());
+                while !stop.load(Ordering::SeqCst) {
+                    let r = conn.get("/", "");
+                    if r.status == 200 {
+                        ok += 1;
+                    } else {
+                        failed.push(r.status);
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    for n in 1..=10 {
+        std::thread::sleep(Duration::from_millis(250));
+        std::fs::write(&p.config, fill(config_for(n))).unwrap();
+        if n.is_multiple_of(2) {
+            let mut admin = Conn::open(p.admin);
+            admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+            assert_eq!(admin.read_response(false).status, 200);
+        } else {
+            p.signal(libc::SIGHUP);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for l in loaders {
+        let (o, f) = l.join().unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(download.join().unwrap(), "the download did not complete");
+    assert!(ok > 200, "only {ok} requests");
+    assert!(failed.is_empty(), "{} requests failed during reloads: {failed:?}", failed.len());
+    assert_eq!(p.metric("portico_reloads_total"), 10.0);
+    // The last configuration (n = 10, even) is live: b0 and b1 serve, b2 does not.
+    let mut conn = Conn::open(p.addr);
+    let mut seen: Vec<String> = (0..4).map(|_| backend_of(&mut conn, "/", "")).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, vec!["b0", "b1"]);
+}

@@ -1,0 +1,245 @@
+//! Keeping service through failures: active health checks, outlier ejection and readmission, circuit
+//! breaking, retries and their budget, hung upstreams, a backend killed under load.
+
+mod common;
+use common::*;
+use portico_testkit::raw::{Behaviour, RawBackend};
+use portico_testkit::Backend;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn endpoint_field(p: &Portico, backend: &Backend, field: &str) -> serde_json::Value {
+    let clusters = p.clusters();
+    clusters["clusters"][0]["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["address"] == backend.addr.to_string())
+        .map(|e| e[field].clone())
+        .unwrap()
+}
+
+fn tally(p: &Portico, n: usize) -> HashMap<String, usize> {
+    let mut conn = Conn::open(p.addr);
+    let mut counts = HashMap::new();
+    for _ in 0..n {
+        let r = conn.get("/", "");
+        *counts.entry(format!("{} {}", r.status, r.header("x-backend").unwrap_or_default())).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn active_health_checks_take_endpoints_out_and_back_with_thresholds() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let check =
+        "    health_check: { path: /health, interval: 100ms, timeout: 500ms, healthy_after: 2, unhealthy_after: 3 }\n";
+    let p = Portico::simple("round_robin", &[a.addr, b.addr], check);
+    assert_eq!(endpoint_field(&p, &a, "healthy"), true);
+    // One failed probe is below unhealthy_after: a stays in.
+    a.set_health_status(503);
+    std::thread::sleep(Duration::from_millis(120));
+    a.set_health_status(0);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(endpoint_field(&p, &a, "healthy"), true, "a single failed probe took the endpoint out");
+    // Failing for good: out after three probes, and no traffic.
+    a.set_health_status(500);
+    wait_until("a marked unhealthy", Duration::from_secs(3), || endpoint_field(&p, &a, "healthy") == false);
+    let counts = tally(&p, 20);
+    assert_eq!(counts.get("200 b"), Some(&20), "{counts:?}");
+    assert_eq!(p.metric(&format!("portico_endpoint_healthy{{cluster=\"app\",endpoint=\"{}\"}}", a.addr)), 0.0);
+    // Healthy again after two good probes.
+    a.set_health_status(0);
+    wait_until("a healthy again", Duration::from_secs(3), || endpoint_field(&p, &a, "healthy") == true);
+    let counts = tally(&p, 20);
+    assert_eq!(counts.get("200 a"), Some(&10), "{counts:?}");
+}
+
+#[test]
+fn no_healthy_endpoint_gets_503_unless_panic_mode() {
+    let a = Backend::start("a").unwrap();
+    a.set_health_status(500);
+    let check =
+        "    health_check: { path: /health, interval: 100ms, timeout: 500ms, healthy_after: 1, unhealthy_after: 1 }\n";
+    let p = Portico::simple("round_robin", &[a.addr], check);
+    wait_until("a unhealthy", Duration::from_secs(3), || endpoint_field(&p, &a, "healthy") == false);
+    let r = Conn::open(p.addr).get("/", "");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("no healthy upstream endpoint"), "{}", r.text());
+    let p = Portico::simple("round_robin", &[a.addr], &format!("{check}    panic_mode: true\n"));
+    wait_until("a unhealthy", Duration::from_secs(3), || endpoint_field(&p, &a, "healthy") == false);
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200, "panic mode did not spread over unhealthy endpoints");
+}
+
+#[test]
+fn a_backend_returning_500s_is_ejected_then_readmitted() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let od = "    outlier_detection: { consecutive_5xx: 3, base_ejection: 1s, max_ejection: 10s }\n";
+    let p = Portico::simple("round_robin", &[a.addr, b.addr], od);
+    a.set_status(500);
+    let counts = tally(&p, 30);
+    // Three 500s from a (one every other request), then only b.
+    assert_eq!(counts.get("500 a"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("200 b"), Some(&27), "{counts:?}");
+    assert_eq!(endpoint_field(&p, &a, "ejected"), true);
+    assert_eq!(p.metric("portico_ejections_total{cluster=\"app\"}"), 1.0);
+    a.set_status(0);
+    std::thread::sleep(Duration::from_millis(1200));
+    let counts = tally(&p, 10);
+    assert_eq!(counts.get("200 a"), Some(&5), "not readmitted after the ejection time: {counts:?}");
+}
+
+#[test]
+fn ejection_never_takes_more_than_the_allowed_share() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let od = "    outlier_detection: { consecutive_5xx: 2, base_ejection: 10s, max_ejected_percent: 50 }\n";
+    let p = Portico::simple("round_robin", &[a.addr, b.addr], od);
+    a.set_status(502);
+    b.set_status(502);
+    let counts = tally(&p, 20);
+    let ejected: usize = [&a, &b].iter().filter(|x| endpoint_field(&p, x, "ejected") == true).count();
+    assert_eq!(ejected, 1, "{counts:?}");
+}
+
+#[test]
+fn retries_on_status_go_to_another_endpoint_within_the_budget() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    a.set_status(503);
+    let retry =
+        "    retries: { attempts: 1, on_status: [503], backoff: 1ms }\n    outlier_detection: { consecutive_5xx: 0 }\n";
+    let p = Portico::simple("round_robin", &[a.addr, b.addr], retry);
+    let counts = tally(&p, 10);
+    assert_eq!(counts.get("200 b"), Some(&10), "{counts:?}");
+    // The rotation continues from the retry, so every request tries a first.
+    assert_eq!(p.metric("portico_retries_total{cluster=\"app\"}"), 10.0);
+    // POST is not idempotent: its 503 is passed through, not retried.
+    let mut conn = Conn::open(p.addr);
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| {
+            conn.send(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+            conn.read_response(false).status
+        })
+        .collect();
+    assert!(statuses.contains(&503), "{statuses:?}");
+    // A zero budget allows no retry at all.
+    let none = "    retries: { attempts: 1, on_status: [503], budget_percent: 0, min_retry_concurrency: 0 }\n    outlier_detection: { consecutive_5xx: 0 }\n";
+    let p = Portico::simple("round_robin", &[a.addr, b.addr], none);
+    let counts = tally(&p, 10);
+    assert_eq!(counts.get("503 a"), Some(&5), "{counts:?}");
+    assert_eq!(p.metric("portico_retry_budget_exhausted_total{cluster=\"app\"}"), 5.0);
+    assert_eq!(p.metric("portico_retries_total{cluster=\"app\"}"), 0.0);
+}
+
+#[test]
+fn circuit_breaker_rejects_excess_quickly() {
+    let a = Backend::start("a").unwrap();
+    let p = Portico::simple("round_robin", &[a.addr], "    circuit_breaker: { max_requests: 2 }\n");
+    let mut slow: Vec<Conn> = (0..2).map(|_| Conn::open(p.addr)).collect();
+    for c in slow.iter_mut() {
+        c.send(b"GET /slow/1000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let r = Conn::open(p.addr).get("/", "");
+    assert_eq!(r.status, 503, "{}", r.head);
+    assert!(r.text().contains("circuit breaker"), "{}", r.text());
+    assert!(started.elapsed() < Duration::from_millis(300));
+    for c in slow.iter_mut() {
+        assert_eq!(c.read_response(false).status, 200);
+    }
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200, "the breaker did not close again");
+    assert_eq!(p.metric("portico_breaker_rejections_total{cluster=\"app\"}"), 1.0);
+}
+
+#[test]
+fn a_hung_upstream_times_out_without_stalling_other_routes() {
+    let hung = RawBackend::start(Behaviour::Hang).unwrap();
+    let fast = Backend::start("fast").unwrap();
+    let yaml = format!(
+        "workers: 1\nlisteners:\n  - {{ name: web, address: \"{{listen}}\" }}\nroutes:\n  - {{ match: {{ path_prefix: /hung }}, cluster: hung }}\n  - {{ cluster: fast }}\nclusters:\n  hung:\n    endpoints: [ {{ address: \"{}\" }} ]\n    timeouts: {{ response_header: 1500ms }}\n  fast:\n    endpoints: [ {{ address: \"{}\" }} ]\n",
+        hung.addr, fast.addr
+    );
+    let p = Portico::start(&yaml);
+    let mut hanging: Vec<Conn> = (0..20).map(|_| Conn::open(p.addr)).collect();
+    for c in hanging.iter_mut() {
+        c.send(b"GET /hung HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+    let mut conn = Conn::open(p.addr);
+    for _ in 0..20 {
+        let started = Instant::now();
+        assert_eq!(conn.get("/", "").status, 200);
+        assert!(started.elapsed() < Duration::from_millis(250), "a fast route stalled behind hung requests");
+    }
+    for c in hanging.iter_mut() {
+        assert_eq!(c.read_response(false).status, 504);
+    }
+}
+
+/// Keep-alive GET loops on `threads` connections until `stop`; returns (ok, failed) counts.
+fn load(
+    addr: std::net::SocketAddr,
+    threads: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<(usize, Vec<String>)>> {
+    (0..threads)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut conn = Conn::open(addr);
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(Ordering::SeqCst) {
+                    let r = conn.get("/", "");
+                    if r.status == 200 {
+                        ok += 1;
+                    } else {
+                        failed.push(format!("{} {}", r.status, r.text().trim()));
+                    }
+                    if r.header("connection").is_some_and(|v| v == "close") {
+                        conn = Conn::open(addr);
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_backend_killed_under_load_costs_no_idempotent_request() {
+    let mut backends: Vec<Backend> = (0..3).map(|i| Backend::start(&format!("b{i}")).unwrap()).collect();
+    let addrs: Vec<_> = backends.iter().map(|b| b.addr).collect();
+    let p = Portico::start(&simple_yaml("round_robin", &addrs, "").replace("workers: 1", "workers: 2"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = load(p.addr, 8, stop.clone());
+    std::thread::sleep(Duration::from_millis(700));
+    backends.remove(1).stop();
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::SeqCst);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for w in workers {
+        let (o, f) = w.join().unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 500, "only {ok} requests completed");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    let served: AtomicUsize = AtomicUsize::new(0);
+    served.fetch_add(backends.iter().map(|b| b.requests()).sum(), Ordering::SeqCst);
+    assert!(served.load(Ordering::SeqCst) > 0);
+}
