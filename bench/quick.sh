@@ -67,11 +67,15 @@ listeners: [ { name: web, address: 127.0.0.1:18082 } ]
 routes: [ { cluster: be } ]
 clusters: { be: { endpoints: [ { address: "$BACKEND" } ] } }
 CONF
+# The same with the access log on (JSON lines to a file), to show what logging costs.
+sed -e 's/18082/18083/' "$WORK/portico.yaml" > "$WORK/portico-log.yaml"
+echo "access_log: { path: $WORK/access.log, format: json }" >> "$WORK/portico-log.yaml"
 
 taskset -c "$OTHER" nginx -c "$WORK/backend/nginx.conf" -p "$WORK/backend" 2>/dev/null &
 taskset -c 0 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" 2>/dev/null &
 taskset -c 0 haproxy -f "$WORK/haproxy.cfg" -db 2>/dev/null &
 taskset -c 0 "$ROOT/target/release/portico" run -c "$WORK/portico.yaml" &
+taskset -c 0 "$ROOT/target/release/portico" run -c "$WORK/portico-log.yaml" &
 sleep 1.5
 
 # PIDs of a proxy's processes (nginx: master and workers).
@@ -80,6 +84,7 @@ pids_of() {
     nginx) pgrep -f "nginx.*$WORK/nginx/nginx.conf" | tr '\n' ' '; pgrep -P "$(cat "$WORK/nginx/pid")" | tr '\n' ' ';;
     haproxy) pgrep -f "haproxy -f $WORK/haproxy.cfg" | tr '\n' ' ';;
     portico) pgrep -f "portico run -c $WORK/portico.yaml" | tr '\n' ' ';;
+    portico+log) pgrep -f "portico run -c $WORK/portico-log.yaml" | tr '\n' ' ';;
   esac
 }
 cpu_ticks() { local t=0; for p in $1; do [ -r /proc/$p/stat ] && t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat))); done; echo $t; }
@@ -91,11 +96,11 @@ backend_conns() {
 }
 TCK=$(getconf CLK_TCK)
 
-declare -A PORT=([nginx]=18080 [haproxy]=18081 [portico]=18082)
+declare -A PORT=([nginx]=18080 [haproxy]=18081 [portico]=18082 [portico+log]=18083)
 RESULTS="$WORK/results.tsv"
 : > "$RESULTS"
 for run in $(seq 1 "$RUNS"); do
-  for proxy in nginx haproxy portico; do
+  for proxy in nginx haproxy portico portico+log; do
     url="http://127.0.0.1:${PORT[$proxy]}/"
     taskset -c "$OTHER" wrk -t1 -c10 -d1s "$url" >/dev/null 2>&1 || true   # warm the pools
     pids=$(pids_of $proxy | tr -s ' ')
@@ -124,8 +129,10 @@ python3 - "$RESULTS" <<'PY'
 import sys, statistics as st
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 med = {}
-for p in ("nginx", "haproxy", "portico"):
+for p in ("nginx", "haproxy", "portico", "portico+log"):
     r = [x for x in rows if x[1] == p]
+    if not r:
+        continue
     med[p] = (st.median(float(x[2]) for x in r), st.median(float(x[3]) for x in r))
 print("| proxy | median req/s | median CPU µs/req |")
 print("|---|---|---|")
@@ -133,5 +140,8 @@ for p, (rps, us) in med.items():
     print(f"| {p} | {rps:.0f} | {us:.2f} |")
 print()
 for peer in ("nginx", "haproxy"):
-    print(f"Portico / {peer}: CPU per request {med['portico'][1] / med[peer][1]:.2f}x, req/s {med['portico'][0] / med[peer][0]:.2f}x")
+    if peer in med and "portico" in med:
+        print(f"Portico / {peer}: CPU per request {med['portico'][1] / med[peer][1]:.2f}x, req/s {med['portico'][0] / med[peer][0]:.2f}x")
+if "portico+log" in med:
+    print(f"Access log on / off: req/s {med['portico+log'][0] / med['portico'][0]:.2f}x, CPU per request {med['portico+log'][1] / med['portico'][1]:.2f}x")
 PY
