@@ -172,7 +172,5 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
         "Access-log batches dropped because the writer fell behind.",
     );
     let _ = writeln!(out, "portico_access_log_dropped_total {}", g.access_log_dropped.load(Ordering::Relaxed));
-    header(&mut out, "portico_panics_total", "counter", "Panics caught while serving.");
-    let _ = writeln!(out, "portico_panics_total {}", g.panics.load(Ordering::Relaxed));
     out
 }

@@ -159,7 +159,6 @@ pub fn slots<T: Default>(workers: usize) -> Box<[Padded<T>]> {
 pub struct Global {
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
-    pub panics: AtomicU64,
     pub access_log_dropped: AtomicU64,
 }
 
