@@ -27,6 +27,16 @@ fn histogram<'a>(out: &mut String, name: &str, labels: &str, hs: impl Iterator<I
     let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
 }
 
+/// One sample per status class that has been seen; `count(i)` sums class `i` over the workers.
+fn by_class(out: &mut String, name: &str, labels: &str, count: impl Fn(usize) -> u64) {
+    for (class, label) in CLASS_LABELS.iter().enumerate() {
+        let n = count(class);
+        if n > 0 {
+            let _ = writeln!(out, "{name}{{{labels},status_class=\"{label}\"}} {n}");
+        }
+    }
+}
+
 /// Renders every metric. Counters come from the registry (so they survive reloads); gauges that describe the
 /// current configuration (health, in-flight) come from the running snapshot.
 pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> String {
@@ -35,12 +45,9 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
     header(&mut out, "portico_requests_total", "counter", "Requests answered, by route, cluster and status class.");
     for r in &routes {
         let labels = format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster));
-        for (class, label) in CLASS_LABELS.iter().enumerate() {
-            let n: u64 = r.slots.iter().map(|s| s.0.by_class[class].get()).sum();
-            if n > 0 {
-                let _ = writeln!(out, "portico_requests_total{{{labels},status_class=\"{label}\"}} {n}");
-            }
-        }
+        by_class(&mut out, "portico_requests_total", &labels, |class| {
+            r.slots.iter().map(|s| s.0.by_class[class].get()).sum()
+        });
     }
     header(&mut out, "portico_request_duration_seconds", "histogram", "Time from request head to response end.");
     for r in &routes {
@@ -52,12 +59,9 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
     header(&mut out, "portico_upstream_requests_total", "counter", "Upstream tries, by endpoint and status class.");
     for e in &endpoints {
         let labels = format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint));
-        for (class, label) in CLASS_LABELS.iter().enumerate() {
-            let n: u64 = e.slots.iter().map(|s| s.0.by_class[class].get()).sum();
-            if n > 0 {
-                let _ = writeln!(out, "portico_upstream_requests_total{{{labels},status_class=\"{label}\"}} {n}");
-            }
-        }
+        by_class(&mut out, "portico_upstream_requests_total", &labels, |class| {
+            e.slots.iter().map(|s| s.0.by_class[class].get()).sum()
+        });
     }
     header(&mut out, "portico_upstream_duration_seconds", "histogram", "Time spent on one upstream try.");
     for e in &endpoints {

@@ -5,17 +5,7 @@ mod common;
 use common::*;
 use portico_testkit::Backend;
 use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
+use std::time::Duration;
 
 #[test]
 fn metrics_match_the_requests_sent() {
@@ -35,8 +25,11 @@ fn metrics_match_the_requests_sent() {
     }
     assert_eq!(conn.get("/status/503", "").status, 503);
     let m = |s: &str| p.metric(s);
+    // A request is counted right after its response is written: wait for the last one.
+    wait_until("the last request counted", Duration::from_secs(2), || {
+        m("portico_requests_total{route=\"st\",cluster=\"app\",status_class=\"5xx\"}") == 1.0
+    });
     assert_eq!(m("portico_requests_total{route=\"api\",cluster=\"app\",status_class=\"2xx\"}"), 7.0);
-    assert_eq!(m("portico_requests_total{route=\"st\",cluster=\"app\",status_class=\"5xx\"}"), 1.0);
     assert_eq!(m("portico_requests_total{route=\"none\",cluster=\"none\",status_class=\"4xx\"}"), 3.0);
     let ep = format!("cluster=\"app\",endpoint=\"{}\"", b.addr);
     assert_eq!(m(&format!("portico_upstream_requests_total{{{ep},status_class=\"2xx\"}}")), 7.0);
@@ -59,6 +52,10 @@ fn admin_api_reports_clusters_config_health_and_readiness() {
     assert_eq!(p.admin_get("/health").status, 200);
     assert_eq!(p.admin_get("/ready").status, 200);
     Conn::open(p.addr).get("/", "");
+    // Counted (and pooled) right after the response is written: wait for it.
+    wait_until("the request counted", Duration::from_secs(2), || {
+        p.clusters()["clusters"][0]["endpoints"][0]["requests"] == 1
+    });
     let clusters = p.clusters();
     let ep = &clusters["clusters"][0]["endpoints"][0];
     assert_eq!(clusters["clusters"][0]["name"], "app");
@@ -219,25 +216,7 @@ fn ten_reloads_under_load_fail_no_request_and_finish_a_long_download() {
         }
         total > size
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let loaders: Vec<_> = (0..4)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut conn = Conn::open(addr);
-                let (mut ok, mut failed) = (0usize, Vec::new());
-                while !stop.load(Ordering::SeqCst) {
-                    let r = conn.get("/", "");
-                    if r.status == 200 {
-                        ok += 1;
-                    } else {
-                        failed.push(r.status);
-                    }
-                }
-                (ok, failed)
-            })
-        })
-        .collect();
+    let load = Load::start(addr, 4);
     for n in 1..=10 {
         std::thread::sleep(Duration::from_millis(250));
         std::fs::write(&p.config, fill(config_for(n))).unwrap();
@@ -250,13 +229,7 @@ fn ten_reloads_under_load_fail_no_request_and_finish_a_long_download() {
         }
     }
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::SeqCst);
-    let (mut ok, mut failed) = (0, Vec::new());
-    for l in loaders {
-        let (o, f) = l.join().unwrap();
-        ok += o;
-        failed.extend(f);
-    }
+    let (ok, failed) = load.finish();
     assert!(download.join().unwrap(), "the download did not complete");
     assert!(ok > 200, "only {ok} requests");
     assert!(failed.is_empty(), "{} requests failed during reloads: {failed:?}", failed.len());

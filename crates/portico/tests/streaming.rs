@@ -11,16 +11,6 @@ const GIB: u64 = 1 << 30;
 /// Allowed growth of the peak resident set over the whole transfer.
 const MAX_GROWTH_KIB: u64 = 8 * 1024;
 
-fn peak_rss_kib(p: &Portico) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
-
 fn warm_up(p: &Portico) {
     let mut conn = Conn::open(p.addr);
     for _ in 0..20 {
@@ -33,7 +23,7 @@ fn one_gib_download_with_bounded_memory() {
     let b = Backend::start("b").unwrap();
     let p = Portico::simple("round_robin", &[b.addr], "");
     warm_up(&p);
-    let before = peak_rss_kib(&p);
+    let before = p.memory_kib("VmHWM");
     for path in [format!("/bytes/{GIB}"), format!("/bytes/{GIB}?chunked")] {
         let mut s = std::net::TcpStream::connect(p.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -49,7 +39,7 @@ fn one_gib_download_with_bounded_memory() {
         }
         assert!(total > GIB, "{path}: got {total} bytes");
     }
-    let growth = peak_rss_kib(&p).saturating_sub(before);
+    let growth = p.memory_kib("VmHWM").saturating_sub(before);
     eprintln!("peak RSS growth: {growth} KiB");
     assert!(growth < MAX_GROWTH_KIB, "peak RSS grew by {growth} KiB during two 1 GiB downloads");
 }
@@ -59,7 +49,7 @@ fn one_gib_upload_with_bounded_memory() {
     let b = Backend::start("b").unwrap();
     let p = Portico::simple("round_robin", &[b.addr], "");
     warm_up(&p);
-    let before = peak_rss_kib(&p);
+    let before = p.memory_kib("VmHWM");
     let block: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
     for chunked in [false, true] {
         let mut s = std::net::TcpStream::connect(p.addr).unwrap();
@@ -85,7 +75,7 @@ fn one_gib_upload_with_bounded_memory() {
         assert_eq!(r.status, 200);
         assert!(r.text().starts_with(&format!("{GIB} ")), "chunked={chunked}: {}", r.text());
     }
-    let growth = peak_rss_kib(&p).saturating_sub(before);
+    let growth = p.memory_kib("VmHWM").saturating_sub(before);
     eprintln!("peak RSS growth: {growth} KiB");
     assert!(growth < MAX_GROWTH_KIB, "peak RSS grew by {growth} KiB during two 1 GiB uploads");
 }

@@ -6,7 +6,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub fn free_port() -> u16 {
@@ -104,12 +105,12 @@ impl Portico {
         }
     }
 
-    /// Resident memory in KiB, from /proc.
-    pub fn rss_kib(&self) -> u64 {
+    /// A memory figure of the process in KiB from /proc (`VmRSS`, or `VmHWM` for the peak).
+    pub fn memory_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
             .lines()
-            .find(|l| l.starts_with("VmRSS:"))
+            .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
@@ -291,4 +292,59 @@ pub fn backend_of(conn: &mut Conn, path: &str, extra: &str) -> String {
     let r = conn.get(path, extra);
     assert_eq!(r.status, 200, "{}", r.head);
     r.header("x-backend").expect("x-backend header")
+}
+
+/// Polls `f` until it holds, failing the test after `within`.
+pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Keep-alive GET loops on several connections, until `finish`: a steady load for failure and reload tests.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl Load {
+    pub fn start(addr: SocketAddr, connections: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..connections)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut conn = Conn::open(addr);
+                    let (mut ok, mut failed) = (0, Vec::new());
+                    while !stop.load(Ordering::SeqCst) {
+                        let r = conn.get("/", "");
+                        if r.status == 200 {
+                            ok += 1;
+                        } else {
+                            failed.push(format!("{} {}", r.status, r.text().trim()));
+                        }
+                        if r.header("connection").is_some_and(|v| v == "close") {
+                            conn = Conn::open(addr);
+                        }
+                    }
+                    (ok, failed)
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
+    /// Stops the load: the requests that succeeded, and what the others answered.
+    pub fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let (mut ok, mut failed) = (0, Vec::new());
+        for t in self.threads {
+            let (o, f) = t.join().expect("load thread");
+            ok += o;
+            failed.extend(f);
+        }
+        (ok, failed)
+    }
 }
