@@ -63,7 +63,15 @@ pub fn start(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<std::t
         runtime.block_on(async move {
             let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!("admin accept failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
                 let state = state.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(req, state.clone()));

@@ -353,10 +353,10 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
         let cb = &c.circuit_breaker;
-        if cb.max_connections == 0 || cb.max_requests == 0 {
+        if cb.max_connections == 0 || cb.max_requests == 0 || cb.max_pending == 0 {
             err(
                 &format!("{base}.circuit_breaker"),
-                "max_connections and max_requests must be at least 1".into(),
+                "max_connections, max_pending and max_requests must be at least 1".into(),
                 Some("remove the key for the defaults"),
             );
         }

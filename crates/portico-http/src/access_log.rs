@@ -20,8 +20,16 @@ const BATCH: usize = 32 * 1024;
 /// Buffers queued for the writer before new ones are dropped.
 const QUEUE: usize = 256;
 
+enum Msg {
+    Batch(Vec<u8>),
+    /// Wake up (to reopen the file).
+    Wake,
+    /// Write everything received so far, then acknowledge and stop.
+    Finish(SyncSender<()>),
+}
+
 pub struct AccessLogSink {
-    tx: SyncSender<Vec<u8>>,
+    tx: SyncSender<Msg>,
     pub format: AccessLogFormat,
     reopen: Arc<AtomicBool>,
     registry: Arc<Registry>,
@@ -62,11 +70,20 @@ impl AccessLogSink {
     pub fn reopen(&self) {
         self.reopen.store(true, Ordering::SeqCst);
         // Wake the writer even when no request is logged.
-        let _ = self.tx.try_send(Vec::new());
+        let _ = self.tx.try_send(Msg::Wake);
+    }
+
+    /// Writes what the workers handed over and stops the writer; waits at most `within`. Call after the
+    /// workers have flushed.
+    pub fn finish(&self, within: std::time::Duration) {
+        let (ack_tx, ack_rx) = sync_channel(1);
+        if self.tx.send_timeout_compat(Msg::Finish(ack_tx), within) {
+            let _ = ack_rx.recv_timeout(within);
+        }
     }
 
     fn send(&self, batch: Vec<u8>) {
-        match self.tx.try_send(batch) {
+        match self.tx.try_send(Msg::Batch(batch)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.registry.global.access_log_dropped.fetch_add(1, Ordering::Relaxed);
@@ -75,8 +92,44 @@ impl AccessLogSink {
     }
 }
 
-fn write_loop(rx: Receiver<Vec<u8>>, mut target: Target, reopen: Arc<AtomicBool>) {
-    while let Ok(batch) = rx.recv() {
+/// `SyncSender::send` with a deadline (std has none): retries `try_send` until the queue has room.
+trait SendTimeout {
+    fn send_timeout_compat(&self, msg: Msg, within: std::time::Duration) -> bool;
+}
+
+impl SendTimeout for SyncSender<Msg> {
+    fn send_timeout_compat(&self, mut msg: Msg, within: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            match self.try_send(msg) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(m)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return false;
+                    }
+                    msg = m;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+        }
+    }
+}
+
+fn write_loop(rx: Receiver<Msg>, mut target: Target, reopen: Arc<AtomicBool>) {
+    while let Ok(msg) = rx.recv() {
+        let batch = match msg {
+            Msg::Batch(b) => b,
+            Msg::Wake => Vec::new(),
+            Msg::Finish(ack) => {
+                if let Target::File(_, file) = &mut target {
+                    let _ = file.flush();
+                }
+                let _ = io::stdout().flush();
+                let _ = ack.send(());
+                return;
+            }
+        };
         if reopen.swap(false, Ordering::SeqCst) {
             if let Target::File(path, file) = &mut target {
                 let _ = file.flush();

@@ -113,6 +113,16 @@ impl Balancer {
         Err(NoPick::NoneHealthy)
     }
 
+    /// Whether `pick` would find an endpoint outside `tried`.
+    pub fn has_candidate(&self, endpoints: &[Arc<Endpoint>], tried: &[usize], panic_mode: bool) -> bool {
+        let now = now_ms();
+        let untried = |i: &usize| !tried.contains(i);
+        (0..endpoints.len()).filter(untried).any(|i| endpoints[i].health.is_available(now))
+            || (panic_mode
+                && !endpoints.iter().any(|e| e.health.is_available(now))
+                && (0..endpoints.len()).any(|i| untried(&i)))
+    }
+
     fn pick_where(&self, eps: &[Arc<Endpoint>], input: &PickInput, ok: &dyn Fn(usize) -> bool) -> Option<Pick> {
         let n = eps.len();
         if n == 0 || !(0..n).any(ok) {

@@ -96,7 +96,9 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 Ok(Some(head)) => head,
                 Ok(None) => return,
                 Err(e) => {
-                    let _ = respond_error(&mut client, e.status, e.reason, true).await;
+                    // A refused head still counts (as unrouted) and is logged, with what is known of it.
+                    let bytes = respond_error(&mut client, e.status, e.reason, true).await.unwrap_or(0);
+                    record_refused(&ctx, &waiting, &client, e.status, bytes);
                     linger_close(client.io).await;
                     return;
                 }
@@ -116,6 +118,33 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             linger_close(client.io).await;
             return;
         }
+    }
+}
+
+/// Counts and logs a request refused before its head could be parsed.
+fn record_refused(ctx: &WorkerCtx, snapshot: &Snapshot, client: &Client, status: u16, bytes: u64) {
+    let stats = &snapshot.unrouted;
+    let counters = slot(&stats.slots, ctx.index);
+    counters.by_class[class_index(status)].inc();
+    counters.duration.observe(Duration::ZERO);
+    if let Some(log) = &ctx.access_log {
+        log.record(&Entry {
+            client: client.peer.ip(),
+            method: b"-",
+            target: b"-",
+            http10: false,
+            host: None,
+            status,
+            bytes,
+            duration: Duration::ZERO,
+            upstream: None,
+            upstream_duration: None,
+            retries: 0,
+            route: &stats.route,
+            cluster: &stats.cluster,
+            user_agent: None,
+            referer: None,
+        });
     }
 }
 
@@ -296,14 +325,18 @@ async fn handle_request(
         let mut conn = match upstream::connection(ctx, cluster, endpoint, fresh_only).await {
             Ok(c) => c,
             Err(failure) => {
-                last = failure;
                 if failure.fault != Fault::Upstream {
+                    // The breaker refused a new connection: after a failed try, report that failure instead.
+                    if tried.is_empty() {
+                        last = failure;
+                    }
                     break;
                 }
+                last = failure;
                 upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
                 tried.push(pick.index);
                 // Nothing reached the upstream: any request may go to another endpoint.
-                if may_retry(retries, policy, counters) {
+                if another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
                     retries += 1;
                     retrying.add();
                     continue;
@@ -339,7 +372,12 @@ async fn handle_request(
                     endpoint_slot.duration.observe(attempt_started.elapsed());
                     tried.push(pick.index);
                     let timeout_retry = f.timed_out && policy.on_timeout;
-                    if timeout_retry && idempotent && replayable && may_retry(retries, policy, counters) {
+                    if timeout_retry
+                        && idempotent
+                        && replayable
+                        && another_endpoint(cluster, &tried)
+                        && may_retry(retries, policy, counters)
+                    {
                         retries += 1;
                         retrying.add();
                         backoff(policy, retries).await;
@@ -356,10 +394,18 @@ async fn handle_request(
         let status = resp.1.status;
         let observed = if status >= 500 { Observed::ServerError } else { Observed::Success };
         upstream::observe(cluster, endpoint, ctx.index, observed);
-        if policy.on_status.contains(&status) && idempotent && replayable && may_retry(retries, policy, counters) {
-            // Drop this response (and its connection) and try another endpoint.
-            endpoint_slot.by_class[class_index(status)].inc();
+        if policy.on_status.contains(&status) && idempotent && replayable {
             tried.push(pick.index);
+        }
+        if policy.on_status.contains(&status)
+            && idempotent
+            && replayable
+            && another_endpoint(cluster, &tried)
+            && may_retry(retries, policy, counters)
+        {
+            // Drop this response (and its connection) and try another endpoint. Without one left, the
+            // response is passed on as it is.
+            endpoint_slot.by_class[class_index(status)].inc();
             retries += 1;
             retrying.add();
             drop(conn);
@@ -407,6 +453,11 @@ impl Drop for RetryGauge<'_> {
     fn drop(&mut self) {
         self.counters.retries_active.add(-self.count);
     }
+}
+
+/// Whether some endpoint is left to retry on.
+fn another_endpoint(cluster: &Cluster, tried: &[usize]) -> bool {
+    cluster.balancer.has_candidate(&cluster.endpoints, tried, cluster.settings.panic_mode)
 }
 
 /// Whether one more retry is allowed: attempts left, and the retry budget (retries in flight at most

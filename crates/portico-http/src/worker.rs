@@ -120,6 +120,9 @@ async fn run(
             "grace period over; closing remaining connections"
         );
     }
+    if let Some(log) = &ctx.access_log {
+        log.flush();
+    }
 }
 
 async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::TcpListener) {

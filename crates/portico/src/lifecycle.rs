@@ -229,8 +229,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             let _ = t.join();
         }
     }
-    // Give the access-log writer a moment to write the workers' last batches.
-    std::thread::sleep(Duration::from_millis(50));
+    // The workers flushed their access-log lines as they ended: let the writer write them before exiting.
+    if let Some(log) = &access_log {
+        log.finish(Duration::from_secs(2));
+    }
     tracing::info!("stopped");
     Ok(())
 }

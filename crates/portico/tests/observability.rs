@@ -163,6 +163,31 @@ fn access_log_lines_and_reopen_on_sigusr1() {
 }
 
 #[test]
+fn shutdown_loses_no_access_log_line_and_refused_heads_are_counted() {
+    let b = Backend::start("b").unwrap();
+    let log = temp_dir().join("access.log");
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("workers: 1", &format!("workers: 2\naccess_log: {{ path: \"{}\" }}", log.display()));
+    let mut p = Portico::start(&yaml);
+    let mut conn = Conn::open(p.addr);
+    for _ in 0..50 {
+        conn.get("/", "");
+    }
+    // A malformed head is answered 400, counted as unrouted and logged too.
+    let (out, _) = raw_exchange(p.addr, b"GET / HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 400"));
+    wait_until("the 400 counted", Duration::from_secs(2), || {
+        p.metric("portico_requests_total{route=\"none\",cluster=\"none\",status_class=\"4xx\"}") == 1.0
+    });
+    drop(conn);
+    p.signal(libc::SIGTERM);
+    assert!(p.wait_exit(Duration::from_secs(5)).expect("exited").success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 51, "lines lost at shutdown");
+    assert!(text.contains("\"status\":400"));
+}
+
+#[test]
 fn combined_access_log_format() {
     let b = Backend::start("b").unwrap();
     let log = temp_dir().join("access.log");

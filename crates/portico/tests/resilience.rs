@@ -131,6 +131,32 @@ fn retries_on_status_go_to_another_endpoint_within_the_budget() {
 }
 
 #[test]
+fn with_no_endpoint_left_to_retry_the_real_answer_is_passed_on() {
+    // Review finding: a retry on status with every endpoint tried replaced the upstream's 503 with a 502.
+    let a = Backend::start("a").unwrap();
+    a.set_status(503);
+    let retry = "    retries: { attempts: 2, on_status: [503] }\n    outlier_detection: { consecutive_5xx: 0 }\n";
+    let p = Portico::simple("round_robin", &[a.addr], retry);
+    let r = Conn::open(p.addr).get("/", "");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("forced 503 from a"), "{}", r.text());
+    assert_eq!(p.metric("portico_retries_total{cluster=\"app\"}"), 0.0);
+}
+
+#[test]
+fn circuit_breaker_limits_must_be_positive() {
+    let path = temp_dir().join("cb.yaml");
+    std::fs::write(
+        &path,
+        "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nclusters:\n  app:\n    circuit_breaker: { max_pending: 0 }\n    endpoints: [ { address: 127.0.0.1:2 } ]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be at least 1"));
+}
+
+#[test]
 fn circuit_breaker_rejects_excess_quickly() {
     let a = Backend::start("a").unwrap();
     let p = Portico::simple("round_robin", &[a.addr], "    circuit_breaker: { max_requests: 2 }\n");

@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""Portico's benchmark harness: Portico, nginx and HAProxy as reverse proxies in the same run, on the same nginx
+backends, with the same worker count, pinned apart from the load generator.
+
+    python3 bench/run.py --quick            # under two minutes: the small-response keep-alive cell
+    python3 bench/run.py                    # every scenario, 3 runs per cell
+    python3 bench/run.py --scenarios small,post4k --runs 5 --duration 10 --json out.json
+
+Reports per scenario and proxy: proxy CPU microseconds per request (utime+stime of the proxy's processes from
+/proc, divided by the requests completed), requests per second, p50/p99/max latency (wrk), upstream connections
+opened (the backend's accepted-connection counter), resident memory; then Portico/nginx and Portico/HAProxy ratios.
+Medians of the runs, with the spread. Writes a markdown table to stdout and, with --json, the raw numbers.
+
+Standard library only; installs nginx, haproxy and wrk with apt-get when they are missing.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORTICO = os.path.join(ROOT, "target", "release", "portico")
+PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181}
+BACKEND_BASE_PORT = 19000
+STATUS_PORT = 18999
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# name: (path, wrk extra args, endpoints, connections, description)
+SCENARIOS = {
+    "small": dict(path="/small", conns=50, endpoints=2, desc="100 B response, keep-alive, 50 connections"),
+    "small-1c": dict(path="/small", conns=1, endpoints=2, desc="100 B response, keep-alive, 1 connection"),
+    "small-500c": dict(path="/small", conns=500, endpoints=2, desc="100 B response, keep-alive, 500 connections"),
+    "16k": dict(path="/16k.bin", conns=50, endpoints=2, desc="16 KiB response, keep-alive"),
+    "1m": dict(path="/1m.bin", conns=10, endpoints=2, desc="1 MiB response, keep-alive, 10 connections"),
+    "post4k": dict(path="/post", conns=50, endpoints=2, post=4096, desc="POST 4 KiB body, keep-alive"),
+    "newconn": dict(path="/small", conns=50, endpoints=2, close=True, desc="new client connection per request"),
+    "ep100": dict(path="/small", conns=50, endpoints=100, desc="100 upstream endpoints"),
+    "ep1000": dict(path="/small", conns=50, endpoints=1000, v6_half=True, desc="1,000 endpoints, half on [::1]"),
+}
+QUICK = ["small"]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def ensure_tools():
+    missing = [pkg for tool, pkg in (("nginx", "nginx-light"), ("haproxy", "haproxy"), ("wrk", "wrk"))
+               if not (shutil.which(tool) or os.path.exists(f"/usr/sbin/{tool}"))]
+    if missing:
+        log(f"installing {' '.join(missing)}")
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
+    os.environ["PATH"] += ":/usr/sbin"
+    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+
+
+def cpus():
+    n = os.cpu_count() or 1
+    return ("0", f"1-{n - 1}") if n > 1 else ("0", "0")
+
+
+def wait_port(port, host="127.0.0.1", timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port}")
+
+
+class Bench:
+    def __init__(self, workers, duration, runs):
+        self.workers = workers
+        self.duration = duration
+        self.runs = runs
+        self.work = tempfile.mkdtemp(prefix="portico-bench-")
+        self.procs = []
+        self.proxy_cpu, self.load_cpu = cpus()
+        www = os.path.join(self.work, "www")
+        os.makedirs(www)
+        with open(os.path.join(www, "small"), "w") as f:
+            f.write("x" * 99 + "\n")
+        for name, size in (("16k.bin", 16 << 10), ("1m.bin", 1 << 20)):
+            with open(os.path.join(www, name), "wb") as f:
+                f.write(os.urandom(size))
+        with open(os.path.join(self.work, "post.lua"), "w") as f:
+            f.write('wrk.method = "POST"\nwrk.body = string.rep("p", 4096)\n'
+                    'wrk.headers["Content-Type"] = "application/octet-stream"\n')
+
+    def spawn(self, args, cpu):
+        p = subprocess.Popen(["taskset", "-c", cpu, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self):
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        self.procs = []
+
+    # -- backends: one nginx, listening on every endpoint port, with a status page counting accepted connections
+    def endpoints(self, count, v6_half):
+        out = []
+        for i in range(count):
+            host = "[::1]" if v6_half and i % 2 else "127.0.0.1"
+            out.append(f"{host}:{BACKEND_BASE_PORT + i}")
+        return out
+
+    def start_backend(self, endpoints):
+        d = os.path.join(self.work, "backend")
+        os.makedirs(d, exist_ok=True)
+        listens = "\n".join(f"    listen {e} reuseport backlog=4096;" for e in endpoints)
+        conf = f"""
+worker_processes 1; daemon off; pid {d}/pid; error_log stderr error;
+worker_rlimit_nofile 20000;
+events {{ worker_connections 16000; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  server {{
+{listens}
+    root {self.work}/www;
+    location = /post {{ return 200 "ok\\n"; }}
+  }}
+  server {{ listen 127.0.0.1:{STATUS_PORT}; location / {{ stub_status; }} }}
+}}"""
+        path = os.path.join(d, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        self.spawn(["nginx", "-c", path, "-p", d], self.load_cpu)
+        wait_port(STATUS_PORT)
+
+    def backend_accepts(self):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{STATUS_PORT}/", timeout=5).read().decode()
+        # "server accepts handled requests\n N N N"
+        return int(text.splitlines()[2].split()[0]) - 1  # minus this status request's own connection
+
+    # -- proxies
+    def start_proxy(self, name, endpoints):
+        port = PROXY_PORTS[name]
+        d = os.path.join(self.work, name)
+        os.makedirs(d, exist_ok=True)
+        if name == "portico":
+            eps = "\n".join(f'      - address: "{e}"' for e in endpoints)
+            conf = f"""workers: {self.workers}
+log: {{ level: error }}
+listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: 20000 }} }} ]
+routes: [ {{ cluster: be }} ]
+clusters:
+  be:
+    circuit_breaker: {{ max_connections: 100000, max_pending: 100000, max_requests: 100000 }}
+    endpoints:
+{eps}
+"""
+            path = os.path.join(d, "portico.yaml")
+            args = [PORTICO, "run", "-c", path]
+        elif name == "nginx":
+            servers = "\n".join(f"    server {e};" for e in endpoints)
+            conf = f"""worker_processes {self.workers}; daemon off; pid {d}/pid; error_log stderr error;
+worker_rlimit_nofile 20000;
+events {{ worker_connections 16000; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  upstream be {{
+{servers}
+    keepalive 64;
+  }}
+  server {{ listen 127.0.0.1:{port} reuseport backlog=4096;
+    location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }}
+}}"""
+            path = os.path.join(d, "nginx.conf")
+            args = ["nginx", "-c", path, "-p", d]
+        else:
+            servers = "\n".join(f"  server s{i} {e}" for i, e in enumerate(endpoints))
+            conf = f"""global
+  nbthread {self.workers}
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:{port}
+  default_backend be
+backend be
+  balance roundrobin
+{servers}
+"""
+            path = os.path.join(d, "haproxy.cfg")
+            args = ["haproxy", "-f", path, "-db"]
+        with open(path, "w") as f:
+            f.write(conf)
+        proc = self.spawn(args, self.proxy_cpu)
+        wait_port(port)
+        return proc
+
+    @staticmethod
+    def tree_pids(root_pid):
+        pids, frontier = [], [root_pid]
+        while frontier:
+            pid = frontier.pop()
+            pids.append(pid)
+            try:
+                children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+            except OSError:
+                children = []
+            frontier.extend(int(c) for c in children)
+        return pids
+
+    @staticmethod
+    def cpu_ticks(pids):
+        total = 0
+        for pid in pids:
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except OSError:
+                pass
+        return total
+
+    @staticmethod
+    def rss_kib(pids):
+        total = 0
+        for pid in pids:
+            try:
+                m = re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{pid}/status").read())
+                total += int(m.group(1)) if m else 0
+            except OSError:
+                pass
+        return total
+
+    def wrk(self, url, scenario, duration):
+        args = ["wrk", "-t", "1", "-c", str(scenario["conns"]), "-d", f"{duration}s", "--latency"]
+        if scenario.get("post"):
+            args += ["-s", os.path.join(self.work, "post.lua")]
+        if scenario.get("close"):
+            args += ["-H", "Connection: close"]
+        out = subprocess.run(["taskset", "-c", self.load_cpu, *args, url], capture_output=True, text=True,
+                             timeout=duration + 30).stdout
+        def lat(label):
+            m = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+            if not m:
+                return None
+            return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+        requests = int(re.search(r"(\d+) requests in", out).group(1))
+        errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+        sock = re.search(r"Socket errors: (.*)", out)
+        max_m = re.search(r"Latency\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)", out)
+        max_ms = float(max_m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[max_m.group(2)] if max_m else None
+        return dict(requests=requests, p50=lat("50%"), p99=lat("99%"), max=max_ms,
+                    non2xx=int(errors.group(1)) if errors else 0, socket_errors=sock.group(1) if sock else "")
+
+    def run_cell(self, name, proxy_proc, scenario):
+        url = f"http://127.0.0.1:{PROXY_PORTS[name]}{scenario['path']}"
+        self.wrk(url, dict(scenario, conns=min(scenario["conns"], 10)), 1)  # warm pools
+        pids = self.tree_pids(proxy_proc.pid)
+        accepts0 = self.backend_accepts()
+        cpu0 = self.cpu_ticks(pids)
+        started = time.time()
+        result = self.wrk(url, scenario, self.duration)
+        elapsed = time.time() - started
+        cpu = self.cpu_ticks(pids) - cpu0
+        result.update(
+            rps=result["requests"] / elapsed,
+            cpu_us=cpu / CLK_TCK * 1e6 / max(result["requests"], 1),
+            upstream_opened=self.backend_accepts() - accepts0,
+            rss_kib=self.rss_kib(pids),
+        )
+        return result
+
+    def idle_memory(self, name, proxy_proc, count=10000):
+        """RSS with `count` idle keep-alive client connections open (each has served one request)."""
+        port = PROXY_PORTS[name]
+        socks = []
+        try:
+            for _ in range(count):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(b"GET /small HTTP/1.1\r\nHost: b\r\n\r\n")
+                socks.append(s)
+            for s in socks:
+                s.settimeout(10)
+                got = b""
+                while b"\n\n" not in got.replace(b"\r", b"") or len(got) < 100:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+            time.sleep(0.5)
+            return self.rss_kib(self.tree_pids(proxy_proc.pid))
+        finally:
+            for s in socks:
+                s.close()
+
+
+def median_spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None, None
+    return statistics.median(values), min(values), max(values)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one scenario, 3 short runs: under two minutes")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
+    ap.add_argument("--proxies", default="nginx,haproxy,portico")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=8, help="seconds per run")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--idle-memory", action="store_true", help="also measure RSS with 10,000 idle connections")
+    ap.add_argument("--json", help="write the raw results here")
+    args = ap.parse_args()
+    scenarios = QUICK if args.quick else [s for s in args.scenarios.split(",") if s]
+    if args.quick:
+        args.runs, args.duration = 3, 5
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    proxies = args.proxies.split(",")
+
+    ensure_tools()
+    bench = Bench(args.workers, args.duration, args.runs)
+    results = {}
+    try:
+        for sc_name in scenarios:
+            sc = SCENARIOS[sc_name]
+            eps = bench.endpoints(sc["endpoints"], sc.get("v6_half", False))
+            bench.start_backend(eps)
+            running = {p: bench.start_proxy(p, eps) for p in proxies}
+            log(f"scenario {sc_name}: {sc['desc']}")
+            cells = {p: [] for p in proxies}
+            for run in range(args.runs):
+                for p in proxies:  # interleaved, so drift in machine load hits every proxy alike
+                    r = bench.run_cell(p, running[p], sc)
+                    cells[p].append(r)
+                    log(f"  run {run + 1} {p}: {r['rps']:.0f} req/s, {r['cpu_us']:.2f} CPU us/req, "
+                        f"p99 {r['p99']} ms, upstream conns opened {r['upstream_opened']}")
+            if args.idle_memory and sc_name == scenarios[0]:
+                for p in proxies:
+                    cells[p][0]["idle10k_rss_kib"] = bench.idle_memory(p, running[p])
+            results[sc_name] = cells
+            bench.stop_all()
+            time.sleep(0.5)
+    finally:
+        bench.stop_all()
+        shutil.rmtree(bench.work, ignore_errors=True)
+
+    print(f"# Results: {args.workers} worker(s) per proxy, {args.runs} runs of {args.duration}s per cell\n")
+    print("| scenario | proxy | req/s (median, min-max) | CPU µs/req | p50 ms | p99 ms | max ms | upstream conns opened | RSS MiB | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ratios = []
+    for sc_name, cells in results.items():
+        med = {}
+        for p, runs in cells.items():
+            rps = median_spread([r["rps"] for r in runs])
+            cpu = median_spread([r["cpu_us"] for r in runs])
+            p50 = median_spread([r["p50"] for r in runs])[0]
+            p99 = median_spread([r["p99"] for r in runs])[0]
+            mx = median_spread([r["max"] for r in runs])[0]
+            opened = median_spread([r["upstream_opened"] for r in runs])[0]
+            rss = median_spread([r["rss_kib"] for r in runs])[0]
+            errs = sum(r["non2xx"] for r in runs)
+            sock = "; ".join(r["socket_errors"] for r in runs if r["socket_errors"])
+            med[p] = (rps[0], cpu[0], p99)
+            print(f"| {sc_name} | {p} | {rps[0]:.0f} ({rps[1]:.0f}-{rps[2]:.0f}) | {cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f}) "
+                  f"| {p50:.2f} | {p99:.2f} | {mx:.1f} | {opened:.0f} | {rss / 1024:.1f} | {errs} {sock} |")
+        for peer in ("nginx", "haproxy"):
+            if "portico" in med and peer in med:
+                ratios.append((sc_name, peer, med["portico"][1] / med[peer][1], med["portico"][0] / med[peer][0],
+                               med["portico"][2] / med[peer][2] if med[peer][2] else None))
+    print("\n| scenario | Portico / peer | CPU per request | req/s | p99 |")
+    print("|---|---|---|---|---|")
+    for sc_name, peer, cpu, rps, p99 in ratios:
+        print(f"| {sc_name} | {peer} | {cpu:.2f}x | {rps:.2f}x | {p99:.2f}x |" if p99 else
+              f"| {sc_name} | {peer} | {cpu:.2f}x | {rps:.2f}x | - |")
+    idle = {p: cells[p][0].get("idle10k_rss_kib") for cells in results.values() for p in cells
+            if cells[p][0].get("idle10k_rss_kib")}
+    if idle:
+        print("\n| proxy | RSS with 10,000 idle keep-alive connections |")
+        print("|---|---|")
+        for p, kib in idle.items():
+            print(f"| {p} | {kib / 1024:.1f} MiB |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"workers": args.workers, "runs": args.runs, "duration": args.duration, "results": results}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
