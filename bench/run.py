@@ -88,6 +88,8 @@ class Bench:
         self.duration = duration
         self.runs = runs
         self.work = tempfile.mkdtemp(prefix="portico-bench-")
+        # nginx workers run as an unprivileged user: they must be able to read the files served.
+        os.chmod(self.work, 0o755)
         self.procs = []
         self.proxy_cpu, self.load_cpu = cpus()
         www = os.path.join(self.work, "www")
@@ -97,6 +99,9 @@ class Bench:
         for name, size in (("16k.bin", 16 << 10), ("1m.bin", 1 << 20)):
             with open(os.path.join(www, name), "wb") as f:
                 f.write(os.urandom(size))
+        for name in os.listdir(www):
+            os.chmod(os.path.join(www, name), 0o644)
+        os.chmod(www, 0o755)
         with open(os.path.join(self.work, "post.lua"), "w") as f:
             f.write('wrk.method = "POST"\nwrk.body = string.rep("p", 4096)\n'
                     'wrk.headers["Content-Type"] = "application/octet-stream"\n')
