@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -66,6 +67,19 @@ def ensure_tools():
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
 
 
+def raise_fd_limit(want=65536):
+    """10,000 idle connections need more descriptors than the usual 20,000 (HAProxy reserves two per
+    connection): as root, raise the limit for this process and the proxies it starts."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (want, hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, max(target, hard)))
+            return target
+        except (ValueError, OSError):
+            continue
+    return soft
+
+
 def cpus():
     n = os.cpu_count() or 1
     return ("0", f"1-{n - 1}") if n > 1 else ("0", "0")
@@ -92,6 +106,10 @@ class Bench:
         os.chmod(self.work, 0o755)
         self.procs = []
         self.proxy_cpu, self.load_cpu = cpus()
+        self.fd_limit = raise_fd_limit()
+        # HAProxy refuses to start when maxconn needs more descriptors than the limit (about two each).
+        self.haproxy_maxconn = max(1000, min(12000, self.fd_limit // 2 - 1000))
+        self.idle_connections = min(10000, self.haproxy_maxconn - 500, self.fd_limit // 2 - 500)
         www = os.path.join(self.work, "www")
         os.makedirs(www)
         with open(os.path.join(www, "small"), "w") as f:
@@ -169,7 +187,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             eps = "\n".join(f'      - address: "{e}"' for e in endpoints)
             conf = f"""workers: {self.workers}
 log: {{ level: error }}
-listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: 20000 }} }} ]
+listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }} }} ]
 routes: [ {{ cluster: be }} ]
 clusters:
   be:
@@ -182,8 +200,8 @@ clusters:
         elif name == "nginx":
             servers = "\n".join(f"    server {e};" for e in endpoints)
             conf = f"""worker_processes {self.workers}; daemon off; pid {d}/pid; error_log stderr error;
-worker_rlimit_nofile 20000;
-events {{ worker_connections 16000; }}
+worker_rlimit_nofile {self.fd_limit};
+events {{ worker_connections {self.fd_limit // 2}; }}
 http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
   upstream be {{
 {servers}
@@ -198,7 +216,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             servers = "\n".join(f"  server s{i} {e}" for i, e in enumerate(endpoints))
             conf = f"""global
   nbthread {self.workers}
-  maxconn 8000
+  maxconn {self.haproxy_maxconn}
 defaults
   mode http
   timeout connect 5s
@@ -294,10 +312,12 @@ backend be
         )
         return result
 
-    def idle_memory(self, name, proxy_proc, count=10000):
-        """RSS with `count` idle keep-alive client connections open (each has served one request)."""
+    def idle_memory(self, name, proxy_proc):
+        """RSS with `idle_connections` idle keep-alive client connections open (each has served one request);
+        None when the proxy did not serve them all."""
         port = PROXY_PORTS[name]
         socks = []
+        count = self.idle_connections
         try:
             for _ in range(count):
                 s = socket.create_connection(("127.0.0.1", port))
@@ -313,6 +333,9 @@ backend be
                     got += chunk
             time.sleep(0.5)
             return self.rss_kib(self.tree_pids(proxy_proc.pid))
+        except OSError as e:
+            log(f"  idle connections on {name}: {e}")
+            return None
         finally:
             for s in socks:
                 s.close()
@@ -402,7 +425,7 @@ def main():
     idle = {p: cells[p][0].get("idle10k_rss_kib") for cells in results.values() for p in cells
             if cells[p][0].get("idle10k_rss_kib")}
     if idle:
-        print("\n| proxy | RSS with 10,000 idle keep-alive connections |")
+        print(f"\n| proxy | RSS with {bench.idle_connections:,} idle keep-alive connections |")
         print("|---|---|")
         for p, kib in idle.items():
             print(f"| {p} | {kib / 1024:.1f} MiB |")

@@ -66,7 +66,8 @@ fn key(endpoint: &Endpoint) -> PoolKey {
 
 #[derive(Default)]
 pub struct Pool {
-    idle: HashMap<PoolKey, Vec<(UpstreamConn, Instant)>>,
+    /// Idle connections with the time they went idle and their cluster's idle timeout.
+    idle: HashMap<PoolKey, Vec<(UpstreamConn, Instant, Duration)>>,
 }
 
 impl Pool {
@@ -74,7 +75,7 @@ impl Pool {
     /// `max_idle_time`.
     pub fn checkout(&mut self, endpoint: &Endpoint, max_idle_time: Duration) -> Option<UpstreamConn> {
         let list = self.idle.get_mut(&key(endpoint))?;
-        while let Some((mut conn, since)) = list.pop() {
+        while let Some((mut conn, since, _)) = list.pop() {
             conn.set_idle(-1);
             if since.elapsed() < max_idle_time && conn.still_usable() {
                 conn.reused = true;
@@ -85,24 +86,24 @@ impl Pool {
     }
 
     /// Keeps `conn` for reuse. The caller guarantees the previous response was read completely.
-    pub fn checkin(&mut self, endpoint: &Endpoint, conn: UpstreamConn, max_idle: usize) {
+    pub fn checkin(&mut self, endpoint: &Endpoint, conn: UpstreamConn, max_idle: usize, idle_timeout: Duration) {
         if max_idle == 0 || !conn.buf.is_empty() {
             return;
         }
         let list = self.idle.entry(key(endpoint)).or_default();
         if list.len() >= max_idle {
-            let (oldest, _) = list.remove(0);
+            let (oldest, _, _) = list.remove(0);
             oldest.set_idle(-1);
         }
         conn.set_idle(1);
-        list.push((conn, Instant::now()));
+        list.push((conn, Instant::now(), idle_timeout));
     }
 
-    /// Closes connections idle for longer than `max_idle_time` or closed by their upstream.
-    pub fn sweep(&mut self, max_idle_time: Duration) {
+    /// Closes connections idle for longer than their cluster's idle timeout or closed by their upstream.
+    pub fn sweep(&mut self) {
         for list in self.idle.values_mut() {
-            list.retain(|(c, since)| {
-                let keep = since.elapsed() < max_idle_time && c.still_usable();
+            list.retain(|(c, since, idle_timeout)| {
+                let keep = since.elapsed() < *idle_timeout && c.still_usable();
                 if !keep {
                     c.set_idle(-1);
                 }

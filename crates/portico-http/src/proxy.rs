@@ -591,12 +591,20 @@ async fn forward_response(
     match relayed {
         Ok(bytes) => {
             if resp.reusable && conn.buf.is_empty() && request_done {
-                ctx.pool.borrow_mut().checkin(endpoint, conn, cluster.settings.max_idle_per_endpoint);
+                let settings = &cluster.settings;
+                ctx.pool.borrow_mut().checkin(
+                    endpoint,
+                    conn,
+                    settings.max_idle_per_endpoint,
+                    settings.pool_idle_timeout,
+                );
             }
             (if keep_alive { Next::KeepAlive } else { Next::Close }, bytes)
         }
         Err(e) => {
             if let RelayError::Source(fault) = e {
+                // A reset or timeout inside the body is the upstream's failure too.
+                upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
                 tracing::debug!(endpoint = %endpoint.addr, ?fault, "upstream response body failed");
             }
             // The client has an incomplete response: closing is the only honest signal left.

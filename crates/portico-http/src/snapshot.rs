@@ -277,6 +277,14 @@ impl Registry {
             .clone()
     }
 
+    /// Forgets the health of endpoints that are not in `snapshot`, so an endpoint removed and added back
+    /// later starts healthy, as a new one does. Requests still running on an older snapshot keep theirs.
+    pub fn prune_health(&self, snapshot: &Snapshot) {
+        locked(&self.health).retain(|(cluster, addr), _| {
+            snapshot.clusters.iter().any(|c| &c.name == cluster && c.endpoints.iter().any(|e| e.addr == *addr))
+        });
+    }
+
     /// Every stats object ever created, sorted by name (for rendering).
     pub fn all_routes(&self) -> Vec<Arc<RouteStats>> {
         let mut v: Vec<_> = locked(&self.routes).values().cloned().collect();

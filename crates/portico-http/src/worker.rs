@@ -178,9 +178,7 @@ async fn sweep_pool(ctx: Rc<WorkerCtx>) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
-        let longest =
-            ctx.snapshot.load().clusters.iter().map(|c| c.settings.pool_idle_timeout).max().unwrap_or(Duration::ZERO);
-        ctx.pool.borrow_mut().sweep(longest);
+        ctx.pool.borrow_mut().sweep();
     }
 }
 

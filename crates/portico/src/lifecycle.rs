@@ -77,12 +77,22 @@ impl Reloader {
                         tracing::warn!(listener = %l.name, "listener addresses are bound at start-up; restart to apply {}", l.address);
                     }
                 }
-                if next.source.config.access_log.as_ref().map(|a| (&a.path, a.format))
-                    != current.source.config.access_log.as_ref().map(|a| (&a.path, a.format))
-                {
-                    tracing::warn!("access_log settings are applied at start-up; restart to change them");
+                let (old, new) = (&current.source.config, &next.source.config);
+                let startup_only = [
+                    ("access_log", format!("{:?}", old.access_log) != format!("{:?}", new.access_log)),
+                    ("workers", old.workers != new.workers),
+                    ("admin", format!("{:?}", old.admin) != format!("{:?}", new.admin)),
+                    ("watch", old.watch != new.watch),
+                    ("log", old.log.level != new.log.level),
+                ];
+                for (key, changed) in startup_only {
+                    if changed {
+                        tracing::warn!("`{key}` is applied at start-up; restart to change it");
+                    }
                 }
-                self.shared.store(Arc::new(next));
+                let next = Arc::new(next);
+                self.shared.store(next.clone());
+                self.registry.prune_health(&next);
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(trigger, "configuration reloaded from {}", self.path.display());
                 Ok(())
