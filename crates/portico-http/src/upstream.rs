@@ -185,6 +185,7 @@ pub(crate) async fn send_request(
 ) -> Result<(), UpstreamFailure> {
     let out = &mut client.out;
     out.clear();
+    out.reserve(1024);
     write_request_head(out, head, cluster, endpoint, client.peer);
     if let ReqBody::InHand(bytes) = body {
         out.extend_from_slice(bytes);
