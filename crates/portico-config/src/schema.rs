@@ -429,7 +429,7 @@ pub struct PoolConfig {
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig { max_idle_per_endpoint: 64, idle_timeout: HumanDuration::secs(30) }
+        PoolConfig { max_idle_per_endpoint: 256, idle_timeout: HumanDuration::secs(30) }
     }
 }
 

@@ -96,6 +96,9 @@ impl Pool {
             oldest.set_idle(-1);
         }
         conn.set_idle(1);
+        // An idle connection needs no read buffer: it is allocated again on the next response.
+        let mut conn = conn;
+        conn.buf = BytesMut::new();
         list.push((conn, Instant::now(), idle_timeout));
     }
 

@@ -306,6 +306,21 @@ async fn handle_request(
     counters.requests.add(1);
     let _request = GaugeGuard(&counters.requests, 1);
 
+    if let BodyFraming::Length(n) = head.body {
+        if n <= REPLAYABLE_BODY && (client.buf.len() as u64) < n {
+            // A small body is read whole before going upstream (nginx buffers request bodies too): it then
+            // leaves in one write with the head, and the request stays replayable.
+            if let Err(status) = read_small_body(client, head, n as usize, settings).await {
+                return match status {
+                    499 => Outcome::local(Next::Close, 499, 0),
+                    _ => {
+                        let bytes = respond_error(client, status, "request body not received in time", true).await;
+                        Outcome::local(Next::Close, status, bytes.unwrap_or(0))
+                    }
+                };
+            }
+        }
+    }
     let mut body = match head.body {
         BodyFraming::None => ReqBody::InHand(Bytes::new()),
         BodyFraming::Length(n) if n <= REPLAYABLE_BODY && client.buf.len() as u64 >= n => {
@@ -409,15 +424,11 @@ async fn handle_request(
         let status = resp.1.status;
         let observed = if status >= 500 { Observed::ServerError } else { Observed::Success };
         upstream::observe(cluster, endpoint, ctx.index, observed);
-        if policy.on_status.contains(&status) && idempotent && replayable {
+        let retry_on_status = policy.on_status.contains(&status) && idempotent && replayable;
+        if retry_on_status {
             tried.push(pick.index);
         }
-        if policy.on_status.contains(&status)
-            && idempotent
-            && replayable
-            && another_endpoint(cluster, &tried)
-            && may_retry(retries, policy, counters)
-        {
+        if retry_on_status && another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
             // Drop this response (and its connection) and try another endpoint. Without one left, the
             // response is passed on as it is.
             endpoint_slot.by_class[class_index(status)].inc();
@@ -468,6 +479,29 @@ impl Drop for RetryGauge<'_> {
     fn drop(&mut self) {
         self.counters.retries_active.add(-self.count);
     }
+}
+
+/// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.
+async fn read_small_body(
+    client: &mut Client,
+    head: &RequestHead,
+    n: usize,
+    settings: &ListenerSettings,
+) -> Result<(), u16> {
+    if head.expect_continue && !head.http10 {
+        let continue_line = b"HTTP/1.1 100 Continue\r\n\r\n";
+        write_timed(&mut client.io, continue_line, settings.send_timeout).await.map_err(|_| 499u16)?;
+    }
+    let deadline = Instant::now() + settings.body_read_timeout;
+    while client.buf.len() < n {
+        client.buf.reserve(n - client.buf.len());
+        match timeout_at(deadline, client.io.read_buf(&mut client.buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(499),
+            Ok(Ok(_)) => {}
+            Err(_) => return Err(408),
+        }
+    }
+    Ok(())
 }
 
 /// Whether some endpoint is left to retry on.
