@@ -26,6 +26,9 @@ use tokio::time::{timeout_at, Instant};
 /// A request body up to this size that has fully arrived with its head is kept until the response starts,
 /// so the request can be replayed on another connection or endpoint.
 const REPLAYABLE_BODY: u64 = 64 * 1024;
+/// Read buffer for a request head: large enough that a head and a small body usually arrive in one read.
+/// Only connections with a request in progress hold it.
+const HEAD_READ_BUFFER: usize = 16 * 1024;
 /// Empty lines tolerated before a request line.
 const MAX_EMPTY_LINES: usize = 8;
 
@@ -230,7 +233,7 @@ async fn read_head(
             }
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
-            client.buf.reserve(4096);
+            client.buf.reserve(HEAD_READ_BUFFER);
         }
         let read = tokio::select! {
             r = timeout_at(deadline, client.io.read_buf(&mut client.buf)) => r,
