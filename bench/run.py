@@ -31,7 +31,7 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTICO = os.path.join(ROOT, "target", "release", "portico")
-PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181}
+PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181, "portico+log": 18183}
 BACKEND_BASE_PORT = 19000
 STATUS_PORT = 18999
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -183,12 +183,13 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         port = PROXY_PORTS[name]
         d = os.path.join(self.work, name)
         os.makedirs(d, exist_ok=True)
-        if name == "portico":
+        if name.startswith("portico"):
             eps = "\n".join(f'      - address: "{e}"' for e in endpoints)
             conf = f"""workers: {self.workers}
 log: {{ level: error }}
 listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }} }} ]
 routes: [ {{ cluster: be }} ]
+{f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
   be:
     circuit_breaker: {{ max_connections: 100000, max_pending: 100000, max_requests: 100000 }}
@@ -353,7 +354,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one scenario, 3 short runs: under two minutes")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
-    ap.add_argument("--proxies", default="nginx,haproxy,portico")
+    ap.add_argument("--proxies", default="nginx,haproxy,portico",
+                    help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")
     ap.add_argument("--workers", type=int, default=1)
@@ -418,9 +420,14 @@ def main():
             if "portico" in med and peer in med:
                 ratios.append((sc_name, peer, med["portico"][1] / med[peer][1], med["portico"][0] / med[peer][0],
                                med["portico"][2] / med[peer][2] if med[peer][2] else None))
+        if "portico" in med and "portico+log" in med:
+            log_on, log_off = med["portico+log"], med["portico"]
+            ratios.append((sc_name, "portico+log", log_on[1] / log_off[1], log_on[0] / log_off[0],
+                           log_on[2] / log_off[2] if log_off[2] else None))
     print("\n| scenario | Portico / peer | CPU per request | req/s | p99 |")
     print("|---|---|---|---|---|")
     for sc_name, peer, cpu, rps, p99 in ratios:
+        peer = peer if peer != "portico+log" else "access log on / off"
         print(f"| {sc_name} | {peer} | {cpu:.2f}x | {rps:.2f}x | {p99:.2f}x |" if p99 else
               f"| {sc_name} | {peer} | {cpu:.2f}x | {rps:.2f}x | - |")
     idle = {p: cells[p][0].get("idle10k_rss_kib") for cells in results.values() for p in cells
