@@ -132,9 +132,13 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
             break;
         }
         response.extend_from_slice(&chunk[..n]);
-        if response.len() >= MAX_PROBE_RESPONSE
-            || (!wants_body && memchr::memmem::find(&response, b"\r\n\r\n").is_some())
-        {
+        // Enough read: the head (when only the status matters), or the awaited text already seen, so a
+        // keep-alive upstream that ignores `connection: close` does not time the probe out.
+        let head_end = memchr::memmem::find(&response, b"\r\n\r\n");
+        let needle_seen = check.body_contains.as_ref().is_some_and(|needle| {
+            head_end.is_some_and(|end| memchr::memmem::find(&response[end..], needle.as_bytes()).is_some())
+        });
+        if response.len() >= MAX_PROBE_RESPONSE || (!wants_body && head_end.is_some()) || needle_seen {
             break;
         }
     }

@@ -67,18 +67,25 @@ impl EndpointHealth {
         self.ejections.load(Ordering::Relaxed)
     }
     /// Ejects for `base * 2^previous_ejections` (capped at `max`); the multiplier starts over once the endpoint
-    /// has stayed in for `max`. Returns the ejection time.
-    pub fn eject(&self, od: &OutlierSettings) -> Duration {
+    /// has stayed in for `max`. Returns the ejection time, or `None` when another worker ejected it first (an
+    /// ejection is counted once).
+    pub fn eject(&self, od: &OutlierSettings) -> Option<Duration> {
         let now = now_ms();
         let until = self.ejected_until_ms.load(Ordering::Relaxed);
+        if until > now {
+            return None;
+        }
         let mut previous = self.ejections.load(Ordering::Relaxed);
         if until > 0 && now.saturating_sub(until) > od.max_ejection.as_millis() as u64 {
             previous = 0;
         }
         let time = od.base_ejection.saturating_mul(1u32 << previous.min(16)).min(od.max_ejection);
+        // Only the worker that moves the deadline from the value it read ejects.
+        self.ejected_until_ms
+            .compare_exchange(until, now + time.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()?;
         self.ejections.store(previous + 1, Ordering::Relaxed);
-        self.ejected_until_ms.store(now + time.as_millis() as u64, Ordering::Relaxed);
-        time
+        Some(time)
     }
 }
 

@@ -168,7 +168,7 @@ pub(crate) fn observe(cluster: &Cluster, endpoint: &Endpoint, worker: usize, wha
     if ejected >= allowed {
         return;
     }
-    let time = endpoint.health.eject(od);
+    let Some(time) = endpoint.health.eject(od) else { return };
     slot(&cluster.stats.slots, worker).ejections.inc();
     tracing::warn!(cluster = %cluster.name, endpoint = %endpoint.configured, ?what, "endpoint ejected for {time:?}");
 }

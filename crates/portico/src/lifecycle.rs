@@ -200,7 +200,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => match &reloader {
-                    Some(r) => { let _ = r.reload("SIGHUP"); }
+                    // Off this thread: a slow DNS answer must not hold up SIGTERM.
+                    Some(r) => { let r = r.clone(); tokio::task::spawn_blocking(move || r.reload("SIGHUP")); }
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
                 },
                 _ = usr1.recv() => {
@@ -214,7 +215,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                         let now = file_stamp(&r.path);
                         if now.is_some() && now != stamp {
                             stamp = now;
-                            let _ = r.reload("file change");
+                            let r = r.clone();
+                            tokio::task::spawn_blocking(move || r.reload("file change"));
                         }
                     }
                 }
