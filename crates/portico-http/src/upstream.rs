@@ -206,9 +206,25 @@ pub(crate) async fn send_request(
     }
     let out_chunked = framing == BodyFraming::Chunked;
     let timeouts = (settings.body_read_timeout, send_timeout);
-    match relay_body(&mut client.io, &mut client.buf, framing, &mut conn.io, out_chunked, timeouts, &mut client.out)
-        .await
-    {
+    let (upstream_read, mut upstream_write) = conn.io.split();
+    let relay = relay_body(
+        &mut client.io,
+        &mut client.buf,
+        framing,
+        &mut upstream_write,
+        out_chunked,
+        timeouts,
+        &mut client.out,
+    );
+    // An upstream may answer before the body is complete (413, 401) and stop reading it: watch for any byte
+    // (or a close) from it while relaying, rather than waiting for the send timeout. `peek` consumes nothing.
+    let mut probe = [0u8; 1];
+    let answered_early = upstream_read.as_ref().peek(&mut probe);
+    let relayed = tokio::select! {
+        r = relay => r,
+        _ = answered_early => return Ok(()),
+    };
+    match relayed {
         Ok(_) => {
             *body = ReqBody::Sent;
             Ok(())

@@ -21,6 +21,9 @@ pub enum Behaviour {
     CloseOnSecondRequest,
     /// Writes these bytes as the response, then closes.
     Fixed(Vec<u8>),
+    /// Writes these bytes as the response right after the request head, then holds the connection open for
+    /// 10 s without reading the body: an upstream rejecting an upload early (413, 401).
+    AnswerWithoutReading(Vec<u8>),
 }
 
 #[derive(Default)]
@@ -113,6 +116,14 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, c: Arc<Counters>, stop: Ar
             }
             Behaviour::Fixed(bytes) => {
                 let _ = stream.write_all(bytes);
+                return;
+            }
+            Behaviour::AnswerWithoutReading(bytes) => {
+                let _ = stream.write_all(bytes);
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 return;
             }
             Behaviour::SilentClose { after } => {

@@ -82,6 +82,36 @@ fn a_streamed_body_is_never_replayed() {
 }
 
 #[test]
+fn an_early_answer_to_a_streamed_upload_is_forwarded_at_once() {
+    let raw = RawBackend::start(Behaviour::AnswerWithoutReading(
+        b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\n\r\ntoo large".to_vec(),
+    ))
+    .unwrap();
+    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let stream = std::net::TcpStream::connect(p.addr).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let size = 64 << 20;
+    // The body is sent from another thread: once Portico stops reading it, this write blocks or fails.
+    std::thread::spawn(move || {
+        let _ =
+            writer.write_all(format!("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n").as_bytes());
+        let block = vec![b'u'; 64 * 1024];
+        for _ in 0..size / block.len() {
+            if writer.write_all(&block).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut conn = Conn::from_stream(stream);
+    let r = conn.read_response(false);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.text(), "too large");
+    assert!(started.elapsed() < Duration::from_secs(3), "the early answer took {:?}", started.elapsed());
+    assert_eq!(r.header("connection").as_deref(), Some("close"), "the unread body leaves the connection unusable");
+}
+
+#[test]
 fn transfer_codings_other_than_chunked_are_forwarded() {
     let raw = RawBackend::start(Behaviour::Fixed(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n4\r\nGZIP\r\n0\r\n\r\n".to_vec(),
