@@ -41,32 +41,37 @@ fn by_class(out: &mut String, name: &str, labels: &str, count: impl Fn(usize) ->
 /// current configuration (health, in-flight) come from the running snapshot.
 pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    let routes = registry.all_routes();
+    // Each family is written whole (Prometheus wants a family's samples together), so labels are built once.
+    let routes: Vec<_> = registry
+        .all_routes()
+        .into_iter()
+        .map(|r| (format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster)), r))
+        .collect();
     header(&mut out, "portico_requests_total", "counter", "Requests answered, by route, cluster and status class.");
-    for r in &routes {
-        let labels = format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster));
-        by_class(&mut out, "portico_requests_total", &labels, |class| {
+    for (labels, r) in &routes {
+        by_class(&mut out, "portico_requests_total", labels, |class| {
             r.slots.iter().map(|s| s.0.by_class[class].get()).sum()
         });
     }
     header(&mut out, "portico_request_duration_seconds", "histogram", "Time from request head to response end.");
-    for r in &routes {
-        let labels = format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster));
-        histogram(&mut out, "portico_request_duration_seconds", &labels, r.slots.iter().map(|s| &s.0.duration));
+    for (labels, r) in &routes {
+        histogram(&mut out, "portico_request_duration_seconds", labels, r.slots.iter().map(|s| &s.0.duration));
     }
 
-    let endpoints = registry.all_endpoints();
+    let endpoints: Vec<_> = registry
+        .all_endpoints()
+        .into_iter()
+        .map(|e| (format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint)), e))
+        .collect();
     header(&mut out, "portico_upstream_requests_total", "counter", "Upstream tries, by endpoint and status class.");
-    for e in &endpoints {
-        let labels = format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint));
-        by_class(&mut out, "portico_upstream_requests_total", &labels, |class| {
+    for (labels, e) in &endpoints {
+        by_class(&mut out, "portico_upstream_requests_total", labels, |class| {
             e.slots.iter().map(|s| s.0.by_class[class].get()).sum()
         });
     }
     header(&mut out, "portico_upstream_duration_seconds", "histogram", "Time spent on one upstream try.");
-    for e in &endpoints {
-        let labels = format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint));
-        histogram(&mut out, "portico_upstream_duration_seconds", &labels, e.slots.iter().map(|s| &s.0.duration));
+    for (labels, e) in &endpoints {
+        histogram(&mut out, "portico_upstream_duration_seconds", labels, e.slots.iter().map(|s| &s.0.duration));
     }
     let per_endpoint: [SlotMetric<portico_http::stats::EndpointSlot>; 3] = [
         ("portico_upstream_connections_opened_total", "counter", "Upstream connections opened.", |s| {
@@ -79,10 +84,9 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
     ];
     for (name, kind, help, f) in per_endpoint {
         header(&mut out, name, kind, help);
-        for e in &endpoints {
+        for (labels, e) in &endpoints {
             let v: i64 = e.slots.iter().map(|s| f(&s.0)).sum();
-            let _ =
-                writeln!(out, "{name}{{cluster=\"{}\",endpoint=\"{}\"}} {v}", escape(&e.cluster), escape(&e.endpoint));
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
         }
     }
 

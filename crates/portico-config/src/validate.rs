@@ -272,33 +272,6 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 Some("for example `timeouts: { connect: 3s }`"),
             );
         }
-    }
-    if let Some(admin) = &cfg.admin {
-        if admin.address.parse::<SocketAddr>().is_err() {
-            err(
-                "admin.address",
-                format!("invalid admin address {:?}", admin.address),
-                Some("write IP:PORT, for example 127.0.0.1:9901"),
-            );
-        } else if cfg.listeners.iter().any(|l| l.address == admin.address) {
-            err(
-                "admin.address",
-                "the admin address is also a listener's".into(),
-                Some("give the admin server its own port"),
-            );
-        }
-    }
-    if let Some(log) = &cfg.access_log {
-        if log.path.trim().is_empty() {
-            err(
-                "access_log.path",
-                "access_log.path is empty".into(),
-                Some("a file path, or \"-\" for standard output"),
-            );
-        }
-    }
-    for (name, c) in &cfg.clusters {
-        let base = format!("clusters.{name}");
         if let Some(hc) = &c.health_check {
             let hb = format!("{base}.health_check");
             if !hc.path.starts_with('/') {
@@ -382,6 +355,30 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 &format!("{base}.retries.budget_percent"),
                 format!("budget_percent is a percentage, got {}", r.budget_percent),
                 Some("use 0 to 100; 20 is usual"),
+            );
+        }
+    }
+    if let Some(admin) = &cfg.admin {
+        if admin.address.parse::<SocketAddr>().is_err() {
+            err(
+                "admin.address",
+                format!("invalid admin address {:?}", admin.address),
+                Some("write IP:PORT, for example 127.0.0.1:9901"),
+            );
+        } else if cfg.listeners.iter().any(|l| l.address == admin.address) {
+            err(
+                "admin.address",
+                "the admin address is also a listener's".into(),
+                Some("give the admin server its own port"),
+            );
+        }
+    }
+    if let Some(log) = &cfg.access_log {
+        if log.path.trim().is_empty() {
+            err(
+                "access_log.path",
+                "access_log.path is empty".into(),
+                Some("a file path, or \"-\" for standard output"),
             );
         }
     }

@@ -170,12 +170,7 @@ fn sighup_reloads_routes_and_keeps_the_old_config_when_the_new_one_is_invalid() 
     let p = Portico::simple("round_robin", &[a.addr], "");
     let mut conn = Conn::open(p.addr);
     assert_eq!(backend_of(&mut conn, "/", ""), "a");
-    let listen = p.addr.to_string();
-    std::fs::write(
-        &p.config,
-        simple_yaml("round_robin", &[b.addr], "").replace("{listen}", &listen).replace("{admin}", &p.admin.to_string()),
-    )
-    .unwrap();
+    p.rewrite_config(&simple_yaml("round_robin", &[b.addr], ""));
     p.signal(libc::SIGHUP);
     let deadline = Instant::now() + Duration::from_secs(5);
     while backend_of(&mut Conn::open(p.addr), "/", "") != "b" {

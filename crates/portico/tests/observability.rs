@@ -85,15 +85,14 @@ fn secrets_are_masked_in_the_config_view() {
 fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
     let p = Portico::simple("round_robin", &[a.addr], "");
-    let fill = |yaml: String| yaml.replace("{listen}", &p.addr.to_string()).replace("{admin}", &p.admin.to_string());
-    std::fs::write(&p.config, fill(simple_yaml("round_robin", &[b.addr], ""))).unwrap();
+    p.rewrite_config(&simple_yaml("round_robin", &[b.addr], ""));
     let mut admin = Conn::open(p.admin);
     admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
     let r = admin.read_response(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
     // An invalid file: refused with FILE:LINE:COL, the running config stays, the failure is counted.
-    std::fs::write(&p.config, fill(simple_yaml("fastest", &[a.addr], ""))).unwrap();
+    p.rewrite_config(&simple_yaml("fastest", &[a.addr], ""));
     admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
     let r = admin.read_response(false);
     assert_eq!(r.status, 422);
@@ -118,8 +117,7 @@ fn watch_reloads_when_the_file_changes() {
     assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "a");
     std::thread::sleep(Duration::from_millis(1100)); // a different modification time
     let yaml = simple_yaml("round_robin", &[b.addr], "").replace("workers: 1", "workers: 1\nwatch: true");
-    std::fs::write(&p.config, yaml.replace("{listen}", &p.addr.to_string()).replace("{admin}", &p.admin.to_string()))
-        .unwrap();
+    p.rewrite_config(&yaml);
     wait_until("the changed file applied", Duration::from_secs(5), || {
         backend_of(&mut Conn::open(p.addr), "/", "") == "b"
     });
@@ -220,7 +218,6 @@ fn ten_reloads_under_load_fail_no_request_and_finish_a_long_download() {
         )
     };
     let p = Portico::start(&config_for(0));
-    let fill = |yaml: String| yaml.replace("{listen}", &p.addr.to_string()).replace("{admin}", &p.admin.to_string());
 
     // A long download, read slowly so that it spans every reload.
     let addr = p.addr;
@@ -244,7 +241,7 @@ fn ten_reloads_under_load_fail_no_request_and_finish_a_long_download() {
     let load = Load::start(addr, 4);
     for n in 1..=10 {
         std::thread::sleep(Duration::from_millis(250));
-        std::fs::write(&p.config, fill(config_for(n))).unwrap();
+        p.rewrite_config(&config_for(n));
         if n.is_multiple_of(2) {
             let mut admin = Conn::open(p.admin);
             admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");

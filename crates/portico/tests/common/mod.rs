@@ -40,8 +40,7 @@ impl Portico {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let config = temp_dir().join("portico.yaml");
-        let yaml = yaml.replace("{listen}", &addr.to_string()).replace("{admin}", &admin.to_string());
-        std::fs::write(&config, yaml).unwrap();
+        std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
         let child = Command::new(portico_bin())
             .args(["run", "-c"])
             .arg(&config)
@@ -69,6 +68,11 @@ impl Portico {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("portico did not start listening on {}", self.addr);
+    }
+
+    /// Replaces the configuration file (for a reload), with `{listen}` and `{admin}` as at start.
+    pub fn rewrite_config(&self, yaml: &str) {
+        std::fs::write(&self.config, fill(yaml, self.addr, self.admin)).unwrap();
     }
 
     /// GET on the admin server.
@@ -126,6 +130,10 @@ impl Portico {
         }
         None
     }
+}
+
+fn fill(yaml: &str, listen: SocketAddr, admin: SocketAddr) -> String {
+    yaml.replace("{listen}", &listen.to_string()).replace("{admin}", &admin.to_string())
 }
 
 impl Drop for Portico {
