@@ -31,7 +31,8 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTICO = os.path.join(ROOT, "target", "release", "portico")
-PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181, "portico+log": 18183}
+PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181, "portico+log": 18183, "portico+pipe": 18184,
+               "baseline": 18185}
 BACKEND_BASE_PORT = 19000
 STATUS_PORT = 18999
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -183,7 +184,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         port = PROXY_PORTS[name]
         d = os.path.join(self.work, name)
         os.makedirs(d, exist_ok=True)
-        if name.startswith("portico"):
+        if name.startswith("portico") or name == "baseline":
             eps = "\n".join(f'      - address: "{e}"' for e in endpoints)
             conf = f"""workers: {self.workers}
 log: {{ level: error }}
@@ -193,11 +194,15 @@ routes: [ {{ cluster: be }} ]
 clusters:
   be:
     circuit_breaker: {{ max_connections: 100000, max_pending: 100000, max_requests: 100000 }}
+{"    pool: { pipeline_depth: 16 }" if name == "portico+pipe" else ""}
     endpoints:
 {eps}
 """
             path = os.path.join(d, "portico.yaml")
-            args = [PORTICO, "run", "-c", path]
+            binary = os.environ.get("PORTICO_BASELINE", "") if name == "baseline" else PORTICO
+            if not binary:
+                raise SystemExit("the baseline proxy needs PORTICO_BASELINE=/path/to/an/older/portico")
+            args = [binary, "run", "-c", path]
         elif name == "nginx":
             servers = "\n".join(f"    server {e};" for e in endpoints)
             conf = f"""worker_processes {self.workers}; daemon off; pid {d}/pid; error_log stderr error;
@@ -254,14 +259,16 @@ backend be
 
     @staticmethod
     def cpu_ticks(pids):
-        total = 0
+        """(user, system) clock ticks of these processes, all their threads included."""
+        user = system = 0
         for pid in pids:
             try:
                 fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+                user += int(fields[11])
+                system += int(fields[12])
             except OSError:
                 pass
-        return total
+        return user, system
 
     @staticmethod
     def rss_kib(pids):
@@ -304,10 +311,14 @@ backend be
         started = time.time()
         result = self.wrk(url, scenario, self.duration)
         elapsed = time.time() - started
-        cpu = self.cpu_ticks(pids) - cpu0
+        cpu1 = self.cpu_ticks(pids)
+        per_request = 1e6 / CLK_TCK / max(result["requests"], 1)
+        user, system = (cpu1[0] - cpu0[0]) * per_request, (cpu1[1] - cpu0[1]) * per_request
         result.update(
             rps=result["requests"] / elapsed,
-            cpu_us=cpu / CLK_TCK * 1e6 / max(result["requests"], 1),
+            cpu_us=user + system,
+            cpu_user_us=user,
+            cpu_sys_us=system,
             upstream_opened=self.backend_accepts() - accepts0,
             rss_kib=self.rss_kib(pids),
         )
@@ -355,7 +366,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one scenario, 3 short runs: under two minutes")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     ap.add_argument("--proxies", default="nginx,haproxy,portico",
-                    help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on)")
+                    help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on), "
+                         "portico+pipe (with pool.pipeline_depth: 16), baseline (the binary in $PORTICO_BASELINE, "
+                         "for A/B runs of a change)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")
     ap.add_argument("--workers", type=int, default=1)
@@ -385,7 +398,8 @@ def main():
                 for p in proxies:  # interleaved, so drift in machine load hits every proxy alike
                     r = bench.run_cell(p, running[p], sc)
                     cells[p].append(r)
-                    log(f"  run {run + 1} {p}: {r['rps']:.0f} req/s, {r['cpu_us']:.2f} CPU us/req, "
+                    log(f"  run {run + 1} {p}: {r['rps']:.0f} req/s, {r['cpu_us']:.2f} CPU us/req "
+                        f"({r['cpu_user_us']:.2f} user + {r['cpu_sys_us']:.2f} sys), "
                         f"p99 {r['p99']} ms, upstream conns opened {r['upstream_opened']}")
             if args.idle_memory and sc_name == scenarios[0]:
                 for p in proxies:
@@ -398,14 +412,16 @@ def main():
         shutil.rmtree(bench.work, ignore_errors=True)
 
     print(f"# Results: {args.workers} worker(s) per proxy, {args.runs} runs of {args.duration}s per cell\n")
-    print("| scenario | proxy | req/s (median, min-max) | CPU µs/req | p50 ms | p99 ms | max ms | upstream conns opened | RSS MiB | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| scenario | proxy | req/s (median, min-max) | CPU µs/req | user + sys | p50 ms | p99 ms | max ms | upstream conns opened | RSS MiB | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for sc_name, cells in results.items():
         med = {}
         for p, runs in cells.items():
             rps = median_spread([r["rps"] for r in runs])
             cpu = median_spread([r["cpu_us"] for r in runs])
+            user = median_spread([r["cpu_user_us"] for r in runs])[0]
+            system = median_spread([r["cpu_sys_us"] for r in runs])[0]
             p50 = median_spread([r["p50"] for r in runs])[0]
             p99 = median_spread([r["p99"] for r in runs])[0]
             mx = median_spread([r["max"] for r in runs])[0]
@@ -415,7 +431,7 @@ def main():
             sock = "; ".join(r["socket_errors"] for r in runs if r["socket_errors"])
             med[p] = (rps[0], cpu[0], p99)
             print(f"| {sc_name} | {p} | {rps[0]:.0f} ({rps[1]:.0f}-{rps[2]:.0f}) | {cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f}) "
-                  f"| {p50:.2f} | {p99:.2f} | {mx:.1f} | {opened:.0f} | {rss / 1024:.1f} | {errs} {sock} |")
+                  f"| {user:.1f} + {system:.1f} | {p50:.2f} | {p99:.2f} | {mx:.1f} | {opened:.0f} | {rss / 1024:.1f} | {errs} {sock} |")
         for peer in ("nginx", "haproxy"):
             if "portico" in med and peer in med:
                 ratios.append((sc_name, peer, med["portico"][1] / med[peer][1], med["portico"][0] / med[peer][0],

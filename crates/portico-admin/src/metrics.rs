@@ -129,7 +129,7 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
     }
 
     let clusters = registry.all_clusters();
-    let per_cluster: [SlotMetric<portico_http::stats::ClusterSlot>; 8] = [
+    let per_cluster: [SlotMetric<portico_http::stats::ClusterSlot>; 10] = [
         ("portico_retries_total", "counter", "Retries of requests on another endpoint or connection.", |s| {
             s.retries.get() as i64
         }),
@@ -146,6 +146,18 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
             |s| s.no_healthy_endpoint.get() as i64,
         ),
         ("portico_ejections_total", "counter", "Endpoints ejected by outlier detection.", |s| s.ejections.get() as i64),
+        (
+            "portico_upstream_pipelined_requests_total",
+            "counter",
+            "Requests written to an upstream as part of a pipelined batch (pool.pipeline_depth).",
+            |s| s.pipelined_requests.get() as i64,
+        ),
+        (
+            "portico_upstream_pipeline_writes_total",
+            "counter",
+            "Writes that carried a pipelined batch: requests / writes is the average batch size.",
+            |s| s.pipeline_writes.get() as i64,
+        ),
         ("portico_cluster_requests_active", "gauge", "Requests in flight to the cluster.", |s| s.requests.get()),
         ("portico_cluster_requests_pending", "gauge", "Requests waiting for an upstream connection.", |s| {
             s.pending.get()

@@ -425,11 +425,14 @@ pub struct PoolConfig {
     pub max_idle_per_endpoint: usize,
     /// An idle pooled connection older than this is closed instead of reused.
     pub idle_timeout: HumanDuration,
+    /// Up to this many bodiless GET/HEAD/OPTIONS requests that arrive together for one endpoint are written to
+    /// one upstream connection in one write (HTTP/1.1 pipelining). 0 or 1: off.
+    pub pipeline_depth: usize,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig { max_idle_per_endpoint: 256, idle_timeout: HumanDuration::secs(30) }
+        PoolConfig { max_idle_per_endpoint: 256, idle_timeout: HumanDuration::secs(30), pipeline_depth: 0 }
     }
 }
 

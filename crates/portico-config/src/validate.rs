@@ -325,6 +325,13 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 Some("the ejection time grows from base_ejection up to max_ejection"),
             );
         }
+        if c.pool.pipeline_depth > 64 {
+            err(
+                &format!("{base}.pool.pipeline_depth"),
+                format!("at most 64 pipelined requests per connection, got {}", c.pool.pipeline_depth),
+                Some("a deep pipeline makes every request wait for the slowest one ahead of it; 4 to 16 is usual"),
+            );
+        }
         let cb = &c.circuit_breaker;
         if cb.max_connections == 0 || cb.max_requests == 0 || cb.max_pending == 0 {
             err(

@@ -8,6 +8,7 @@
 //! crates/portico/tests/framing.rs.
 
 use bytes::{Bytes, BytesMut};
+use std::mem::MaybeUninit;
 
 /// The most header fields any head may have; `limits.max_headers` is checked against the configured value.
 pub const MAX_HEADERS_HARD: usize = 1000;
@@ -302,16 +303,18 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
         }
         _ => {}
     }
-    let mut storage = [httparse::EMPTY_HEADER; 128];
+    // Uninitialized: zeroing 128 header slots on every parse cost more than parsing a small head.
+    let mut storage = [const { MaybeUninit::<httparse::Header>::uninit() }; 128];
     let mut heap;
-    let slots: &mut [httparse::Header] = if limits.max_headers < storage.len() {
+    let slots: &mut [MaybeUninit<httparse::Header>] = if limits.max_headers < storage.len() {
         &mut storage[..limits.max_headers]
     } else {
-        heap = vec![httparse::EMPTY_HEADER; limits.max_headers.min(MAX_HEADERS_HARD)];
+        heap = Vec::with_capacity(limits.max_headers.min(MAX_HEADERS_HARD));
+        heap.resize_with(limits.max_headers.min(MAX_HEADERS_HARD), MaybeUninit::uninit);
         &mut heap
     };
-    let mut req = httparse::Request::new(slots);
-    let used = match req.parse(data) {
+    let mut req = httparse::Request::new(&mut []);
+    let used = match req.parse_with_uninit_headers(data, slots) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if data.len() > limits.max_header_bytes {
@@ -504,9 +507,10 @@ pub fn parse_response(
     request_was_head: bool,
     max_bytes: usize,
 ) -> Result<Parsed<ResponseHead>, &'static str> {
-    let mut storage = [httparse::EMPTY_HEADER; 256];
-    let mut resp = httparse::Response::new(&mut storage);
-    let used = match resp.parse(buf) {
+    let mut storage = [const { MaybeUninit::<httparse::Header>::uninit() }; 256];
+    let mut resp = httparse::Response::new(&mut []);
+    let used = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, &mut storage)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return if buf.len() > max_bytes { Err("response head too large") } else { Ok(Parsed::Partial) };

@@ -5,6 +5,7 @@ pub mod access_log;
 pub mod balancer;
 pub mod codec;
 pub mod health;
+mod pipeline;
 pub mod pool;
 mod proxy;
 mod relay;

@@ -18,6 +18,8 @@ pub struct UpstreamConn {
     /// True when the connection came from the pool: a failure before any response byte may be a race with
     /// the upstream closing it, and is retried on a fresh connection.
     pub reused: bool,
+    /// Its place in a batch of pipelined requests, while one member holds it.
+    pub(crate) ticket: Option<crate::pipeline::Ticket>,
     endpoint: Arc<EndpointStats>,
     cluster: Arc<ClusterStats>,
     worker: usize,
@@ -32,7 +34,12 @@ impl UpstreamConn {
         if let Some(s) = cluster.slots.get(worker) {
             s.0.connections.add(1);
         }
-        UpstreamConn { io, buf: BytesMut::new(), reused: false, endpoint, cluster, worker }
+        UpstreamConn { io, buf: BytesMut::new(), reused: false, ticket: None, endpoint, cluster, worker }
+    }
+
+    /// More pipelined responses follow on this connection: bytes after the current response are theirs.
+    pub(crate) fn has_followers(&self) -> bool {
+        self.ticket.as_ref().is_some_and(|t| t.has_followers())
     }
 
     /// False when the upstream has closed the connection or sent bytes nobody asked for. Costs no system
@@ -58,9 +65,9 @@ impl Drop for UpstreamConn {
 }
 
 /// Identifies an endpoint's connections: the same address in two clusters gets two pools.
-type PoolKey = (usize, SocketAddr);
+pub(crate) type PoolKey = (usize, SocketAddr);
 
-fn key(endpoint: &Endpoint) -> PoolKey {
+pub(crate) fn key(endpoint: &Endpoint) -> PoolKey {
     (Arc::as_ptr(&endpoint.stats) as usize, endpoint.addr)
 }
 

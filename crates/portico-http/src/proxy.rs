@@ -6,12 +6,13 @@
 use crate::access_log::Entry;
 use crate::balancer::{NoPick, PickInput};
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
+use crate::pipeline;
 use crate::pool::UpstreamConn;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::router::CompiledRoute;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::stats::{class_index, slot};
-use crate::upstream::{self, push_u64, Fault, Observed, UpstreamFailure};
+use crate::upstream::{self, push_u64, Failed, Fault, Observed, UpstreamFailure};
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
 use std::io;
@@ -355,9 +356,18 @@ async fn handle_request(
         let endpoint = &cluster.endpoints[pick.index];
         last_upstream = Some(endpoint.addr);
         let attempt_started = std::time::Instant::now();
-        let mut conn = match upstream::connection(ctx, cluster, endpoint, fresh_only).await {
-            Ok(c) => c,
-            Err(failure) => {
+        endpoint.begin(ctx.index);
+        let _inflight = InflightGuard { endpoint, worker: ctx.index };
+        let exchanged = if !fresh_only && pipeline::eligible(head, cluster) {
+            pipeline::exchange(client, ctx, cluster, endpoint, head).await
+        } else {
+            upstream::exchange(client, ctx, cluster, endpoint, fresh_only, head, &mut body, settings).await
+        };
+        let replayable = body.replayable();
+        let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
+        let (conn, resp) = match exchanged {
+            Ok(exchanged) => exchanged,
+            Err(Failed { failure, connected: false, .. }) => {
                 if failure.fault != Fault::Upstream {
                     // The breaker refused a new connection: after a failed try, report that failure instead.
                     if tried.is_empty() {
@@ -376,28 +386,17 @@ async fn handle_request(
                 }
                 break;
             }
-        };
-        endpoint.begin(ctx.index);
-        let _inflight = InflightGuard { endpoint, worker: ctx.index };
-        let sent = upstream::send_request(client, &mut conn, head, &mut body, cluster, endpoint, settings).await;
-        let response = match sent {
-            Ok(()) => upstream::read_response_head(client, &mut conn, head, cluster, &body).await,
-            Err(f) => Err(f),
-        };
-        let replayable = body.replayable();
-        let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
-        let resp = match response {
-            Ok(resp) => resp,
-            Err(f) if f.fault == Fault::ClientGone => {
+            Err(Failed { failure: f, .. }) if f.fault == Fault::ClientGone => {
                 return Outcome { retries, ..Outcome::local(Next::Close, 499, 0) };
             }
-            Err(f) if f.retry_fresh && conn.reused && replayable => {
-                // A pooled connection the upstream had closed: replay on a fresh one (same endpoint allowed).
+            Err(Failed { failure: f, reused: true, .. }) if f.retry_fresh && replayable => {
+                // A pooled connection the upstream had closed (or a pipelined batch that lost its connection):
+                // replay on a fresh one (same endpoint allowed).
                 fresh_only = true;
                 last = f;
                 continue;
             }
-            Err(f) => {
+            Err(Failed { failure: f, .. }) => {
                 last = f;
                 if f.fault == Fault::Upstream {
                     upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
@@ -643,14 +642,10 @@ async fn forward_response(
     .await;
     match relayed {
         Ok(bytes) => {
-            if resp.reusable && conn.buf.is_empty() && request_done {
-                let settings = &cluster.settings;
-                ctx.pool.borrow_mut().checkin(
-                    endpoint,
-                    conn,
-                    settings.max_idle_per_endpoint,
-                    settings.pool_idle_timeout,
-                );
+            // Bytes after the response belong to the next pipelined response, if one follows; otherwise the
+            // upstream sent something nobody asked for and the connection is not reused.
+            if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
+                pipeline::release(ctx, cluster, endpoint, conn);
             }
             (if keep_alive { Next::KeepAlive } else { Next::Close }, bytes)
         }

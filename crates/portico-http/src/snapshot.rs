@@ -170,6 +170,8 @@ pub struct UpstreamSettings {
     pub send_timeout: Duration,
     pub max_idle_per_endpoint: usize,
     pub pool_idle_timeout: Duration,
+    /// Most requests written together to one upstream connection; 0 or 1: no pipelining.
+    pub pipeline_depth: usize,
     pub preserve_host: bool,
     pub outlier: OutlierSettings,
     pub retries: RetrySettings,
@@ -372,6 +374,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             send_timeout: c.timeouts.send.0,
             max_idle_per_endpoint: c.pool.max_idle_per_endpoint,
             pool_idle_timeout: c.pool.idle_timeout.0,
+            pipeline_depth: c.pool.pipeline_depth,
             preserve_host: c.preserve_host,
             outlier: (&c.outlier_detection).into(),
             retries: RetrySettings {

@@ -128,6 +128,9 @@ pub struct ClusterSlot {
     pub breaker_rejections: Counter,
     pub no_healthy_endpoint: Counter,
     pub ejections: Counter,
+    /// Requests sent as part of a pipelined batch, and the writes that carried them.
+    pub pipelined_requests: Counter,
+    pub pipeline_writes: Counter,
     /// Requests in flight (for the breaker and the retry budget).
     pub requests: Gauge,
     /// Requests waiting for a connection.

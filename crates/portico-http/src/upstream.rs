@@ -108,6 +108,46 @@ pub(crate) async fn connection(
     }
 }
 
+/// A failed exchange: why, whether a connection was obtained, and whether that connection had been used
+/// before (a failure before any response byte may then be a race with the upstream closing it).
+pub(crate) struct Failed {
+    pub failure: UpstreamFailure,
+    pub connected: bool,
+    pub reused: bool,
+}
+
+/// The connection and the response head of a request sent, or why there is none.
+pub(crate) type Exchanged = Result<(UpstreamConn, (Bytes, ResponseHead)), Failed>;
+
+/// One request on a connection of its own (pooled, or new within the breaker's limits): the request sent and
+/// the response head read.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn exchange(
+    client: &mut Client,
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    fresh_only: bool,
+    head: &RequestHead,
+    body: &mut ReqBody,
+    settings: &ListenerSettings,
+) -> Exchanged {
+    let mut conn = connection(ctx, cluster, endpoint, fresh_only).await.map_err(|failure| Failed {
+        failure,
+        connected: false,
+        reused: false,
+    })?;
+    let sent = send_request(client, &mut conn, head, body, cluster, endpoint, settings).await;
+    let response = match sent {
+        Ok(()) => read_response_head(client, &mut conn, head, cluster, body).await,
+        Err(f) => Err(f),
+    };
+    match response {
+        Ok(resp) => Ok((conn, resp)),
+        Err(failure) => Err(Failed { failure, connected: true, reused: conn.reused }),
+    }
+}
+
 /// What one try told about an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Observed {
@@ -245,7 +285,13 @@ pub(crate) async fn send_request(
 
 /// The request head as forwarded: origin-form target, hop-by-hop headers removed, framing regenerated, the
 /// `x-forwarded-*` and `via` headers added.
-fn write_request_head(out: &mut Vec<u8>, head: &RequestHead, cluster: &Cluster, endpoint: &Endpoint, peer: SocketAddr) {
+pub(crate) fn write_request_head(
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    peer: SocketAddr,
+) {
     out.extend_from_slice(head.method());
     out.push(b' ');
     out.extend_from_slice(head.origin_form());

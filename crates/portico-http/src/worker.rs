@@ -21,6 +21,8 @@ pub struct WorkerCtx {
     pub index: usize,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub pool: RefCell<Pool>,
+    /// Pipelined request batches still open for joining.
+    pub batches: crate::pipeline::Batches,
     /// Becomes true when the process starts shutting down.
     pub shutdown: watch::Receiver<bool>,
     pub access_log: Option<LocalLog>,
@@ -82,6 +84,7 @@ async fn run(
         index,
         snapshot,
         pool: RefCell::new(Pool::default()),
+        batches: Default::default(),
         shutdown: shutdown.clone(),
         access_log: access_log.map(LocalLog::new),
         open_connections: Cell::new(0),

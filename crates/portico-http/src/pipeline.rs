@@ -1,0 +1,240 @@
+//! Upstream request batching: HTTP/1.1 pipelining, opt-in per cluster (`pool.pipeline_depth`).
+//!
+//! Most of the CPU a small proxied request costs is the kernel's work per segment: one receive and one send
+//! towards the client, one of each towards the upstream. Requests that become ready in the same turn of the
+//! worker's event loop and go to the same endpoint can share the upstream half. The first (the leader) opens
+//! a batch and yields once, so that every request already woken can join; then it writes them all with one
+//! system call. Responses come back in order on that connection: each member reads its own when its turn
+//! comes, exactly as an unbatched request does, and hands the connection on to the next.
+//!
+//! Only requests that may be sent again join (GET, HEAD and OPTIONS without a body). When the connection is
+//! lost, or a member gives up, the members not yet answered retry on a fresh connection of their own: a
+//! response is never taken for another request's.
+
+use crate::codec::{BodyFraming, RequestHead};
+use crate::pool::{self, PoolKey, UpstreamConn};
+use crate::proxy::{Client, ReqBody};
+use crate::relay::write_timed;
+use crate::snapshot::{Cluster, Endpoint};
+use crate::stats::slot;
+use crate::upstream::{self, Exchanged, Failed, UpstreamFailure};
+use crate::worker::WorkerCtx;
+use bytes::Bytes;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use tokio::sync::Notify;
+use tokio::time::{timeout_at, Instant};
+
+/// Requests written together to one connection, answered in order.
+struct Batch {
+    /// The members' request heads, gathered until the leader writes them.
+    out: RefCell<Vec<u8>>,
+    /// Members so far; fixed once the batch is written.
+    members: Cell<usize>,
+    /// The connection between two members' turns.
+    conn: RefCell<Option<UpstreamConn>>,
+    written: Cell<bool>,
+    /// The member whose response is next.
+    serving: Cell<usize>,
+    /// The connection is lost or out of step: members not yet served retry elsewhere.
+    broken: Cell<bool>,
+    turn: Notify,
+}
+
+impl Batch {
+    fn give_up(&self) {
+        self.broken.set(true);
+        self.turn.notify_waiters();
+    }
+}
+
+/// A worker's batches still open for joining, by endpoint. A batch is open from its leader's arrival until
+/// its write.
+#[derive(Default)]
+pub struct Batches {
+    open: RefCell<HashMap<PoolKey, Rc<Batch>>>,
+}
+
+/// A member's place in its batch. Dropped before its response was read in full, it breaks the batch: the
+/// response will never be read, so the connection cannot be handed on.
+pub(crate) struct Ticket {
+    batch: Rc<Batch>,
+    index: usize,
+    done: bool,
+}
+
+impl Ticket {
+    pub(crate) fn has_followers(&self) -> bool {
+        self.index + 1 < self.batch.members.get()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.done {
+            self.batch.give_up();
+        }
+    }
+}
+
+/// Whether this request may join a batch: the cluster pipelines, and the request can be replayed as it is.
+pub(crate) fn eligible(head: &RequestHead, cluster: &Cluster) -> bool {
+    cluster.settings.pipeline_depth > 1
+        && head.body == BodyFraming::None
+        && !head.expect_continue
+        && matches!(head.method(), b"GET" | b"HEAD" | b"OPTIONS")
+}
+
+fn lost() -> Failed {
+    Failed {
+        failure: UpstreamFailure {
+            retry_fresh: true,
+            ..UpstreamFailure::upstream(502, "upstream connection lost before the response")
+        },
+        connected: true,
+        reused: true,
+    }
+}
+
+/// Sends the request as part of a batch to `endpoint` and reads its response head.
+pub(crate) async fn exchange(
+    client: &mut Client,
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    head: &RequestHead,
+) -> Exchanged {
+    let key = pool::key(endpoint);
+    let joined = {
+        let mut open = ctx.batches.open.borrow_mut();
+        match open.get(&key) {
+            Some(batch) if !batch.broken.get() => {
+                let batch = batch.clone();
+                let index = batch.members.get();
+                batch.members.set(index + 1);
+                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, client.peer);
+                if index + 1 >= cluster.settings.pipeline_depth {
+                    open.remove(&key);
+                }
+                Some(Ticket { batch, index, done: false })
+            }
+            _ => None,
+        }
+    };
+    let ticket = match joined {
+        Some(ticket) => ticket,
+        None => lead(client, ctx, cluster, endpoint, head, key).await?,
+    };
+    take_turn(client, ticket, head, cluster).await
+}
+
+/// Opens a batch, lets the requests woken in the same turn join, and writes them all.
+async fn lead(
+    client: &mut Client,
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    head: &RequestHead,
+    key: PoolKey,
+) -> Result<Ticket, Failed> {
+    let batch = Rc::new(Batch {
+        out: RefCell::new(Vec::with_capacity(1024)),
+        members: Cell::new(1),
+        conn: RefCell::new(None),
+        written: Cell::new(false),
+        serving: Cell::new(0),
+        broken: Cell::new(false),
+        turn: Notify::new(),
+    });
+    upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, client.peer);
+    ctx.batches.open.borrow_mut().insert(key, batch.clone());
+    // From here on, leaving early drops the ticket, which sends the members to retry on their own.
+    let ticket = Ticket { batch: batch.clone(), index: 0, done: false };
+    let conn = upstream::connection(ctx, cluster, endpoint, false).await;
+    if conn.is_ok() {
+        tokio::task::yield_now().await;
+    }
+    {
+        let mut open = ctx.batches.open.borrow_mut();
+        if open.get(&key).is_some_and(|b| Rc::ptr_eq(b, &batch)) {
+            open.remove(&key);
+        }
+    }
+    let mut conn = conn.map_err(|failure| Failed { failure, connected: false, reused: false })?;
+    let out = std::mem::take(&mut *batch.out.borrow_mut());
+    let counters = slot(&cluster.stats.slots, ctx.index);
+    counters.pipeline_writes.inc();
+    counters.pipelined_requests.add(batch.members.get() as u64);
+    if write_timed(&mut conn.io, &out, cluster.settings.send_timeout).await.is_err() {
+        return Err(Failed {
+            failure: UpstreamFailure {
+                retry_fresh: true,
+                ..UpstreamFailure::upstream(502, "upstream closed the connection")
+            },
+            connected: true,
+            reused: conn.reused,
+        });
+    }
+    *batch.conn.borrow_mut() = Some(conn);
+    batch.written.set(true);
+    batch.turn.notify_waiters();
+    Ok(ticket)
+}
+
+/// Waits for the responses ahead of this one, then reads this one's head.
+async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
+    let batch = ticket.batch.clone();
+    let deadline = Instant::now() + cluster.settings.response_header_timeout;
+    loop {
+        // Registered before the check, so a hand-over between the check and the wait is not missed.
+        let notified = batch.turn.notified();
+        if batch.broken.get() {
+            return Err(lost());
+        }
+        if batch.written.get() && batch.serving.get() == ticket.index {
+            break;
+        }
+        if timeout_at(deadline, notified).await.is_err() {
+            // Its response would arrive later and be read as the next member's: the connection is given up
+            // (the ticket's drop breaks the batch).
+            return Err(Failed {
+                failure: UpstreamFailure {
+                    timed_out: true,
+                    ..UpstreamFailure::upstream(504, "upstream timed out before responding")
+                },
+                connected: true,
+                reused: true,
+            });
+        }
+    }
+    let Some(mut conn) = batch.conn.borrow_mut().take() else {
+        return Err(lost());
+    };
+    conn.reused |= ticket.index > 0;
+    conn.ticket = Some(ticket);
+    match upstream::read_response_head(client, &mut conn, head, cluster, &ReqBody::InHand(Bytes::new())).await {
+        Ok(resp) => Ok((conn, resp)),
+        // Dropping the connection (and its ticket) sends the members behind to retry on their own.
+        Err(failure) => Err(Failed { failure, connected: true, reused: conn.reused }),
+    }
+}
+
+/// Hands a connection whose response was read in full to the next member of its batch, or to the pool.
+pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, mut conn: UpstreamConn) {
+    if let Some(mut ticket) = conn.ticket.take() {
+        if ticket.batch.broken.get() {
+            return;
+        }
+        ticket.done = true;
+        if ticket.has_followers() {
+            let batch = &ticket.batch;
+            *batch.conn.borrow_mut() = Some(conn);
+            batch.serving.set(ticket.index + 1);
+            batch.turn.notify_waiters();
+            return;
+        }
+    }
+    let settings = &cluster.settings;
+    ctx.pool.borrow_mut().checkin(endpoint, conn, settings.max_idle_per_endpoint, settings.pool_idle_timeout);
+}
