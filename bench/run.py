@@ -32,7 +32,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTICO = os.path.join(ROOT, "target", "release", "portico")
 PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181, "portico+log": 18183, "portico+pipe": 18184,
-               "baseline": 18185}
+               "baseline": 18185, "baseline+pipe": 18186}
 BACKEND_BASE_PORT = 19000
 STATUS_PORT = 18999
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -48,6 +48,11 @@ SCENARIOS = {
     "newconn": dict(path="/small", conns=50, endpoints=2, close=True, desc="new client connection per request"),
     "ep100": dict(path="/small", conns=50, endpoints=100, desc="100 upstream endpoints"),
     "ep1000": dict(path="/small", conns=50, endpoints=1000, v6_half=True, desc="1,000 endpoints, half on [::1]"),
+    # Fixed offered load (h2load --rps): every proxy does the same work per second, so CPU per request compares
+    # without the throughput differences of a saturating run, and the latency is that of a proxy not at its
+    # limit. Latency is measured per request from h2load's log.
+    "rate15k": dict(path="/small", conns=50, endpoints=2, rate=15000,
+                    desc="100 B response, 15,000 req/s offered over 50 connections (h2load)"),
 }
 QUICK = ["small"]
 
@@ -57,7 +62,8 @@ def log(msg):
 
 
 def ensure_tools():
-    missing = [pkg for tool, pkg in (("nginx", "nginx-light"), ("haproxy", "haproxy"), ("wrk", "wrk"))
+    missing = [pkg for tool, pkg in (("nginx", "nginx-light"), ("haproxy", "haproxy"), ("wrk", "wrk"),
+                                                ("h2load", "nghttp2-client"))
                if not (shutil.which(tool) or os.path.exists(f"/usr/sbin/{tool}"))]
     if missing:
         log(f"installing {' '.join(missing)}")
@@ -184,22 +190,23 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         port = PROXY_PORTS[name]
         d = os.path.join(self.work, name)
         os.makedirs(d, exist_ok=True)
-        if name.startswith("portico") or name == "baseline":
+        if name.startswith(("portico", "baseline")):
             eps = "\n".join(f'      - address: "{e}"' for e in endpoints)
             conf = f"""workers: {self.workers}
 log: {{ level: error }}
+admin: {{ address: "127.0.0.1:{port + 100}" }}
 listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }} }} ]
 routes: [ {{ cluster: be }} ]
 {f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
   be:
     circuit_breaker: {{ max_connections: 100000, max_pending: 100000, max_requests: 100000 }}
-{"    pool: { pipeline_depth: 16 }" if name == "portico+pipe" else ""}
+{"    pool: { pipeline_depth: 16 }" if name.endswith("+pipe") else ""}
     endpoints:
 {eps}
 """
             path = os.path.join(d, "portico.yaml")
-            binary = os.environ.get("PORTICO_BASELINE", "") if name == "baseline" else PORTICO
+            binary = os.environ.get("PORTICO_BASELINE", "") if name.startswith("baseline") else PORTICO
             if not binary:
                 raise SystemExit("the baseline proxy needs PORTICO_BASELINE=/path/to/an/older/portico")
             args = [binary, "run", "-c", path]
@@ -302,16 +309,58 @@ backend be
         return dict(requests=requests, p50=lat("50%"), p99=lat("99%"), max=max_ms,
                     non2xx=int(errors.group(1)) if errors else 0, socket_errors=sock.group(1) if sock else "")
 
+    @staticmethod
+    def pipeline_counters(name):
+        """(pipelined requests, pipeline writes) from a Portico's metrics; None for other proxies."""
+        if not name.startswith(("portico", "baseline")):
+            return None
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{PROXY_PORTS[name] + 100}/metrics", timeout=5).read()
+        except OSError:
+            return None
+        def total(metric):
+            return sum(float(l.rsplit(" ", 1)[1]) for l in text.decode().splitlines() if l.startswith(metric + "{"))
+        return total("portico_upstream_pipelined_requests_total"), total("portico_upstream_pipeline_writes_total")
+
+    def h2load(self, url, scenario, duration):
+        """A fixed request rate (`rate` requests per second over `conns` connections); latencies from the
+        per-request log."""
+        log_path = os.path.join(self.work, "h2load.log")
+        if os.path.exists(log_path):
+            os.remove(log_path)  # h2load appends
+        per_conn = max(1, scenario["rate"] // scenario["conns"])
+        args = ["h2load", "--h1", "-c", str(scenario["conns"]), "--rps", str(per_conn), "-D", str(duration),
+                "--log-file", log_path, url]
+        out = subprocess.run(["taskset", "-c", self.load_cpu, *args], capture_output=True, text=True,
+                             timeout=duration + 30).stdout
+        latencies, non2xx = [], 0
+        with open(log_path) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) == 3:
+                    latencies.append(int(fields[2]) / 1000.0)
+                    non2xx += not fields[1].startswith("2")
+        latencies.sort()
+        def pct(q):
+            return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else None
+        failed = re.search(r"(\d+) failed, (\d+) errored, (\d+) timeout", out)
+        return dict(requests=len(latencies), p50=pct(0.5), p99=pct(0.99), max=latencies[-1] if latencies else None,
+                    non2xx=non2xx, socket_errors=failed.group(0) if failed and failed.group(0) != "0 failed, 0 errored, 0 timeout" else "")
+
     def run_cell(self, name, proxy_proc, scenario):
         url = f"http://127.0.0.1:{PROXY_PORTS[name]}{scenario['path']}"
         self.wrk(url, dict(scenario, conns=min(scenario["conns"], 10)), 1)  # warm pools
         pids = self.tree_pids(proxy_proc.pid)
         accepts0 = self.backend_accepts()
+        batches0 = self.pipeline_counters(name)
         cpu0 = self.cpu_ticks(pids)
         started = time.time()
-        result = self.wrk(url, scenario, self.duration)
+        result = (self.h2load if scenario.get("rate") else self.wrk)(url, scenario, self.duration)
         elapsed = time.time() - started
         cpu1 = self.cpu_ticks(pids)
+        batches1 = self.pipeline_counters(name)
+        if batches0 and batches1 and batches1[1] > batches0[1]:
+            result["batch"] = (batches1[0] - batches0[0]) / (batches1[1] - batches0[1])
         per_request = 1e6 / CLK_TCK / max(result["requests"], 1)
         user, system = (cpu1[0] - cpu0[0]) * per_request, (cpu1[1] - cpu0[1]) * per_request
         result.update(
@@ -367,8 +416,8 @@ def main():
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     ap.add_argument("--proxies", default="nginx,haproxy,portico",
                     help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on), "
-                         "portico+pipe (with pool.pipeline_depth: 16), baseline (the binary in $PORTICO_BASELINE, "
-                         "for A/B runs of a change)")
+                         "portico+pipe (with pool.pipeline_depth: 16), baseline and baseline+pipe (the same with the binary "
+                         "in $PORTICO_BASELINE, for A/B runs of a change)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")
     ap.add_argument("--workers", type=int, default=1)
@@ -400,7 +449,8 @@ def main():
                     cells[p].append(r)
                     log(f"  run {run + 1} {p}: {r['rps']:.0f} req/s, {r['cpu_us']:.2f} CPU us/req "
                         f"({r['cpu_user_us']:.2f} user + {r['cpu_sys_us']:.2f} sys), "
-                        f"p99 {r['p99']} ms, upstream conns opened {r['upstream_opened']}")
+                        f"p99 {r['p99']} ms, upstream conns opened {r['upstream_opened']}"
+                        + (f", {r['batch']:.2f} requests per pipelined write" if r.get("batch") else ""))
             if args.idle_memory and sc_name == scenarios[0]:
                 for p in proxies:
                     cells[p][0]["idle10k_rss_kib"] = bench.idle_memory(p, running[p])
@@ -432,18 +482,18 @@ def main():
             med[p] = (rps[0], cpu[0], p99)
             print(f"| {sc_name} | {p} | {rps[0]:.0f} ({rps[1]:.0f}-{rps[2]:.0f}) | {cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f}) "
                   f"| {user:.1f} + {system:.1f} | {p50:.2f} | {p99:.2f} | {mx:.1f} | {opened:.0f} | {rss / 1024:.1f} | {errs} {sock} |")
-        for peer in ("nginx", "haproxy"):
-            if "portico" in med and peer in med:
-                ratios.append((sc_name, peer, med["portico"][1] / med[peer][1], med["portico"][0] / med[peer][0],
-                               med["portico"][2] / med[peer][2] if med[peer][2] else None))
+        for ours in [p for p in med if p.startswith(("portico", "baseline"))]:
+            for peer in ("nginx", "haproxy"):
+                if peer in med:
+                    ratios.append((sc_name, f"{ours} / {peer}", med[ours][1] / med[peer][1],
+                                   med[ours][0] / med[peer][0], med[ours][2] / med[peer][2] if med[peer][2] else None))
         if "portico" in med and "portico+log" in med:
             log_on, log_off = med["portico+log"], med["portico"]
-            ratios.append((sc_name, "portico+log", log_on[1] / log_off[1], log_on[0] / log_off[0],
+            ratios.append((sc_name, "access log on / off", log_on[1] / log_off[1], log_on[0] / log_off[0],
                            log_on[2] / log_off[2] if log_off[2] else None))
-    print("\n| scenario | Portico / peer | CPU per request | req/s | p99 |")
+    print("\n| scenario | ratio | CPU per request | req/s | p99 |")
     print("|---|---|---|---|---|")
     for sc_name, peer, cpu, rps, p99 in ratios:
-        peer = peer if peer != "portico+log" else "access log on / off"
         print(f"| {sc_name} | {peer} | {cpu:.2f}x | {rps:.2f}x | {p99:.2f}x |" if p99 else
               f"| {sc_name} | {peer} | {cpu:.2f}x | {rps:.2f}x | - |")
     idle = {p: cells[p][0].get("idle10k_rss_kib") for cells in results.values() for p in cells

@@ -23,8 +23,7 @@ use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use tokio::sync::Notify;
-use tokio::time::{timeout_at, Instant};
+use std::task::{Poll, Waker};
 
 /// Requests written together to one connection, answered in order.
 struct Batch {
@@ -39,13 +38,22 @@ struct Batch {
     serving: Cell<usize>,
     /// The connection is lost or out of step: members not yet served retry elsewhere.
     broken: Cell<bool>,
-    turn: Notify,
+    /// Members waiting for their turn, by index: a hand-over wakes the next member only.
+    waiting: RefCell<Vec<Option<Waker>>>,
 }
 
 impl Batch {
     fn give_up(&self) {
         self.broken.set(true);
-        self.turn.notify_waiters();
+        for waker in self.waiting.borrow_mut().iter_mut().filter_map(Option::take) {
+            waker.wake();
+        }
+    }
+
+    fn wake(&self, index: usize) {
+        if let Some(waker) = self.waiting.borrow_mut().get_mut(index).and_then(Option::take) {
+            waker.wake();
+        }
     }
 }
 
@@ -145,7 +153,7 @@ async fn lead(
         written: Cell::new(false),
         serving: Cell::new(0),
         broken: Cell::new(false),
-        turn: Notify::new(),
+        waiting: RefCell::new(Vec::new()),
     });
     upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, client.peer);
     ctx.batches.open.borrow_mut().insert(key, batch.clone());
@@ -178,35 +186,29 @@ async fn lead(
     }
     *batch.conn.borrow_mut() = Some(conn);
     batch.written.set(true);
-    batch.turn.notify_waiters();
     Ok(ticket)
 }
 
 /// Waits for the responses ahead of this one, then reads this one's head.
+///
+/// The wait needs no timer of its own: every member ahead is bounded by its own timeouts, and one that fails
+/// drops the connection, which breaks the batch and wakes everyone behind it.
 async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
     let batch = ticket.batch.clone();
-    let deadline = Instant::now() + cluster.settings.response_header_timeout;
-    loop {
-        // Registered before the check, so a hand-over between the check and the wait is not missed.
-        let notified = batch.turn.notified();
-        if batch.broken.get() {
-            return Err(lost());
+    std::future::poll_fn(|cx| {
+        if batch.broken.get() || (batch.written.get() && batch.serving.get() == ticket.index) {
+            return Poll::Ready(());
         }
-        if batch.written.get() && batch.serving.get() == ticket.index {
-            break;
+        let mut waiting = batch.waiting.borrow_mut();
+        if waiting.len() <= ticket.index {
+            waiting.resize(ticket.index + 1, None);
         }
-        if timeout_at(deadline, notified).await.is_err() {
-            // Its response would arrive later and be read as the next member's: the connection is given up
-            // (the ticket's drop breaks the batch).
-            return Err(Failed {
-                failure: UpstreamFailure {
-                    timed_out: true,
-                    ..UpstreamFailure::upstream(504, "upstream timed out before responding")
-                },
-                connected: true,
-                reused: true,
-            });
-        }
+        waiting[ticket.index] = Some(cx.waker().clone());
+        Poll::Pending
+    })
+    .await;
+    if batch.broken.get() {
+        return Err(lost());
     }
     let Some(mut conn) = batch.conn.borrow_mut().take() else {
         return Err(lost());
@@ -231,7 +233,7 @@ pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, m
             let batch = &ticket.batch;
             *batch.conn.borrow_mut() = Some(conn);
             batch.serving.set(ticket.index + 1);
-            batch.turn.notify_waiters();
+            batch.wake(ticket.index + 1);
             return;
         }
     }
