@@ -3,6 +3,7 @@
 
 pub mod access_log;
 pub mod balancer;
+mod buffers;
 pub mod codec;
 pub mod health;
 mod pipeline;

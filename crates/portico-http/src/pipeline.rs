@@ -11,6 +11,7 @@
 //! lost, or a member gives up, the members not yet answered retry on a fresh connection of their own: a
 //! response is never taken for another request's.
 
+use crate::buffers;
 use crate::codec::{BodyFraming, RequestHead};
 use crate::pool::{self, PoolKey, UpstreamConn};
 use crate::proxy::{Client, ReqBody};
@@ -147,7 +148,7 @@ async fn lead(
     key: PoolKey,
 ) -> Result<Ticket, Failed> {
     let batch = Rc::new(Batch {
-        out: RefCell::new(Vec::with_capacity(1024)),
+        out: RefCell::new(Vec::new()),
         members: Cell::new(1),
         conn: RefCell::new(None),
         written: Cell::new(false),
@@ -155,7 +156,11 @@ async fn lead(
         broken: Cell::new(false),
         waiting: RefCell::new(Vec::new()),
     });
-    upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, client.peer);
+    {
+        let mut out = batch.out.borrow_mut();
+        buffers::reserve_vec(&mut out, 1024);
+        upstream::write_request_head(&mut out, head, cluster, endpoint, client.peer);
+    }
     ctx.batches.open.borrow_mut().insert(key, batch.clone());
     // From here on, leaving early drops the ticket, which sends the members to retry on their own.
     let ticket = Ticket { batch: batch.clone(), index: 0, done: false };
@@ -170,11 +175,13 @@ async fn lead(
         }
     }
     let mut conn = conn.map_err(|failure| Failed { failure, connected: false, reused: false })?;
-    let out = std::mem::take(&mut *batch.out.borrow_mut());
+    let mut out = std::mem::take(&mut *batch.out.borrow_mut());
     let counters = slot(&cluster.stats.slots, ctx.index);
     counters.pipeline_writes.inc();
     counters.pipelined_requests.add(batch.members.get() as u64);
-    if write_timed(&mut conn.io, &out, cluster.settings.send_timeout).await.is_err() {
+    let written = write_timed(&mut conn.io, &out, cluster.settings.send_timeout).await;
+    buffers::give_back_vec(&mut out);
+    if written.is_err() {
         return Err(Failed {
             failure: UpstreamFailure {
                 retry_fresh: true,

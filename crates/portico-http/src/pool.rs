@@ -105,7 +105,7 @@ impl Pool {
         conn.set_idle(1);
         // An idle connection needs no read buffer: it is allocated again on the next response.
         let mut conn = conn;
-        conn.buf = BytesMut::new();
+        crate::buffers::give_back(&mut conn.buf);
         list.push((conn, Instant::now(), idle_timeout));
     }
 

@@ -5,6 +5,7 @@
 
 use crate::access_log::Entry;
 use crate::balancer::{NoPick, PickInput};
+use crate::buffers;
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
 use crate::pipeline;
 use crate::pool::UpstreamConn;
@@ -225,8 +226,8 @@ async fn read_head(
             // keep-alive connection costs little memory (nginx does the same). They are allocated again when
             // the next request arrives: one allocation each per request.
             if client.buf.capacity() > 0 {
-                client.buf = BytesMut::new();
-                client.out = Vec::new();
+                buffers::give_back(&mut client.buf);
+                buffers::give_back_vec(&mut client.out);
             }
             tokio::select! {
                 r = timeout_at(deadline, client.io.readable()) => if r.is_err() { return Ok(None) },
@@ -234,7 +235,7 @@ async fn read_head(
             }
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
-            client.buf.reserve(HEAD_READ_BUFFER);
+            buffers::reserve(&mut client.buf, HEAD_READ_BUFFER);
         }
         let read = tokio::select! {
             r = timeout_at(deadline, client.io.read_buf(&mut client.buf)) => r,
@@ -576,7 +577,7 @@ async fn forward_response(
 
     let out = &mut client.out;
     out.clear();
-    out.reserve(1024);
+    buffers::reserve_vec(out, 1024);
     out.extend_from_slice(b"HTTP/1.1 ");
     push_u64(out, u64::from(resp.status));
     out.push(b' ');

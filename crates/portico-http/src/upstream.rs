@@ -225,7 +225,7 @@ pub(crate) async fn send_request(
 ) -> Result<(), UpstreamFailure> {
     let out = &mut client.out;
     out.clear();
-    out.reserve(1024);
+    crate::buffers::reserve_vec(out, 1024);
     write_request_head(out, head, cluster, endpoint, client.peer);
     if let ReqBody::InHand(bytes) = body {
         out.extend_from_slice(bytes);
@@ -418,7 +418,7 @@ pub(crate) async fn read_response_head(
             Ok(Parsed::Partial) => {}
         }
         if conn.buf.capacity() - conn.buf.len() < 4096 {
-            conn.buf.reserve(16 * 1024);
+            crate::buffers::reserve(&mut conn.buf, 16 * 1024);
         }
         let nothing_yet = conn.buf.is_empty() && !interim_seen;
         let read = tokio::select! {
