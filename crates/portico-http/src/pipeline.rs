@@ -122,7 +122,7 @@ pub(crate) async fn exchange(
                 let batch = batch.clone();
                 let index = batch.members.get();
                 batch.members.set(index + 1);
-                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, client.peer);
+                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, &client.peer_ip);
                 if index + 1 >= cluster.settings.pipeline_depth {
                     open.remove(&key);
                 }
@@ -159,7 +159,7 @@ async fn lead(
     {
         let mut out = batch.out.borrow_mut();
         buffers::reserve_vec(&mut out, 1024);
-        upstream::write_request_head(&mut out, head, cluster, endpoint, client.peer);
+        upstream::write_request_head(&mut out, head, cluster, endpoint, &client.peer_ip);
     }
     ctx.batches.open.borrow_mut().insert(key, batch.clone());
     // From here on, leaving early drops the ticket, which sends the members to retry on their own.

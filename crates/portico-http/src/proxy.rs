@@ -45,6 +45,8 @@ pub(crate) struct Client {
     pub io: TcpStream,
     pub buf: BytesMut,
     pub peer: SocketAddr,
+    /// `peer`'s address as forwarded in `x-forwarded-for`.
+    pub peer_ip: upstream::IpText,
     /// Scratch space for heads written to either side, reused across requests.
     pub out: Vec<u8>,
 }
@@ -88,7 +90,8 @@ impl Outcome {
 
 pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str>, ctx: Rc<WorkerCtx>) {
     let _ = io.set_nodelay(true);
-    let mut client = Client { io, buf: BytesMut::new(), peer, out: Vec::new() };
+    let peer_ip = upstream::IpText::new(peer.ip());
+    let mut client = Client { io, buf: BytesMut::new(), peer, peer_ip, out: Vec::new() };
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {

@@ -10,7 +10,6 @@ use crate::snapshot::{now_ms, Cluster, Endpoint, ListenerSettings};
 use crate::stats::slot;
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -226,7 +225,7 @@ pub(crate) async fn send_request(
     let out = &mut client.out;
     out.clear();
     crate::buffers::reserve_vec(out, 1024);
-    write_request_head(out, head, cluster, endpoint, client.peer);
+    write_request_head(out, head, cluster, endpoint, &client.peer_ip);
     if let ReqBody::InHand(bytes) = body {
         out.extend_from_slice(bytes);
     }
@@ -290,7 +289,7 @@ pub(crate) fn write_request_head(
     head: &RequestHead,
     cluster: &Cluster,
     endpoint: &Endpoint,
-    peer: SocketAddr,
+    peer: &IpText,
 ) {
     out.extend_from_slice(head.method());
     out.push(b' ');
@@ -343,7 +342,7 @@ pub(crate) fn write_request_head(
         }
         out.extend_from_slice(b", ");
     }
-    push_ip(out, peer);
+    out.extend_from_slice(peer.as_bytes());
     out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
     if let Some(h) = head.host() {
         out.extend_from_slice(b"x-forwarded-host: ");
@@ -373,14 +372,41 @@ pub(crate) fn write_request_head(
     out.extend_from_slice(b"\r\n");
 }
 
-fn push_ip(out: &mut Vec<u8>, peer: SocketAddr) {
-    use std::io::Write;
-    let _ = write!(out, "{}", peer.ip());
+/// Decimal digits without the formatting machinery (this runs for most responses).
+pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[start..]);
 }
 
-pub(crate) fn push_u64(out: &mut Vec<u8>, n: u64) {
-    use std::io::Write;
-    let _ = write!(out, "{n}");
+/// An IP address as text, formatted once per client connection for `x-forwarded-for`.
+pub(crate) struct IpText {
+    len: u8,
+    /// The longest form, an IPv4-mapped IPv6 address, is 45 bytes.
+    bytes: [u8; 46],
+}
+
+impl IpText {
+    pub fn new(ip: std::net::IpAddr) -> IpText {
+        use std::io::Write;
+        let mut bytes = [0u8; 46];
+        let mut rest = &mut bytes[..];
+        let _ = write!(rest, "{ip}");
+        let len = (46 - rest.len()) as u8;
+        IpText { len, bytes }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 pub(crate) async fn read_response_head(
@@ -461,6 +487,30 @@ async fn client_gone(io: &mut TcpStream, buf: &mut BytesMut) {
         match io.read_buf(buf).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0u64, 7, 10, 99, 100, 4096, 1 << 40, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_u64(&mut out, n);
+            assert_eq!(out, format!("x{n}").into_bytes());
+        }
+    }
+
+    #[test]
+    fn ip_text() {
+        for ip in
+            ["127.0.0.1", "::1", "2001:db8::5", "::ffff:255.255.255.255", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
+        {
+            let parsed: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(IpText::new(parsed).as_bytes(), parsed.to_string().as_bytes());
         }
     }
 }
