@@ -2,12 +2,13 @@
 """Portico's benchmark harness: Portico, nginx and HAProxy as reverse proxies in the same run, on the same nginx
 backends, with the same worker count, pinned apart from the load generator.
 
-    python3 bench/run.py --quick            # under two minutes: the small-response keep-alive cell
+    python3 bench/run.py --quick            # under two minutes: small responses, saturating and at a fixed rate
     python3 bench/run.py                    # every scenario, 3 runs per cell
     python3 bench/run.py --scenarios small,post4k --runs 5 --duration 10 --json out.json
 
 Reports per scenario and proxy: proxy CPU microseconds per request (utime+stime of the proxy's processes from
-/proc, divided by the requests completed), requests per second, p50/p99/max latency (wrk), upstream connections
+/proc, divided by the requests completed, split into user and system), requests per second, p50/p99/max latency
+(wrk; h2load at a fixed rate for rate15k), upstream connections
 opened (the backend's accepted-connection counter), resident memory; then Portico/nginx and Portico/HAProxy ratios.
 Medians of the runs, with the spread. Writes a markdown table to stdout and, with --json, the raw numbers.
 
@@ -54,7 +55,7 @@ SCENARIOS = {
     "rate15k": dict(path="/small", conns=50, endpoints=2, rate=15000,
                     desc="100 B response, 15,000 req/s offered over 50 connections (h2load)"),
 }
-QUICK = ["small"]
+QUICK = ["small", "rate15k"]
 
 
 def log(msg):

@@ -422,6 +422,16 @@ mod tests {
     }
 
     #[test]
+    fn pipeline_depth_is_bounded() {
+        let src = "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nroutes: [ { cluster: app } ]\nclusters:\n  app:\n    pool: { pipeline_depth: 65 }\n    endpoints: [ { address: 127.0.0.1:2 } ]\n";
+        let errs = crate::load_str(src, "t.yaml").unwrap_err().0;
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].line, 5, "{errs:?}");
+        assert!(errs[0].message.contains("at most 64 pipelined requests"), "{errs:?}");
+        assert!(crate::load_str(&src.replace("65", "16"), "t.yaml").is_ok());
+    }
+
+    #[test]
     fn unknown_keys_are_located() {
         let src = "listeners:\n  - name: web\n    adress: 127.0.0.1:1\n";
         let errs = crate::load_str(src, "t.yaml").unwrap_err().0;

@@ -125,6 +125,12 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
         let outcome = Box::pin(handle_request(&mut client, &head, route, &snapshot, settings, &ctx)).await;
         record(&ctx, &snapshot, route, &head, &client, &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
+            if !head.keep_alive && outcome.status < 400 && nothing_unread(&client) {
+                // The client asked to close after this request and sent nothing more: a plain close sends a
+                // FIN, with no unread bytes that would turn it into a reset. Lingering would cost a shutdown,
+                // a wait and a read per connection for nothing.
+                return;
+            }
             linger_close(client.io).await;
             return;
         }
@@ -705,6 +711,16 @@ async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, ht
         },
     );
     write_timed(&mut client.io, out, Duration::from_secs(5)).await.map(|()| body_len as u64)
+}
+
+/// No request bytes are buffered or waiting in the socket (the client may have closed its side already).
+fn nothing_unread(client: &Client) -> bool {
+    let mut probe = [0u8; 1];
+    client.buf.is_empty()
+        && match client.io.try_read(&mut probe) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        }
 }
 
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a
