@@ -103,7 +103,7 @@ impl Pool {
             oldest.set_idle(-1);
         }
         conn.set_idle(1);
-        // An idle connection needs no read buffer: it is allocated again on the next response.
+        // An idle connection needs no read buffer: it goes to the thread's spare buffers until the next response.
         let mut conn = conn;
         crate::buffers::give_back(&mut conn.buf);
         list.push((conn, Instant::now(), idle_timeout));

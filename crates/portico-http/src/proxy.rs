@@ -232,8 +232,8 @@ async fn read_head(
         }
         if !started && client.buf.is_empty() {
             // Between requests: give the buffers back and wait for readability without them, so an idle
-            // keep-alive connection costs little memory (nginx does the same). They are allocated again when
-            // the next request arrives: one allocation each per request.
+            // keep-alive connection costs little memory (nginx does the same). They go to the thread's cache of
+            // spare buffers and come back from it when the next request arrives.
             if client.buf.capacity() > 0 {
                 buffers::give_back(&mut client.buf);
                 buffers::give_back_vec(&mut client.out);
