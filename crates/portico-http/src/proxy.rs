@@ -104,10 +104,9 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 Ok(Some(head)) => head,
                 Ok(None) => return,
                 Err(e) => {
-                    // A refused head still counts (as unrouted) and is logged, with what is known of it.
-                    let bytes = respond_error(&mut client, e.status, e.reason, true).await.unwrap_or(0);
-                    record_refused(&ctx, &waiting, &client, e.status, bytes);
-                    linger_close(client.io).await;
+                    // Boxed, like every await but the wait for a head: the task's size is that of its largest
+                    // state, and an idle keep-alive connection should pay only for the wait.
+                    Box::pin(refuse(client, e, &waiting, &ctx)).await;
                     return;
                 }
             }
@@ -120,8 +119,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             return;
         };
         let route = snapshot.router.find(&head);
-        // Boxed: the request's state machine is large and only needed while a request runs, not while the
-        // connection idles.
+        // Boxed: the request's state machine is large and only needed while a request runs.
         let outcome = Box::pin(handle_request(&mut client, &head, route, &snapshot, settings, &ctx)).await;
         record(&ctx, &snapshot, route, &head, &client, &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
@@ -131,10 +129,18 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 // a wait and a read per connection for nothing.
                 return;
             }
-            linger_close(client.io).await;
+            Box::pin(linger_close(client.io)).await;
             return;
         }
     }
+}
+
+/// Answers a head that could not be parsed, counts and logs it, and closes.
+async fn refuse(mut client: Client, e: HeadError, snapshot: &Snapshot, ctx: &WorkerCtx) {
+    // A refused head still counts (as unrouted) and is logged, with what is known of it.
+    let bytes = respond_error(&mut client, e.status, e.reason, true).await.unwrap_or(0);
+    record_refused(ctx, snapshot, &client, e.status, bytes);
+    linger_close(client.io).await;
 }
 
 /// Counts and logs a request refused before its head could be parsed.
