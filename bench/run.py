@@ -427,7 +427,7 @@ def main():
     args = ap.parse_args()
     scenarios = QUICK if args.quick else [s for s in args.scenarios.split(",") if s]
     if args.quick:
-        args.runs, args.duration = 3, 5
+        args.runs, args.duration = 3, 4
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
