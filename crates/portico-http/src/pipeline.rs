@@ -7,24 +7,26 @@
 //! system call. Responses come back in order on that connection: each member reads its own when its turn
 //! comes, exactly as an unbatched request does, and hands the connection on to the next.
 //!
-//! Only requests that may be sent again join (GET, HEAD and OPTIONS without a body). When the connection is
-//! lost, or a member gives up, the members not yet answered retry on a fresh connection of their own: a
-//! response is never taken for another request's.
+//! Only requests that may be sent again join (GET and OPTIONS without a body). When the connection is lost,
+//! or a member gives up, the members not yet answered retry on a fresh connection of their own. Nothing
+//! follows a response whose body is suppressed (HEAD is not pipelined; a 204 or 304 ends its batch): an
+//! upstream that wrongly sends a body there would otherwise have it read as the next member's response.
 
 use crate::buffers;
-use crate::codec::{BodyFraming, RequestHead};
+use crate::codec::{BodyFraming, RequestHead, ResponseHead};
 use crate::pool::{self, PoolKey, UpstreamConn};
 use crate::proxy::{Client, ReqBody};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
 use crate::stats::slot;
-use crate::upstream::{self, Exchanged, Failed, UpstreamFailure};
+use crate::upstream::{self, Exchanged, Failed, Fault, UpstreamFailure};
 use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use tokio::time::{timeout_at, Instant};
 
 /// Requests written together to one connection, answered in order.
 struct Batch {
@@ -41,6 +43,8 @@ struct Batch {
     broken: Cell<bool>,
     /// Members waiting for their turn, by index: a hand-over wakes the next member only.
     waiting: RefCell<Vec<Option<Waker>>>,
+    /// Why the leader got no connection: the members fail the same way, as if each had tried.
+    connect_failure: Cell<Option<UpstreamFailure>>,
 }
 
 impl Batch {
@@ -92,7 +96,7 @@ pub(crate) fn eligible(head: &RequestHead, cluster: &Cluster) -> bool {
     cluster.settings.pipeline_depth > 1
         && head.body == BodyFraming::None
         && !head.expect_continue
-        && matches!(head.method(), b"GET" | b"HEAD" | b"OPTIONS")
+        && matches!(head.method(), b"GET" | b"OPTIONS")
 }
 
 fn lost() -> Failed {
@@ -103,6 +107,7 @@ fn lost() -> Failed {
         },
         connected: true,
         reused: true,
+        batch_lost: true,
     }
 }
 
@@ -155,6 +160,7 @@ async fn lead(
         serving: Cell::new(0),
         broken: Cell::new(false),
         waiting: RefCell::new(Vec::new()),
+        connect_failure: Cell::new(None),
     });
     {
         let mut out = batch.out.borrow_mut();
@@ -174,7 +180,10 @@ async fn lead(
             open.remove(&key);
         }
     }
-    let mut conn = conn.map_err(|failure| Failed { failure, connected: false, reused: false })?;
+    let mut conn = conn.map_err(|failure| {
+        batch.connect_failure.set(Some(failure));
+        Failed { failure, connected: false, reused: false, batch_lost: false }
+    })?;
     let mut out = std::mem::take(&mut *batch.out.borrow_mut());
     let counters = slot(&cluster.stats.slots, ctx.index);
     counters.pipeline_writes.inc();
@@ -189,6 +198,7 @@ async fn lead(
             },
             connected: true,
             reused: conn.reused,
+            batch_lost: false,
         });
     }
     *batch.conn.borrow_mut() = Some(conn);
@@ -198,11 +208,14 @@ async fn lead(
 
 /// Waits for the responses ahead of this one, then reads this one's head.
 ///
-/// The wait needs no timer of its own: every member ahead is bounded by its own timeouts, and one that fails
-/// drops the connection, which breaks the batch and wakes everyone behind it.
+/// The wait is bounded by `response_header`: the members ahead are bounded only per read and per write, so a
+/// streamed response or a slow client ahead could hold this one for ever. Giving up breaks the batch (the
+/// ticket's drop): the member holding the connection finishes, the others retry on their own.
 async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
     let batch = ticket.batch.clone();
-    std::future::poll_fn(|cx| {
+    // No timer is armed unless the member actually has to wait (`Timeout` polls the wait first).
+    let deadline = Instant::now() + cluster.settings.response_header_timeout;
+    let turn = std::future::poll_fn(|cx| {
         if batch.broken.get() || (batch.written.get() && batch.serving.get() == ticket.index) {
             return Poll::Ready(());
         }
@@ -212,28 +225,51 @@ async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, clus
         }
         waiting[ticket.index] = Some(cx.waker().clone());
         Poll::Pending
-    })
-    .await;
+    });
+    if timeout_at(deadline, turn).await.is_err() {
+        return Err(Failed {
+            failure: UpstreamFailure {
+                timed_out: true,
+                ..UpstreamFailure::upstream(504, "upstream timed out before responding (behind pipelined requests)")
+            },
+            connected: true,
+            reused: false,
+            batch_lost: false,
+        });
+    }
     if batch.broken.get() {
-        return Err(lost());
+        return Err(match batch.connect_failure.get() {
+            Some(failure) => Failed { failure, connected: false, reused: false, batch_lost: false },
+            None => lost(),
+        });
     }
     let Some(mut conn) = batch.conn.borrow_mut().take() else {
         return Err(lost());
     };
     conn.reused |= ticket.index > 0;
+    let out_of_step = ticket.index > 0;
     conn.ticket = Some(ticket);
     match upstream::read_response_head(client, &mut conn, head, cluster, &ReqBody::InHand(Bytes::new())).await {
         Ok(resp) => Ok((conn, resp)),
         // Dropping the connection (and its ticket) sends the members behind to retry on their own.
-        Err(failure) => Err(Failed { failure, connected: true, reused: conn.reused }),
+        Err(mut failure) => {
+            // Garbage where a later member's response should start is most likely left over from a response
+            // ahead (a body the upstream should not have sent): the request is sent again on its own.
+            if out_of_step && failure.fault == Fault::Upstream && !failure.timed_out {
+                failure.retry_fresh = true;
+            }
+            Err(Failed { failure, connected: true, reused: conn.reused, batch_lost: out_of_step })
+        }
     }
 }
 
 /// Hands a connection whose response was read in full to the next member of its batch, or to the pool.
-pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, mut conn: UpstreamConn) {
+/// After a response with no body (204, 304) the batch ends: bytes that follow could be a body the upstream
+/// should not have sent, not the next response.
+pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, mut conn: UpstreamConn, bodiless: bool) {
     if let Some(mut ticket) = conn.ticket.take() {
-        if ticket.batch.broken.get() {
-            return;
+        if ticket.batch.broken.get() || (bodiless && ticket.has_followers()) {
+            return; // the ticket's drop breaks the batch
         }
         ticket.done = true;
         if ticket.has_followers() {
@@ -246,4 +282,24 @@ pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, m
     }
     let settings = &cluster.settings;
     ctx.pool.borrow_mut().checkin(endpoint, conn, settings.max_idle_per_endpoint, settings.pool_idle_timeout);
+}
+
+/// Drops a response not passed on (a retry on its status). A connection with members behind it is handed on
+/// when the whole body is already buffered; otherwise it is closed, which sends them to retry.
+pub(crate) fn discard(
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    mut conn: UpstreamConn,
+    resp: &ResponseHead,
+) {
+    if !conn.has_followers() || !resp.reusable {
+        return;
+    }
+    if let BodyFraming::Length(n) = resp.body {
+        if (conn.buf.len() as u64) >= n {
+            bytes::Buf::advance(&mut conn.buf, n as usize);
+            release(ctx, cluster, endpoint, conn, false);
+        }
+    }
 }

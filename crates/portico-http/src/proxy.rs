@@ -405,9 +405,15 @@ async fn handle_request(
             Err(Failed { failure: f, .. }) if f.fault == Fault::ClientGone => {
                 return Outcome { retries, ..Outcome::local(Next::Close, 499, 0) };
             }
-            Err(Failed { failure: f, reused: true, .. }) if f.retry_fresh && replayable => {
-                // A pooled connection the upstream had closed (or a pipelined batch that lost its connection):
-                // replay on a fresh one (same endpoint allowed).
+            Err(Failed { failure: f, reused: true, batch_lost, .. }) if f.retry_fresh && replayable => {
+                // A pooled connection the upstream had closed, or a pipelined batch that lost its connection:
+                // replay on a fresh one (same endpoint allowed). The first is a race the request never
+                // reached the upstream in; the second may have reached it, so it counts as a retry (outside
+                // `attempts` and the budget: refusing it would turn one broken batch into many errors).
+                if batch_lost {
+                    retries += 1;
+                    retrying.add();
+                }
                 fresh_only = true;
                 last = f;
                 continue;
@@ -452,7 +458,7 @@ async fn handle_request(
             endpoint_slot.by_class[class_index(status)].inc();
             retries += 1;
             retrying.add();
-            drop(conn);
+            pipeline::discard(ctx, cluster, endpoint, conn, &resp.1);
             backoff(policy, retries).await;
             continue;
         }
@@ -661,7 +667,7 @@ async fn forward_response(
             // Bytes after the response belong to the next pipelined response, if one follows; otherwise the
             // upstream sent something nobody asked for and the connection is not reused.
             if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
-                pipeline::release(ctx, cluster, endpoint, conn);
+                pipeline::release(ctx, cluster, endpoint, conn, resp.body == BodyFraming::None);
             }
             (if keep_alive { Next::KeepAlive } else { Next::Close }, bytes)
         }

@@ -113,6 +113,9 @@ pub(crate) struct Failed {
     pub failure: UpstreamFailure,
     pub connected: bool,
     pub reused: bool,
+    /// A pipelined request whose batch lost its connection after the request was written: sending it again
+    /// is counted as a retry (the upstream may have served it).
+    pub batch_lost: bool,
 }
 
 /// The connection and the response head of a request sent, or why there is none.
@@ -135,6 +138,7 @@ pub(crate) async fn exchange(
         failure,
         connected: false,
         reused: false,
+        batch_lost: false,
     })?;
     let sent = send_request(client, &mut conn, head, body, cluster, endpoint, settings).await;
     let response = match sent {
@@ -143,7 +147,7 @@ pub(crate) async fn exchange(
     };
     match response {
         Ok(resp) => Ok((conn, resp)),
-        Err(failure) => Err(Failed { failure, connected: true, reused: conn.reused }),
+        Err(failure) => Err(Failed { failure, connected: true, reused: conn.reused, batch_lost: false }),
     }
 }
 
