@@ -105,7 +105,8 @@ def wait_port(port, host="127.0.0.1", timeout=10):
 
 
 class Bench:
-    def __init__(self, workers, duration, runs):
+    def __init__(self, workers, duration, runs, pipeline_depth=16):
+        self.pipeline_depth = pipeline_depth
         self.workers = workers
         self.duration = duration
         self.runs = runs
@@ -202,7 +203,7 @@ routes: [ {{ cluster: be }} ]
 clusters:
   be:
     circuit_breaker: {{ max_connections: 100000, max_pending: 100000, max_requests: 100000 }}
-{"    pool: { pipeline_depth: 16 }" if name.endswith("+pipe") else ""}
+{f"    pool: {{ pipeline_depth: {self.pipeline_depth} }}" if name.endswith("+pipe") else ""}
     endpoints:
 {eps}
 """
@@ -417,11 +418,12 @@ def main():
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     ap.add_argument("--proxies", default="nginx,haproxy,portico",
                     help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on), "
-                         "portico+pipe (with pool.pipeline_depth: 16), baseline and baseline+pipe (the same with the binary "
+                         "portico+pipe (with pool.pipeline_depth, --pipeline-depth), baseline and baseline+pipe (the same with the binary "
                          "in $PORTICO_BASELINE, for A/B runs of a change)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--pipeline-depth", type=int, default=16, help="pool.pipeline_depth of the +pipe variants")
     ap.add_argument("--idle-memory", action="store_true", help="also measure RSS with 10,000 idle connections")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args()
@@ -434,7 +436,7 @@ def main():
     proxies = args.proxies.split(",")
 
     ensure_tools()
-    bench = Bench(args.workers, args.duration, args.runs)
+    bench = Bench(args.workers, args.duration, args.runs, args.pipeline_depth)
     results = {}
     try:
         for sc_name in scenarios:
