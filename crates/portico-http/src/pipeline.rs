@@ -13,15 +13,15 @@
 //! upstream that wrongly sends a body there would otherwise have it read as the next member's response.
 
 use crate::buffers;
-use crate::codec::{BodyFraming, RequestHead, ResponseHead};
+use crate::codec::{self, BodyFraming, Parsed, RequestHead, ResponseHead};
 use crate::pool::{self, PoolKey, UpstreamConn};
 use crate::proxy::{Client, ReqBody};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
 use crate::stats::slot;
-use crate::upstream::{self, Exchanged, Failed, Fault, UpstreamFailure};
+use crate::upstream::{self, Exchanged, Failed, Fault, Source, UpstreamFailure, MAX_RESPONSE_HEAD};
 use crate::worker::WorkerCtx;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -45,6 +45,9 @@ struct Batch {
     waiting: RefCell<Vec<Option<Waker>>>,
     /// Why the leader got no connection: the members fail the same way, as if each had tried.
     connect_failure: Cell<Option<UpstreamFailure>>,
+    /// Responses complete in the buffer, handed to their members directly (by index), so that they all run in
+    /// the same turn instead of one turn of the worker's run queue each.
+    delivered: RefCell<Vec<Option<(Bytes, ResponseHead, BytesMut)>>>,
 }
 
 impl Batch {
@@ -161,6 +164,7 @@ async fn lead(
         broken: Cell::new(false),
         waiting: RefCell::new(Vec::new()),
         connect_failure: Cell::new(None),
+        delivered: RefCell::new(Vec::new()),
     });
     {
         let mut out = batch.out.borrow_mut();
@@ -211,12 +215,14 @@ async fn lead(
 /// The wait is bounded by `response_header`: the members ahead are bounded only per read and per write, so a
 /// streamed response or a slow client ahead could hold this one for ever. Giving up breaks the batch (the
 /// ticket's drop): the member holding the connection finishes, the others retry on their own.
-async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
+async fn take_turn(client: &mut Client, mut ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
     let batch = ticket.batch.clone();
     // No timer is armed unless the member actually has to wait (`Timeout` polls the wait first).
     let deadline = Instant::now() + cluster.settings.response_header_timeout;
+    let delivered = |index: usize| batch.delivered.borrow().get(index).is_some_and(Option::is_some);
     let turn = std::future::poll_fn(|cx| {
-        if batch.broken.get() || (batch.written.get() && batch.serving.get() == ticket.index) {
+        if batch.broken.get() || delivered(ticket.index) || (batch.written.get() && batch.serving.get() == ticket.index)
+        {
             return Poll::Ready(());
         }
         let mut waiting = batch.waiting.borrow_mut();
@@ -237,6 +243,10 @@ async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, clus
             batch_lost: false,
         });
     }
+    if let Some((head_bytes, resp, body)) = batch.delivered.borrow_mut().get_mut(ticket.index).and_then(Option::take) {
+        ticket.done = true;
+        return Ok((Source::Buffered(body), (head_bytes, resp)));
+    }
     if batch.broken.get() {
         return Err(match batch.connect_failure.get() {
             Some(failure) => Failed { failure, connected: false, reused: false, batch_lost: false },
@@ -250,7 +260,7 @@ async fn take_turn(client: &mut Client, ticket: Ticket, head: &RequestHead, clus
     let out_of_step = ticket.index > 0;
     conn.ticket = Some(ticket);
     match upstream::read_response_head(client, &mut conn, head, cluster, &ReqBody::InHand(Bytes::new())).await {
-        Ok(resp) => Ok((conn, resp)),
+        Ok(resp) => Ok((Source::Conn(conn), resp)),
         // Dropping the connection (and its ticket) sends the members behind to retry on their own.
         Err(mut failure) => {
             // Garbage where a later member's response should start is most likely left over from a response
@@ -272,11 +282,25 @@ pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, m
             return; // the ticket's drop breaks the batch
         }
         ticket.done = true;
-        if ticket.has_followers() {
-            let batch = &ticket.batch;
+        let batch = &ticket.batch;
+        let members = batch.members.get();
+        let mut next = ticket.index + 1;
+        // Every following response already complete in the buffer goes straight to its member.
+        while next < members {
+            let Some(response) = take_complete(&mut conn.buf) else { break };
+            let mut delivered = batch.delivered.borrow_mut();
+            if delivered.len() < members {
+                delivered.resize_with(members, || None);
+            }
+            delivered[next] = Some(response);
+            drop(delivered);
+            batch.wake(next);
+            next += 1;
+        }
+        if next < members {
             *batch.conn.borrow_mut() = Some(conn);
-            batch.serving.set(ticket.index + 1);
-            batch.wake(ticket.index + 1);
+            batch.serving.set(next);
+            batch.wake(next);
             return;
         }
     }
@@ -302,4 +326,18 @@ pub(crate) fn discard(
             release(ctx, cluster, endpoint, conn, false);
         }
     }
+}
+
+/// A response at the start of `buf` that can be passed on without the connection: a final, reusable response
+/// with a Content-Length body, all of it buffered. Anything else (interim, chunked, close-delimited, bodiless,
+/// incomplete, invalid) is left for the member that takes the connection.
+fn take_complete(buf: &mut BytesMut) -> Option<(Bytes, ResponseHead, BytesMut)> {
+    let Ok(Parsed::Complete(resp, used)) = codec::parse_response(buf, false, MAX_RESPONSE_HEAD) else { return None };
+    let BodyFraming::Length(n) = resp.body else { return None };
+    if resp.status < 200 || !resp.reusable || (used as u64).saturating_add(n) > buf.len() as u64 {
+        return None;
+    }
+    let head = buf.split_to(used).freeze();
+    let body = buf.split_to(n as usize);
+    Some((head, resp, body))
 }

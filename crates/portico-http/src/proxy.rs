@@ -8,12 +8,11 @@ use crate::balancer::{NoPick, PickInput};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
 use crate::pipeline;
-use crate::pool::UpstreamConn;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::router::CompiledRoute;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::stats::{class_index, slot};
-use crate::upstream::{self, push_u64, Failed, Fault, Observed, UpstreamFailure};
+use crate::upstream::{self, push_u64, Failed, Fault, Observed, Source, UpstreamFailure};
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
 use std::io;
@@ -381,7 +380,7 @@ async fn handle_request(
         };
         let replayable = body.replayable();
         let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
-        let (conn, resp) = match exchanged {
+        let (source, resp) = match exchanged {
             Ok(exchanged) => exchanged,
             Err(Failed { failure, connected: false, .. }) => {
                 if failure.fault != Fault::Upstream {
@@ -458,15 +457,27 @@ async fn handle_request(
             endpoint_slot.by_class[class_index(status)].inc();
             retries += 1;
             retrying.add();
-            pipeline::discard(ctx, cluster, endpoint, conn, &resp.1);
+            if let Source::Conn(conn) = source {
+                pipeline::discard(ctx, cluster, endpoint, conn, &resp.1);
+            }
             backoff(policy, retries).await;
             continue;
         }
         // The request body may still be partly unread when the upstream answered early.
         let request_done = body.consumed();
-        let (next, bytes) =
-            forward_response(client, conn, resp, head, cluster, endpoint, pick.set_cookie, request_done, settings, ctx)
-                .await;
+        let (next, bytes) = forward_response(
+            client,
+            source,
+            resp,
+            head,
+            cluster,
+            endpoint,
+            pick.set_cookie,
+            request_done,
+            settings,
+            ctx,
+        )
+        .await;
         let upstream_time = attempt_started.elapsed();
         endpoint_slot.by_class[class_index(status)].inc();
         endpoint_slot.duration.observe(upstream_time);
@@ -573,7 +584,7 @@ fn discard_body(client: &mut Client, head: &RequestHead) -> Next {
 #[allow(clippy::too_many_arguments)]
 async fn forward_response(
     client: &mut Client,
-    mut conn: UpstreamConn,
+    mut source: Source,
     (resp_bytes, resp): (Bytes, ResponseHead),
     head: &RequestHead,
     cluster: &Cluster,
@@ -652,22 +663,34 @@ async fn forward_response(
     out.extend_from_slice(b"\r\n");
     // The head stays in `client.out`: relay_body sends it with the first body bytes.
     let timeouts = (cluster.settings.read_timeout, settings.send_timeout);
-    let relayed = relay_body(
-        &mut conn.io,
-        &mut conn.buf,
-        resp.body,
-        &mut client.io,
-        to_client_chunked,
-        timeouts,
-        &mut client.out,
-    )
-    .await;
+    let relayed = match &mut source {
+        Source::Conn(conn) => {
+            relay_body(
+                &mut conn.io,
+                &mut conn.buf,
+                resp.body,
+                &mut client.io,
+                to_client_chunked,
+                timeouts,
+                &mut client.out,
+            )
+            .await
+        }
+        // All of it is buffered: the source is never read.
+        Source::Buffered(body) => {
+            let mut nothing = tokio::io::empty();
+            relay_body(&mut nothing, body, resp.body, &mut client.io, to_client_chunked, timeouts, &mut client.out)
+                .await
+        }
+    };
     match relayed {
         Ok(bytes) => {
             // Bytes after the response belong to the next pipelined response, if one follows; otherwise the
             // upstream sent something nobody asked for and the connection is not reused.
-            if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
-                pipeline::release(ctx, cluster, endpoint, conn, resp.body == BodyFraming::None);
+            if let Source::Conn(conn) = source {
+                if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
+                    pipeline::release(ctx, cluster, endpoint, conn, resp.body == BodyFraming::None);
+                }
             }
             (if keep_alive { Next::KeepAlive } else { Next::Close }, bytes)
         }

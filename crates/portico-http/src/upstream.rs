@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
 
 /// Largest response head accepted from an upstream.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// Pipelined bytes read ahead while waiting for an upstream, before the proxy stops reading the client.
 const PIPELINE_READ_AHEAD: usize = 64 * 1024;
 
@@ -118,8 +118,16 @@ pub(crate) struct Failed {
     pub batch_lost: bool,
 }
 
-/// The connection and the response head of a request sent, or why there is none.
-pub(crate) type Exchanged = Result<(UpstreamConn, (Bytes, ResponseHead)), Failed>;
+/// Where a response's body comes from.
+pub(crate) enum Source {
+    /// The connection, read as the body is relayed.
+    Conn(UpstreamConn),
+    /// The whole body, already read (a pipelined response delivered with the connection elsewhere).
+    Buffered(BytesMut),
+}
+
+/// The body's source and the response head of a request sent, or why there is none.
+pub(crate) type Exchanged = Result<(Source, (Bytes, ResponseHead)), Failed>;
 
 /// One request on a connection of its own (pooled, or new within the breaker's limits): the request sent and
 /// the response head read.
@@ -146,7 +154,7 @@ pub(crate) async fn exchange(
         Err(f) => Err(f),
     };
     match response {
-        Ok(resp) => Ok((conn, resp)),
+        Ok(resp) => Ok((Source::Conn(conn), resp)),
         Err(failure) => Err(Failed { failure, connected: true, reused: conn.reused, batch_lost: false }),
     }
 }
