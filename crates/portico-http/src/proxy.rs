@@ -88,7 +88,9 @@ impl Outcome {
 }
 
 pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str>, ctx: Rc<WorkerCtx>) {
-    let _ = io.set_nodelay(true);
+    if !cfg!(target_os = "linux") {
+        let _ = io.set_nodelay(true); // inherited from the listening socket on Linux
+    }
     let peer_ip = upstream::IpText::new(peer.ip());
     let mut client = Client { io, buf: BytesMut::new(), peer, peer_ip, out: Vec::new() };
     let mut shutdown = ctx.shutdown.clone();
@@ -122,10 +124,10 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
         let outcome = Box::pin(handle_request(&mut client, &head, route, &snapshot, settings, &ctx)).await;
         record(&ctx, &snapshot, route, &head, &client, &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
-            if !head.keep_alive && outcome.status < 400 && nothing_unread(&client) {
-                // The client asked to close after this request and sent nothing more: a plain close sends a
-                // FIN, with no unread bytes that would turn it into a reset. Lingering would cost a shutdown,
-                // a wait and a read per connection for nothing.
+            if !head.keep_alive && outcome.status < 400 && client.buf.is_empty() {
+                // The client asked to close after this request and has sent nothing more (a client that sent
+                // `Connection: close` must not send another request): a plain close sends a FIN. Lingering
+                // would cost a shutdown, a wait and a read per connection for nothing (nginx does the same).
                 return;
             }
             Box::pin(linger_close(client.io)).await;
@@ -746,16 +748,6 @@ async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, ht
         },
     );
     write_timed(&mut client.io, out, Duration::from_secs(5)).await.map(|()| body_len as u64)
-}
-
-/// No request bytes are buffered or waiting in the socket (the client may have closed its side already).
-fn nothing_unread(client: &Client) -> bool {
-    let mut probe = [0u8; 1];
-    client.buf.is_empty()
-        && match client.io.try_read(&mut probe) {
-            Ok(n) => n == 0,
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-        }
 }
 
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a
