@@ -225,7 +225,7 @@ pub(crate) fn observe(cluster: &Cluster, endpoint: &Endpoint, worker: usize, wha
 }
 
 /// Writes the request head (with a body in hand, in the same write) and streams a body still at the client.
-pub(crate) async fn send_request(
+async fn send_request(
     client: &mut Client,
     conn: &mut UpstreamConn,
     head: &RequestHead,
