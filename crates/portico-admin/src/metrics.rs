@@ -129,7 +129,7 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
     }
 
     let clusters = registry.all_clusters();
-    let per_cluster: [SlotMetric<portico_http::stats::ClusterSlot>; 10] = [
+    let per_cluster: [SlotMetric<portico_http::stats::ClusterSlot>; 12] = [
         ("portico_retries_total", "counter", "Retries of requests on another endpoint or connection.", |s| {
             s.retries.get() as i64
         }),
@@ -158,6 +158,10 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
             "Writes that carried a pipelined batch: requests / writes is the average batch size.",
             |s| s.pipeline_writes.get() as i64,
         ),
+        ("portico_upgraded_connections_total", "counter", "Connections upgraded to WebSocket after a 101.", |s| {
+            s.tunnels_opened.get() as i64
+        }),
+        ("portico_upgraded_connections_active", "gauge", "Upgraded (WebSocket) connections open.", |s| s.tunnels.get()),
         ("portico_cluster_requests_active", "gauge", "Requests in flight to the cluster.", |s| s.requests.get()),
         ("portico_cluster_requests_pending", "gauge", "Requests waiting for an upstream connection.", |s| {
             s.pending.get()
@@ -170,6 +174,44 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
         header(&mut out, name, kind, help);
         for c in &clusters {
             let _ = writeln!(out, "{name}{{cluster=\"{}\"}} {}", escape(&c.cluster), c.sum(f));
+        }
+    }
+
+    header(&mut out, "portico_tls_handshakes_total", "counter", "TLS handshakes on a listener, by result.");
+    for l in registry.all_listeners() {
+        let sum = |f: fn(&portico_http::stats::ListenerSlot) -> u64| -> u64 { l.slots.iter().map(|s| f(&s.0)).sum() };
+        let results = [
+            ("ok", sum(|s| s.tls_handshakes.get())),
+            ("failed", sum(|s| s.tls_handshake_failures.get())),
+            ("timeout", sum(|s| s.tls_handshake_timeouts.get())),
+        ];
+        let terminates_tls = snapshot.listener(&l.listener).is_some_and(|s| s.tls.is_some());
+        if !terminates_tls && results.iter().all(|(_, n)| *n == 0) {
+            continue;
+        }
+        for (result, n) in results {
+            let _ = writeln!(
+                out,
+                "portico_tls_handshakes_total{{listener=\"{}\",result=\"{result}\"}} {n}",
+                escape(&l.listener)
+            );
+        }
+    }
+    header(
+        &mut out,
+        "portico_tls_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "When a served certificate expires (notAfter, Unix seconds).",
+    );
+    for l in &snapshot.listeners {
+        for c in l.tls.iter().flat_map(|t| &t.certificates) {
+            let _ = writeln!(
+                out,
+                "portico_tls_certificate_expiry_timestamp_seconds{{listener=\"{}\",certificate=\"{}\"}} {}",
+                escape(&l.name),
+                escape(&c.file),
+                c.not_after
+            );
         }
     }
 

@@ -99,6 +99,82 @@ pub struct Listener {
     pub timeouts: ListenerTimeouts,
     #[serde(default)]
     pub limits: ListenerLimits,
+    /// Terminate TLS on this listener. Plain HTTP when absent.
+    #[serde(default)]
+    pub tls: Option<ListenerTls>,
+}
+
+/// TLS termination for one listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// Certificate chains and their keys (PEM). The client's SNI name picks the first certificate valid for
+    /// it; a client without SNI, or with a name no certificate covers, gets the one marked `default: true`,
+    /// or the first.
+    pub certificates: Vec<CertificatePair>,
+    /// Oldest TLS version accepted: `"1.2"` (default) or `"1.3"`.
+    #[serde(default)]
+    pub min_version: TlsVersion,
+    /// Protocols offered through ALPN, in order of preference.
+    #[serde(default = "default_alpn")]
+    pub alpn: Vec<String>,
+    /// Time allowed for the TLS handshake, counted from the accept.
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout: HumanDuration,
+    /// Verify client certificates against these roots (PEM bundle): mutual TLS.
+    #[serde(default)]
+    pub client_ca: Option<String>,
+    /// With `client_ca`: `required` (default) refuses clients without a valid certificate; `optional` lets
+    /// them in but verifies any certificate they present.
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+    /// Header that carries a verified client certificate's subject to the upstream. Any value the client sent
+    /// under this name is removed first.
+    #[serde(default = "default_client_cert_header")]
+    pub client_cert_header: String,
+}
+
+/// One certificate chain (leaf first) and its private key, both PEM files.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificatePair {
+    /// PEM file with the certificate chain, leaf first. Relative paths start at the configuration file's
+    /// directory.
+    pub cert: String,
+    /// PEM file with the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: String,
+    /// Serve this certificate to clients without SNI or with a name no certificate covers.
+    #[serde(default)]
+    pub default: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum TlsVersion {
+    #[default]
+    #[serde(rename = "1.2")]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    #[default]
+    Required,
+    Optional,
+}
+
+fn default_alpn() -> Vec<String> {
+    vec!["http/1.1".into()]
+}
+
+fn default_handshake_timeout() -> HumanDuration {
+    HumanDuration::secs(10)
+}
+
+fn default_client_cert_header() -> String {
+    "x-client-cert-subject".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -405,6 +481,8 @@ pub struct UpstreamTimeouts {
     pub read: HumanDuration,
     /// Longest pause while the upstream is not accepting request bytes.
     pub send: HumanDuration,
+    /// An upgraded connection (WebSocket) is closed when no byte has passed either way for this long.
+    pub tunnel: HumanDuration,
 }
 
 impl Default for UpstreamTimeouts {
@@ -414,6 +492,7 @@ impl Default for UpstreamTimeouts {
             response_header: HumanDuration::secs(60),
             read: HumanDuration::secs(60),
             send: HumanDuration::secs(60),
+            tunnel: HumanDuration::secs(3600),
         }
     }
 }

@@ -135,6 +135,44 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 Some("the default is 10000"),
             );
         }
+        if let Some(tls) = &l.tls {
+            if tls.certificates.is_empty() {
+                err(
+                    &format!("{base}.tls.certificates"),
+                    "a TLS listener needs at least one certificate".into(),
+                    Some("add `certificates: [{ cert: site.pem, key: site.key }]`"),
+                );
+            }
+            if tls.certificates.iter().filter(|c| c.default).count() > 1 {
+                err(
+                    &format!("{base}.tls.certificates"),
+                    "more than one certificate is marked `default: true`".into(),
+                    Some("mark one, or none to use the first"),
+                );
+            }
+            for (j, proto) in tls.alpn.iter().enumerate() {
+                if proto != "http/1.1" {
+                    err(
+                        &format!("{base}.tls.alpn[{j}]"),
+                        format!("ALPN protocol {proto:?} is not supported"),
+                        Some("offer `http/1.1`"),
+                    );
+                }
+            }
+            if tls.alpn.is_empty() {
+                err(&format!("{base}.tls.alpn"), "alpn is empty".into(), Some("offer `[http/1.1]`"));
+            }
+            if !is_token(&tls.client_cert_header) {
+                err(
+                    &format!("{base}.tls.client_cert_header"),
+                    format!("{:?} is not a valid header name", tls.client_cert_header),
+                    Some("for example `x-client-cert-subject`"),
+                );
+            }
+            if tls.handshake_timeout.0.is_zero() {
+                err(&format!("{base}.tls.handshake_timeout"), "handshake_timeout must be above 0".into(), None);
+            }
+        }
     }
 
     for (i, r) in cfg.routes.iter().enumerate() {

@@ -133,6 +133,9 @@ pub struct RequestHead {
     pub body: BodyFraming,
     pub keep_alive: bool,
     pub expect_continue: bool,
+    /// A WebSocket handshake (RFC 6455 4.1): an HTTP/1.1 GET without a body, with `Connection: upgrade` and
+    /// `Upgrade: websocket`. Only then are the upgrade headers forwarded.
+    pub upgrade_websocket: bool,
     /// The values of every `Connection` header, to strip the headers they name.
     pub connection: Vec<Span>,
     /// Empty lines skipped before the request line.
@@ -389,6 +392,8 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     let mut close = false;
     let mut keep_alive_token = false;
     let mut expect_continue = false;
+    let mut connection_upgrade = false;
+    let mut upgrade_websocket = false;
     let mut connection = Vec::new();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -434,7 +439,10 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
                 } else if name.eq_ignore_ascii_case(b"connection") {
                     close |= list_contains(value, b"close");
                     keep_alive_token |= list_contains(value, b"keep-alive");
+                    connection_upgrade |= list_contains(value, b"upgrade");
                     connection.push(span.value);
+                } else if name.eq_ignore_ascii_case(b"upgrade") {
+                    upgrade_websocket |= list_contains(value, b"websocket");
                 }
             }
             _ => {}
@@ -471,6 +479,11 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
         body,
         keep_alive,
         expect_continue: expect_continue && body != BodyFraming::None,
+        upgrade_websocket: upgrade_websocket
+            && connection_upgrade
+            && !http10
+            && body == BodyFraming::None
+            && method.get(head_bytes) == b"GET",
         connection,
         skipped: skip as u32,
     };
@@ -499,6 +512,16 @@ pub struct ResponseHead {
     /// Transfer codings other than the final `chunked` (for example `gzip`): the body is still encoded with
     /// them after de-chunking, so they must be forwarded.
     pub other_codings: Option<String>,
+}
+
+impl ResponseHead {
+    /// A `101` that accepts a WebSocket handshake: it says `Upgrade: websocket` (RFC 6455 4.2.2).
+    pub fn upgrades_to_websocket(&self, buf: &[u8]) -> bool {
+        self.status == 101
+            && self.headers.iter().any(|h| {
+                h.name.get(buf).eq_ignore_ascii_case(b"upgrade") && list_contains(h.value.get(buf), b"websocket")
+            })
+    }
 }
 
 /// Parses a response head at the start of `buf`. `request_was_head` suppresses the body.
@@ -740,6 +763,21 @@ mod tests {
         match parse_request(&buf, &LIMITS)? {
             Parsed::Complete(h, used) => Ok(take_request(&mut buf, h, used)),
             Parsed::Partial => panic!("partial: {s:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_proper_websocket_handshake_is_an_upgrade() {
+        let ws = "Connection: keep-alive, Upgrade\r\nUpgrade: WebSocket\r\n";
+        assert!(parse(&format!("GET /ws HTTP/1.1\r\nHost: a\r\n{ws}\r\n")).unwrap().upgrade_websocket);
+        for not in [
+            format!("GET /ws HTTP/1.0\r\n{ws}\r\n"),
+            format!("POST /ws HTTP/1.1\r\nHost: a\r\n{ws}\r\n"),
+            format!("GET /ws HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n{ws}\r\nabc"),
+            "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n".to_string(),
+            "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n".to_string(),
+        ] {
+            assert!(!parse(&not).unwrap().upgrade_websocket, "{not:?}");
         }
     }
 

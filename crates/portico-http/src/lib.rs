@@ -6,6 +6,7 @@ pub mod balancer;
 mod buffers;
 pub mod codec;
 pub mod health;
+mod io;
 mod pipeline;
 pub mod pool;
 mod proxy;
@@ -13,6 +14,8 @@ mod relay;
 pub mod router;
 pub mod snapshot;
 pub mod stats;
+pub mod tls;
+mod tunnel;
 mod upstream;
 pub mod worker;
 

@@ -100,6 +100,7 @@ pub(crate) fn eligible(head: &RequestHead, cluster: &Cluster) -> bool {
     cluster.settings.pipeline_depth > 1
         && head.body == BodyFraming::None
         && !head.expect_continue
+        && !head.upgrade_websocket
         && matches!(head.method(), b"GET" | b"OPTIONS")
 }
 
@@ -131,7 +132,7 @@ pub(crate) async fn exchange(
                 let batch = batch.clone();
                 let index = batch.members.get();
                 batch.members.set(index + 1);
-                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, &client.peer_ip);
+                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, &client.facts);
                 if index + 1 >= cluster.settings.pipeline_depth {
                     open.remove(&key);
                 }
@@ -170,7 +171,7 @@ async fn lead(
     {
         let mut out = batch.out.borrow_mut();
         buffers::reserve_vec(&mut out, 1024);
-        upstream::write_request_head(&mut out, head, cluster, endpoint, &client.peer_ip);
+        upstream::write_request_head(&mut out, head, cluster, endpoint, &client.facts);
     }
     ctx.batches.open.borrow_mut().insert(key, batch.clone());
     // From here on, leaving early drops the ticket, which sends the members to retry on their own.

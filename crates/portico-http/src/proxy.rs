@@ -7,6 +7,7 @@ use crate::access_log::Entry;
 use crate::balancer::{NoPick, PickInput};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
+use crate::io::ClientIo;
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::router::CompiledRoute;
@@ -41,11 +42,11 @@ pub(crate) enum Next {
 }
 
 pub(crate) struct Client {
-    pub io: TcpStream,
+    pub io: ClientIo,
     pub buf: BytesMut,
     pub peer: SocketAddr,
-    /// `peer`'s address as forwarded in `x-forwarded-for`.
-    pub peer_ip: upstream::IpText,
+    /// What the upstream is told about the client.
+    pub facts: upstream::ClientFacts,
     /// Scratch space for heads written to either side, reused across requests.
     pub out: Vec<u8>,
 }
@@ -91,8 +92,29 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
     if !cfg!(target_os = "linux") {
         let _ = io.set_nodelay(true); // inherited from the listening socket on Linux
     }
-    let peer_ip = upstream::IpText::new(peer.ip());
-    let mut client = Client { io, buf: BytesMut::new(), peer, peer_ip, out: Vec::new() };
+    let mut facts = upstream::ClientFacts {
+        ip: upstream::IpText::new(peer.ip()),
+        https: false,
+        cert_header: None,
+        cert_subject: None,
+    };
+    let tls = ctx.snapshot.load().listener(&listener).and_then(|l| Some((l.tls.clone()?, l.stats.clone())));
+    let io = match tls {
+        None => ClientIo::Tcp(io),
+        // Boxed: the handshake's state is only needed once, not in every idle connection's future.
+        Some((terminator, stats)) => match Box::pin(handshake(io, &terminator, &stats, ctx.index)).await {
+            Some(tls) => {
+                facts.https = true;
+                facts.cert_header = terminator.client_cert_header.clone();
+                if facts.cert_header.is_some() {
+                    facts.cert_subject = crate::tls::client_subject(tls.get_ref().1);
+                }
+                ClientIo::Tls(tls)
+            }
+            None => return,
+        },
+    };
+    let mut client = Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new() };
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {
@@ -132,6 +154,32 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             }
             Box::pin(linger_close(client.io)).await;
             return;
+        }
+    }
+}
+
+/// Completes the TLS handshake within the listener's handshake timeout. Failures are counted, not logged
+/// above debug: a scanner or a client that distrusts the certificate must not flood the log.
+async fn handshake(
+    io: TcpStream,
+    terminator: &crate::tls::TlsTerminator,
+    stats: &crate::stats::ListenerStats,
+    worker: usize,
+) -> Option<Box<tokio_rustls::server::TlsStream<TcpStream>>> {
+    let counters = slot(&stats.slots, worker);
+    match tokio::time::timeout(terminator.handshake_timeout, terminator.acceptor.accept(io)).await {
+        Ok(Ok(tls)) => {
+            counters.tls_handshakes.inc();
+            Some(Box::new(tls))
+        }
+        Ok(Err(e)) => {
+            counters.tls_handshake_failures.inc();
+            tracing::debug!(listener = %stats.listener, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            counters.tls_handshake_timeouts.inc();
+            None
         }
     }
 }
@@ -449,6 +497,24 @@ async fn handle_request(
         let status = resp.1.status;
         let observed = if status >= 500 { Observed::ServerError } else { Observed::Success };
         upstream::observe(cluster, endpoint, ctx.index, observed);
+        if status == 101 {
+            // A WebSocket handshake the upstream accepted: the connection becomes a tunnel until it closes.
+            endpoint_slot.by_class[0].inc();
+            let bytes = match source {
+                Source::Conn(conn) => crate::tunnel::relay(client, conn, resp, cluster, settings, ctx.index).await,
+                Source::Buffered(_) => 0, // upgrades are never pipelined
+            };
+            let upstream_time = attempt_started.elapsed();
+            endpoint_slot.duration.observe(upstream_time);
+            return Outcome {
+                next: Next::Close,
+                status,
+                bytes,
+                upstream: Some(endpoint.addr),
+                upstream_time: Some(upstream_time),
+                retries,
+            };
+        }
         let retry_on_status = policy.on_status.contains(&status) && idempotent && replayable;
         if retry_on_status {
             tried.push(pick.index);
@@ -752,7 +818,7 @@ async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, ht
 
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a
 /// moment, so the kernel does not reset the connection (and discard the answer) over unread bytes.
-async fn linger_close(mut io: TcpStream) {
+async fn linger_close(mut io: ClientIo) {
     let _ = io.shutdown().await;
     // On the heap: a 4 KiB array here would sit in every idle connection's future.
     let mut sink = vec![0u8; 4096];

@@ -161,7 +161,12 @@ pub(crate) async fn read_more<R: AsyncRead + Unpin>(
 }
 
 pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(dst: &mut W, data: &[u8], t: Duration) -> io::Result<()> {
-    match timeout(t, dst.write_all(data)).await {
+    // The flush matters for TLS: a record left in the session would otherwise wait for the next write.
+    let write = async {
+        dst.write_all(data).await?;
+        dst.flush().await
+    };
+    match timeout(t, write).await {
         Ok(r) => r,
         Err(_) => Err(io::ErrorKind::TimedOut.into()),
     }

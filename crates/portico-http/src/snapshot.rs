@@ -168,6 +168,8 @@ pub struct UpstreamSettings {
     pub response_header_timeout: Duration,
     pub read_timeout: Duration,
     pub send_timeout: Duration,
+    /// Idle time after which an upgraded (WebSocket) connection is closed.
+    pub tunnel_idle_timeout: Duration,
     pub max_idle_per_endpoint: usize,
     pub pool_idle_timeout: Duration,
     /// Most requests written together to one upstream connection; 0 or 1: no pipelining.
@@ -202,6 +204,9 @@ pub struct ListenerSettings {
     pub keepalive_timeout: Duration,
     pub body_read_timeout: Duration,
     pub send_timeout: Duration,
+    /// TLS termination, when configured.
+    pub tls: Option<Arc<crate::tls::TlsTerminator>>,
+    pub stats: Arc<stats::ListenerStats>,
 }
 
 #[derive(Debug)]
@@ -231,6 +236,7 @@ pub struct Registry {
     routes: Mutex<HashMap<(String, String), Arc<RouteStats>>>,
     endpoints: Mutex<HashMap<(String, String), Arc<EndpointStats>>>,
     clusters: Mutex<HashMap<String, Arc<ClusterStats>>>,
+    listeners: Mutex<HashMap<String, Arc<stats::ListenerStats>>>,
     pub global: Global,
 }
 
@@ -246,6 +252,7 @@ impl Registry {
             routes: Mutex::default(),
             endpoints: Mutex::default(),
             clusters: Mutex::default(),
+            listeners: Mutex::default(),
             global: Global::default(),
         }
     }
@@ -305,6 +312,22 @@ impl Registry {
         v.sort_by(|a, b| (&a.cluster, &a.endpoint).cmp(&(&b.cluster, &b.endpoint)));
         v
     }
+    fn listener_stats(&self, listener: &str) -> Arc<stats::ListenerStats> {
+        let workers = self.workers;
+        locked(&self.listeners)
+            .entry(listener.to_string())
+            .or_insert_with(|| {
+                Arc::new(stats::ListenerStats { listener: listener.into(), slots: stats::slots(workers) })
+            })
+            .clone()
+    }
+
+    pub fn all_listeners(&self) -> Vec<Arc<stats::ListenerStats>> {
+        let mut v: Vec<_> = locked(&self.listeners).values().cloned().collect();
+        v.sort_by(|a, b| a.listener.cmp(&b.listener));
+        v
+    }
+
     pub fn all_clusters(&self) -> Vec<Arc<ClusterStats>> {
         let mut v: Vec<_> = locked(&self.clusters).values().cloned().collect();
         v.sort_by(|a, b| a.cluster.cmp(&b.cluster));
@@ -372,6 +395,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             response_header_timeout: c.timeouts.response_header.0,
             read_timeout: c.timeouts.read.0,
             send_timeout: c.timeouts.send.0,
+            tunnel_idle_timeout: c.timeouts.tunnel.0,
             max_idle_per_endpoint: c.pool.max_idle_per_endpoint,
             pool_idle_timeout: c.pool.idle_timeout.0,
             pipeline_depth: c.pool.pipeline_depth,
@@ -406,8 +430,17 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
     let listeners = cfg
         .listeners
         .iter()
-        .filter_map(|l| {
+        .enumerate()
+        .filter_map(|(i, l)| {
             let address = l.address.parse().ok()?;
+            let tls = match l.tls.as_ref().map(|t| crate::tls::build_terminator(loaded, i, t)) {
+                None => None,
+                Some(Ok(t)) => Some(Arc::new(t)),
+                Some(Err((path, message, hint))) => {
+                    problems.push(loaded.diagnostic(&path, message, hint));
+                    return None;
+                }
+            };
             Some(ListenerSettings {
                 name: l.name.clone(),
                 address,
@@ -421,6 +454,8 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                 keepalive_timeout: l.timeouts.keepalive.0,
                 body_read_timeout: l.timeouts.body_read.0,
                 send_timeout: l.timeouts.send.0,
+                tls,
+                stats: registry.listener_stats(&l.name),
             })
         })
         .collect();

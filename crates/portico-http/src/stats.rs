@@ -139,6 +139,9 @@ pub struct ClusterSlot {
     pub connections: Gauge,
     /// Retries in flight.
     pub retries_active: Gauge,
+    /// Upgraded (WebSocket) connections open, and opened in total.
+    pub tunnels: Gauge,
+    pub tunnels_opened: Counter,
 }
 
 #[derive(Debug)]
@@ -155,6 +158,22 @@ impl ClusterStats {
 
 pub fn slots<T: Default>(workers: usize) -> Box<[Padded<T>]> {
     (0..workers.max(1)).map(|_| Padded(T::default())).collect()
+}
+
+#[derive(Debug, Default)]
+pub struct ListenerSlot {
+    /// TLS handshakes completed, failed (protocol error, unknown CA, missing client certificate...) and
+    /// timed out.
+    pub tls_handshakes: Counter,
+    pub tls_handshake_failures: Counter,
+    pub tls_handshake_timeouts: Counter,
+}
+
+/// Per-listener counters.
+#[derive(Debug)]
+pub struct ListenerStats {
+    pub listener: String,
+    pub slots: Box<[Padded<ListenerSlot>]>,
 }
 
 /// Process-wide counters written rarely (by the reload thread).

@@ -237,7 +237,7 @@ async fn send_request(
     let out = &mut client.out;
     out.clear();
     crate::buffers::reserve_vec(out, 1024);
-    write_request_head(out, head, cluster, endpoint, &client.peer_ip);
+    write_request_head(out, head, cluster, endpoint, &client.facts);
     if let ReqBody::InHand(bytes) = body {
         out.extend_from_slice(bytes);
     }
@@ -301,7 +301,7 @@ pub(crate) fn write_request_head(
     head: &RequestHead,
     cluster: &Cluster,
     endpoint: &Endpoint,
-    peer: &IpText,
+    client: &ClientFacts,
 ) {
     out.extend_from_slice(head.method());
     out.push(b' ');
@@ -338,6 +338,10 @@ pub(crate) fn write_request_head(
                 if !head.connection.is_empty() && head.named_by_connection(name) {
                     continue;
                 }
+                // Only Portico may say which certificate the client presented.
+                if client.cert_header.as_deref().is_some_and(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
+                    continue;
+                }
             }
         }
         out.extend_from_slice(name);
@@ -354,8 +358,18 @@ pub(crate) fn write_request_head(
         }
         out.extend_from_slice(b", ");
     }
-    out.extend_from_slice(peer.as_bytes());
-    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    out.extend_from_slice(client.ip.as_bytes());
+    out.extend_from_slice(if client.https {
+        b"\r\nx-forwarded-proto: https\r\n"
+    } else {
+        b"\r\nx-forwarded-proto: http\r\n"
+    });
+    if let (Some(name), Some(subject)) = (&client.cert_header, &client.cert_subject) {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(subject.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     if let Some(h) = head.host() {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
@@ -367,6 +381,9 @@ pub(crate) fn write_request_head(
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(if head.http10 { b"1.0 portico\r\n" } else { b"1.1 portico\r\n" });
+    if head.upgrade_websocket {
+        out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
+    }
     match head.body {
         BodyFraming::Length(n) => {
             out.extend_from_slice(b"content-length: ");
@@ -397,6 +414,18 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
         }
     }
     out.extend_from_slice(&digits[start..]);
+}
+
+/// What the upstream is told about the client, worked out once per connection.
+pub(crate) struct ClientFacts {
+    /// The client's address for `x-forwarded-for`.
+    pub ip: IpText,
+    /// The client connected over TLS: `x-forwarded-proto: https`.
+    pub https: bool,
+    /// With mutual TLS: the header that carries the client certificate's subject (always removed from what
+    /// the client sent), and the subject when the client presented a certificate.
+    pub cert_header: Option<std::sync::Arc<str>>,
+    pub cert_subject: Option<Box<str>>,
 }
 
 /// An IP address as text, formatted once per client connection for `x-forwarded-for`.
@@ -441,7 +470,12 @@ pub(crate) async fn read_response_head(
             }
             Ok(Parsed::Complete(resp, used)) => {
                 if resp.status == 101 {
-                    // Upgrades are not forwarded (the Upgrade header is stripped), so this is a broken upstream.
+                    // Only a WebSocket handshake may be answered with 101, and only by switching to WebSocket:
+                    // anything else would have the proxy relay bytes it cannot frame.
+                    if head.upgrade_websocket && resp.upgrades_to_websocket(&conn.buf) {
+                        let bytes = conn.buf.split_to(used).freeze();
+                        return Ok((bytes, resp));
+                    }
                     return Err(UpstreamFailure::upstream(502, "upstream switched protocols unexpectedly"));
                 }
                 if resp.status < 200 {
@@ -490,7 +524,7 @@ pub(crate) async fn read_response_head(
 }
 
 /// Resolves when the client closes its side (or errors). Pipelined bytes read meanwhile stay in `buf`.
-async fn client_gone(io: &mut TcpStream, buf: &mut BytesMut) {
+async fn client_gone(io: &mut crate::io::ClientIo, buf: &mut BytesMut) {
     loop {
         if buf.len() >= PIPELINE_READ_AHEAD {
             std::future::pending::<()>().await;

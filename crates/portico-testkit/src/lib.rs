@@ -8,6 +8,7 @@
 //! - `/slow/MS`: waits MS milliseconds before answering
 //! - `/status/CODE`: answers with that status
 //! - `/health`: `200 healthy`, or the status set with `set_health_status`
+//! - `/ws`: a WebSocket echo: accepts the handshake (RFC 6455) and sends every text and binary message back
 //! - anything else: `hello from NAME`
 //!
 //! `set_status` makes every path but `/health` answer with one status (a failing backend).
@@ -137,7 +138,7 @@ async fn serve(listener: tokio::net::TcpListener, name: Arc<str>, counters: Arc<
                 handle(req, name.clone(), forced)
             });
             let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).with_upgrades().await;
         });
     }
 }
@@ -169,6 +170,9 @@ async fn handle(
     if forced != 0 {
         let _ = consume(req.into_body()).await;
         return status_reply(forced, format!("forced {forced} from {name}\n"));
+    }
+    if path == "/ws" {
+        return Ok(websocket_echo(req, &name));
     }
     let query = req.uri().query().unwrap_or("").to_string();
     let mut parts = path.trim_start_matches('/').splitn(2, '/');
@@ -216,6 +220,47 @@ async fn handle(
         response.headers_mut().insert("x-backend", v);
     }
     Ok(response)
+}
+
+/// Accepts a WebSocket handshake and echoes messages on the upgraded connection until the client closes.
+fn websocket_echo(mut req: Request<Incoming>, name: &str) -> Response<AnyBody> {
+    use futures_util::{SinkExt, StreamExt};
+    let key = req.headers().get("sec-websocket-key").map(|k| k.as_bytes().to_vec());
+    let upgrade = req.headers().get("upgrade").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let (Some(key), true) = (key, upgrade) else {
+        let mut r = Response::new(full("not a WebSocket handshake\n"));
+        *r.status_mut() = hyper::StatusCode::BAD_REQUEST;
+        return r;
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let io = hyper_util::rt::TokioIo::new(upgraded);
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            io,
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        while let Some(Ok(msg)) = ws.next().await {
+            if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key);
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+    let headers = r.headers_mut();
+    headers.insert("upgrade", hyper::header::HeaderValue::from_static("websocket"));
+    headers.insert("connection", hyper::header::HeaderValue::from_static("upgrade"));
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
+        headers.insert("sec-websocket-accept", v);
+    }
+    if let Ok(v) = hyper::header::HeaderValue::from_str(name) {
+        headers.insert("x-backend", v);
+    }
+    r
 }
 
 /// Reads a body to its end: its length and xxh3 hash.

@@ -116,6 +116,18 @@ fn file_stamp(path: &Path) -> Option<(u64, SystemTime)> {
     Some((meta.len(), meta.modified().ok()?))
 }
 
+/// What `watch: true` watches: the configuration file and every certificate, key and CA file it names, so a
+/// renewed certificate is served without a signal.
+fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Option<(u64, SystemTime)>> {
+    let loaded = &snapshot.source;
+    let mut stamps = vec![file_stamp(config)];
+    for tls in loaded.config.listeners.iter().filter_map(|l| l.tls.as_ref()) {
+        let files = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(tls.client_ca.as_ref());
+        stamps.extend(files.map(|f| file_stamp(&portico_http::tls::config_relative(loaded, f))));
+    }
+    stamps
+}
+
 /// Runs the gateway until SIGTERM or SIGINT; SIGHUP reloads `config_path` (when there is one).
 pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let _log_guard = init_logging(&loaded.config.log.level);
@@ -194,7 +206,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         let mut hup = signal(SignalKind::hangup())?;
         let mut usr1 = signal(SignalKind::user_defined1())?;
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
-        let mut stamp = reloader.as_ref().and_then(|r| file_stamp(&r.path));
+        let mut stamps = reloader.as_ref().map(|r| watched_stamps(&r.path, &shared.load()));
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -212,9 +224,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 }
                 _ = watch_tick.tick(), if watch && reloader.is_some() => {
                     if let Some(r) = &reloader {
-                        let now = file_stamp(&r.path);
-                        if now.is_some() && now != stamp {
-                            stamp = now;
+                        let now = Some(watched_stamps(&r.path, &shared.load()));
+                        // A file being replaced may be missing for a moment: wait until it is back.
+                        if now != stamps && now.iter().flatten().all(Option::is_some) {
+                            stamps = now;
                             let r = r.clone();
                             tokio::task::spawn_blocking(move || r.reload("file change"));
                         }

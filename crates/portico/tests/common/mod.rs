@@ -2,6 +2,8 @@
 //! configuration, talk to it over real sockets.
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -37,9 +39,14 @@ pub struct Portico {
 impl Portico {
     /// Starts `portico run` with `yaml`, where `{listen}` and `{admin}` stand for free loopback addresses.
     pub fn start(yaml: &str) -> Portico {
+        Portico::start_in(&temp_dir(), yaml)
+    }
+
+    /// Like `start`, with the configuration file written in `dir` (for files named relative to it).
+    pub fn start_in(dir: &std::path::Path, yaml: &str) -> Portico {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let config = temp_dir().join("portico.yaml");
+        let config = dir.join("portico.yaml");
         std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
         let child = Command::new(portico_bin())
             .args(["run", "-c"])
@@ -170,8 +177,8 @@ pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (String, bool) {
 
 /// A minimal blocking HTTP/1.1 client over one keep-alive connection, for tests that need to control the
 /// connection (pipelining, reuse). Reads Content-Length or chunked responses.
-pub struct Conn {
-    pub stream: TcpStream,
+pub struct Conn<S: Read + Write = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
@@ -194,13 +201,26 @@ impl Resp {
 }
 
 impl Conn {
-    pub fn from_stream(stream: TcpStream) -> Conn {
-        Conn { stream, buf: Vec::new() }
-    }
-
     pub fn open(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect(addr).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn { stream, buf: Vec::new() }
+    }
+
+    /// True when the server has closed the connection (reads EOF within a second).
+    pub fn is_closed(&mut self) -> bool {
+        self.stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut b = [0u8; 1];
+        match self.stream.read(&mut b) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        }
+    }
+}
+
+impl<S: Read + Write> Conn<S> {
+    pub fn from_stream(stream: S) -> Conn<S> {
         Conn { stream, buf: Vec::new() }
     }
 
@@ -275,17 +295,6 @@ impl Conn {
             resp.body = std::mem::take(&mut self.buf);
         }
         resp
-    }
-
-    /// True when the server has closed the connection (reads EOF within a second).
-    pub fn is_closed(&mut self) -> bool {
-        self.stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        let mut b = [0u8; 1];
-        match self.stream.read(&mut b) {
-            Ok(0) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            Ok(_) => false,
-        }
     }
 }
 

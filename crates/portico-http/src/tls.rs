@@ -1,0 +1,233 @@
+//! TLS termination on listeners, on rustls: certificates loaded and checked when a snapshot is built (so a bad
+//! file fails the reload with `file:line:col` and the running config stays), SNI picking the certificate,
+//! optional client certificate verification. Each snapshot carries its own acceptor, so a reload serves new
+//! certificates to new connections while open ones keep theirs.
+
+use portico_config::{ClientAuth, ListenerTls, LoadedConfig, TlsVersion};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio_rustls::TlsAcceptor;
+
+/// What a TLS listener needs at accept time; part of the snapshot.
+pub struct TlsTerminator {
+    pub acceptor: TlsAcceptor,
+    pub handshake_timeout: Duration,
+    /// The header that carries the verified client certificate's subject upstream (mutual TLS only).
+    pub client_cert_header: Option<Arc<str>>,
+    /// Each certificate's file and expiry, for the metrics.
+    pub certificates: Vec<CertificateInfo>,
+}
+
+impl std::fmt::Debug for TlsTerminator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsTerminator").field("certificates", &self.certificates).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CertificateInfo {
+    /// The certificate file as configured.
+    pub file: String,
+    /// The leaf certificate's `notAfter`, as seconds since the Unix epoch.
+    pub not_after: i64,
+    /// The DNS names the certificate covers (subject alternative names).
+    pub names: Vec<String>,
+}
+
+/// The crypto provider for every TLS connection: ring, which builds with a C compiler only (aws-lc-rs
+/// would also need cmake and NASM on the build machine).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Resolves a configured path: relative paths start at the configuration file's directory, so a config
+/// and its certificates can move together.
+pub fn config_relative(loaded: &LoadedConfig, file: &str) -> PathBuf {
+    let path = Path::new(file);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    match Path::new(&loaded.file).parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// A problem with one configured value: its YAML path, the message and a hint.
+pub type Problem = (String, String, Option<String>);
+
+/// Builds the acceptor for `listeners[index].tls`: reads and checks every file.
+pub fn build_terminator(loaded: &LoadedConfig, index: usize, tls: &ListenerTls) -> Result<TlsTerminator, Problem> {
+    let base = format!("listeners[{index}].tls");
+    let provider = provider();
+    let mut keys = Vec::with_capacity(tls.certificates.len());
+    let mut infos = Vec::with_capacity(tls.certificates.len());
+    for (j, pair) in tls.certificates.iter().enumerate() {
+        let cert_path = format!("{base}.certificates[{j}].cert");
+        let key_path = format!("{base}.certificates[{j}].key");
+        let chain = read_chain(&config_relative(loaded, &pair.cert)).map_err(|m| (cert_path.clone(), m, None))?;
+        let info = describe(&pair.cert, &chain[0]).map_err(|m| (cert_path.clone(), m, None))?;
+        let key = read_key(&config_relative(loaded, &pair.key)).map_err(|m| (key_path.clone(), m, None))?;
+        let signing = provider.key_provider.load_private_key(key).map_err(|e| {
+            (key_path.clone(), format!("unusable private key: {e}"), Some("use an RSA, ECDSA or Ed25519 key".into()))
+        })?;
+        let certified = CertifiedKey::new(chain, signing);
+        if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) = certified.keys_match() {
+            return Err((
+                key_path,
+                format!("the key in {} does not belong to the certificate in {}", pair.key, pair.cert),
+                Some("pair each certificate with the key it was issued for".into()),
+            ));
+        }
+        keys.push(Arc::new(certified));
+        infos.push(info);
+    }
+    let default = tls.certificates.iter().position(|c| c.default).unwrap_or(0);
+    let resolver = SniResolver { names: infos.iter().map(|i| i.names.clone()).collect(), keys, default };
+
+    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
+        TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        TlsVersion::Tls13 => &[&rustls::version::TLS13],
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| (format!("{base}.min_version"), format!("unsupported TLS versions: {e}"), None))?;
+    let builder = match &tls.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let path = format!("{base}.client_ca");
+            let mut roots = RootCertStore::empty();
+            for cert in read_chain(&config_relative(loaded, ca)).map_err(|m| (path.clone(), m, None))? {
+                roots.add(cert).map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+            let verifier = match tls.client_auth {
+                ClientAuth::Required => verifier,
+                ClientAuth::Optional => verifier.allow_unauthenticated(),
+            };
+            let verifier =
+                verifier.build().map_err(|e| (path, format!("cannot verify clients with {ca}: {e}"), None))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    // Stateless resumption tickets work across every worker that shares this config.
+    if let Ok(ticketer) = rustls::crypto::ring::Ticketer::new() {
+        config.ticketer = ticketer;
+    }
+    Ok(TlsTerminator {
+        acceptor: TlsAcceptor::from(Arc::new(config)),
+        handshake_timeout: tls.handshake_timeout.0,
+        client_cert_header: tls.client_ca.as_ref().map(|_| Arc::from(tls.client_cert_header.to_ascii_lowercase())),
+        certificates: infos,
+    })
+}
+
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let shown = path.display();
+    let iter = CertificateDer::pem_file_iter(path).map_err(|e| format!("cannot read {shown}: {}", pem_error(&e)))?;
+    let chain = iter
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot parse {shown} as PEM certificates: {}", pem_error(&e)))?;
+    if chain.is_empty() {
+        return Err(format!("{shown} holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)"));
+    }
+    Ok(chain)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => {
+            format!("{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)", path.display())
+        }
+        e => format!("cannot read the private key in {}: {}", path.display(), pem_error(&e)),
+    })
+}
+
+fn pem_error(e: &rustls::pki_types::pem::Error) -> String {
+    match e {
+        rustls::pki_types::pem::Error::Io(io) => io.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Reads what the listener needs to know of a leaf certificate: its names and expiry.
+fn describe(file: &str, leaf: &CertificateDer<'_>) -> Result<CertificateInfo, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("the first certificate in {file} is not valid X.509: {e}"))?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push(dns.to_ascii_lowercase());
+            }
+        }
+    }
+    let not_after = cert.validity().not_after.timestamp();
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    if not_after < now {
+        tracing::warn!(certificate = file, "certificate expired at {}", cert.validity().not_after);
+    }
+    Ok(CertificateInfo { file: file.to_string(), not_after, names })
+}
+
+/// The subject of a verified client certificate, as one header-safe line (`CN=client,O=Example`).
+pub fn client_subject(conn: &rustls::ServerConnection) -> Option<Box<str>> {
+    let leaf = conn.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
+    // Attribute values may hold any character: nothing that could end or fold a header line goes upstream.
+    let subject: String = cert.subject().to_string().chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+    Some(subject.into_boxed_str())
+}
+
+/// Picks the certificate for a client hello's SNI name: the first whose names cover it (exactly, or by a
+/// `*.` wildcard covering one label), else the default.
+#[derive(Debug)]
+struct SniResolver {
+    keys: Vec<Arc<CertifiedKey>>,
+    names: Vec<Vec<String>>,
+    default: usize,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(sni) = hello.server_name() {
+            let sni = sni.to_ascii_lowercase();
+            if let Some(i) = self.names.iter().position(|names| names.iter().any(|n| name_covers(n, &sni))) {
+                return Some(self.keys[i].clone());
+            }
+        }
+        self.keys.get(self.default).cloned()
+    }
+}
+
+fn name_covers(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => {
+            host.split_once('.').is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix))
+        }
+        None => pattern.eq_ignore_ascii_case(host),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_covers;
+
+    #[test]
+    fn wildcards_cover_one_label() {
+        assert!(name_covers("example.com", "example.com"));
+        assert!(name_covers("*.example.com", "api.example.com"));
+        assert!(!name_covers("*.example.com", "example.com"));
+        assert!(!name_covers("*.example.com", "a.b.example.com"));
+        assert!(!name_covers("api.example.com", "www.example.com"));
+    }
+}

@@ -1,0 +1,290 @@
+//! TLS termination on listeners, with real clients (curl and rustls): SNI, versions, mutual TLS, reloads that
+//! swap certificates without touching open connections, and bad input of every kind.
+
+mod common;
+use common::pki::{self, Ca, Issued};
+use common::*;
+use portico_testkit::Backend;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// A TLS listener in front of one backend; `tls` is the YAML inside `tls:`.
+fn tls_yaml(backend: SocketAddr, tls: &str) -> String {
+    format!(
+        "workers: 2\nwatch: true\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: secure\n    address: \"{{listen}}\"\n    tls:\n{tls}\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: app\nclusters:\n  app:\n    endpoints:\n      - address: \"{backend}\"\n"
+    )
+}
+
+fn pair(c: &Issued) -> String {
+    format!("{{ cert: \"{}\", key: \"{}\" }}", c.cert.display(), c.key.display())
+}
+
+/// curl over TLS to `name` (resolved to Portico's address); returns (ok, stdout, stderr).
+fn curl_tls(p: &Portico, name: &str, ca: &Path, extra: &[&str], path: &str) -> (bool, String, String) {
+    let url = format!("https://{name}:{}{path}", p.addr.port());
+    let resolve = format!("{name}:{}:127.0.0.1", p.addr.port());
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &resolve])
+        .args(extra)
+        .arg(&url)
+        .output()
+        .expect("curl is installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn echo_header(json: &str, name: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {json}"));
+    v["headers"].as_array()?.iter().find_map(|h| (h[0] == name).then(|| h[1].as_str().unwrap_or("").to_string()))
+}
+
+#[test]
+fn https_requests_are_proxied_over_keep_alive_tls() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&tls_yaml(b.addr, &format!("      certificates: [{}]", pair(&site))));
+
+    // curl, HTTP/1.1 over TLS 1.3 and over TLS 1.2.
+    for versions in [&["--tlsv1.3"][..], &["--tlsv1.2", "--tls-max", "1.2"][..]] {
+        let (ok, body, err) = curl_tls(&p, "localhost", &ca.pem, versions, "/echo");
+        assert!(ok, "curl {versions:?} failed: {err}");
+        assert_eq!(echo_header(&body, "x-forwarded-proto").as_deref(), Some("https"), "{body}");
+        assert!(err.contains("ALPN: server accepted http/1.1"), "{err}");
+    }
+
+    // One keep-alive TLS connection: small and large responses, uploads, all intact.
+    let stream = pki::connect(p.addr, "localhost", &ca.pem, None, &["http/1.1"]).unwrap();
+    assert_eq!(stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let mut conn = Conn::from_stream(stream);
+    for i in 0..200 {
+        let r = conn.get("/", "");
+        assert_eq!(r.status, 200, "request {i}");
+    }
+    let big = conn.get("/bytes/3000000", "");
+    assert_eq!(big.body.len(), 3_000_000);
+    let chunked = conn.get("/bytes/500000?chunked", "");
+    assert_eq!(chunked.body.len(), 500_000);
+    let body = vec![b'u'; 1_000_000];
+    conn.send(format!("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+    conn.stream.write_all(&body).unwrap();
+    let r = conn.read_response(false);
+    assert_eq!(r.text(), format!("1000000 {}", portico_testkit::body_hash(&body)));
+    // The upstream side stays plain and pooled.
+    assert!(b.connections() <= 4, "opened {} upstream connections", b.connections());
+    assert!(p.metric("portico_tls_handshakes_total{listener=\"secure\",result=\"ok\"}") >= 3.0);
+    let metrics = p.admin_get("/metrics").text();
+    let expiry: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("portico_tls_certificate_expiry_timestamp_seconds{listener=\"secure\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no expiry metric: {metrics}"));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(expiry > now + 86_400.0, "expiry {expiry} is not in the future");
+}
+
+#[test]
+fn sni_picks_the_certificate_and_unknown_names_get_the_default() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let fallback = ca.server(&dir, "fallback", "fallback", &["fallback.test"]);
+    let site = ca.server(&dir, "site", "site", &["localhost", "*.example.test"]);
+    let other = ca.server(&dir, "other", "other", &["other.test"]);
+    let b = Backend::start("b0").unwrap();
+    let certs = format!(
+        "      certificates:\n        - {}\n        - {}\n        - {{ cert: \"{}\", key: \"{}\", default: true }}",
+        pair(&site),
+        pair(&other),
+        fallback.cert.display(),
+        fallback.key.display()
+    );
+    let p = Portico::start(&tls_yaml(b.addr, &certs));
+    for (name, expected) in [
+        ("localhost", &site),
+        ("api.example.test", &site),
+        ("API.Example.Test", &site),
+        ("other.test", &other),
+        ("fallback.test", &fallback),
+    ] {
+        let stream = pki::connect(p.addr, name, &ca.pem, None, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(pki::served_leaf(&stream) == expected.der, "{name} got the wrong certificate");
+    }
+    // A name no certificate covers gets the default one (and the client rightly refuses it).
+    let err = pki::connect(p.addr, "unknown.test", &ca.pem, None, &[]).map(|_| ()).expect_err("name mismatch");
+    assert!(err.to_string().contains("only valid for DnsName(\"fallback.test\")"), "{err}");
+    // Without SNI (an IP address), the default one too: curl names it in its verbose output.
+    let url = format!("https://127.0.0.1:{}/", p.addr.port());
+    let out = Command::new("curl").args(["-sS", "-v", "-k", "--max-time", "10", &url]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("CN=fallback"), "{err}");
+}
+
+#[test]
+fn min_version_refuses_older_clients_and_failed_handshakes_are_counted() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let tls =
+        format!("      certificates: [{}]\n      min_version: \"1.3\"\n      handshake_timeout: 300ms", pair(&site));
+    let p = Portico::start(&tls_yaml(b.addr, &tls));
+    let (ok, _, err) = curl_tls(&p, "localhost", &ca.pem, &["--tlsv1.2", "--tls-max", "1.2"], "/");
+    assert!(!ok, "TLS 1.2 was accepted: {err}");
+    let (ok, _, err) = curl_tls(&p, "localhost", &ca.pem, &["--tlsv1.3"], "/");
+    assert!(ok, "{err}");
+
+    // Plain HTTP on the TLS port: refused and closed, nothing proxied.
+    let (answer, closed) = raw_exchange(p.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert!(closed, "connection left open");
+    assert!(!answer.contains("200"), "{answer}");
+    // A client that says nothing is cut off after handshake_timeout.
+    let mut silent = Conn::open(p.addr);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(silent.is_closed(), "a silent client kept its connection past handshake_timeout");
+
+    wait_until("handshake failures counted", Duration::from_secs(5), || {
+        p.metric("portico_tls_handshakes_total{listener=\"secure\",result=\"failed\"}") >= 2.0
+            && p.metric("portico_tls_handshakes_total{listener=\"secure\",result=\"timeout\"}") >= 1.0
+    });
+    assert_eq!(b.requests(), 1, "only the TLS 1.3 request reached the backend");
+}
+
+/// Sends a GET and reads the first bytes of the answer: `None` when the server refused (alert or close).
+fn answered(mut stream: pki::TlsStream) -> Option<usize> {
+    use std::io::Read;
+    stream.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").ok()?;
+    let mut buf = [0u8; 64];
+    stream.read(&mut buf).ok().filter(|&n| n > 0)
+}
+
+#[test]
+fn mutual_tls_verifies_clients_and_passes_the_subject_upstream() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let client_ca = Ca::new(&dir, "client-ca");
+    let stranger_ca = Ca::new(&dir, "stranger-ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let alice = client_ca.client(&dir, "alice", "alice");
+    let mallory = stranger_ca.client(&dir, "mallory", "mallory");
+    let b = Backend::start("b0").unwrap();
+    let tls = |auth: &str| {
+        format!(
+            "      certificates: [{}]\n      client_ca: \"{}\"\n      client_auth: {auth}",
+            pair(&site),
+            client_ca.pem.display()
+        )
+    };
+    let p = Portico::start(&tls_yaml(b.addr, &tls("required")));
+    let spoof = "x-client-cert-subject: CN=admin\r\n";
+
+    let stream = pki::connect(p.addr, "localhost", &ca.pem, Some(&alice), &[]).unwrap();
+    let mut conn = Conn::from_stream(stream);
+    let r = conn.get("/echo", spoof);
+    assert_eq!(r.status, 200);
+    let subject = echo_header(&r.text(), "x-client-cert-subject").expect("subject passed upstream");
+    assert!(subject.contains("CN=alice") && subject.contains("O=Portico Tests"), "{subject}");
+    assert!(!r.text().contains("CN=admin"), "the client's own header went upstream: {}", r.text());
+
+    // No certificate, or one from another CA: refused during the handshake (TLS 1.3 reports it on first use).
+    for (who, cert) in [("anonymous", None), ("mallory", Some(&mallory))] {
+        let refused = pki::connect(p.addr, "localhost", &ca.pem, cert, &[]).map(answered);
+        assert!(!refused.is_ok_and(|n| n.is_some_and(|n| n > 0)), "{who} was let in");
+    }
+
+    // Optional: anonymous clients get in, without a subject, and still cannot forge one.
+    p.rewrite_config(&tls_yaml(b.addr, &tls("optional")));
+    wait_until("reload to optional client auth", Duration::from_secs(10), || {
+        pki::connect(p.addr, "localhost", &ca.pem, None, &[]).is_ok_and(|s| answered(s).is_some_and(|n| n > 0))
+    });
+    let stream = pki::connect(p.addr, "localhost", &ca.pem, None, &[]).unwrap();
+    let r = Conn::from_stream(stream).get("/echo", spoof);
+    assert_eq!(echo_header(&r.text(), "x-client-cert-subject"), None, "{}", r.text());
+    // A certificate from an unknown CA is still refused.
+    let refused = pki::connect(p.addr, "localhost", &ca.pem, Some(&mallory), &[]).map(answered);
+    assert!(!refused.is_ok_and(|n| n.is_some_and(|n| n > 0)), "mallory was let in");
+}
+
+#[test]
+fn renewed_certificates_are_served_to_new_connections_while_open_ones_continue() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    // Relative paths start at the configuration file's directory.
+    let first = ca.server(&dir, "site", "first", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start_in(&dir, &tls_yaml(b.addr, "      certificates: [{ cert: site.pem, key: site.key }]"));
+    let stream = pki::connect(p.addr, "localhost", &ca.pem, None, &[]).unwrap();
+    assert!(pki::served_leaf(&stream) == first.der);
+    let mut open = Conn::from_stream(stream);
+    assert_eq!(open.get("/", "").status, 200);
+
+    // Renewal: new files in place; `watch: true` notices without a signal.
+    std::thread::sleep(Duration::from_millis(1100)); // a visibly newer modification time
+    let renewed = ca.server(&dir, "site", "renewed", &["localhost"]);
+    wait_until("the renewed certificate is served", Duration::from_secs(10), || {
+        pki::connect(p.addr, "localhost", &ca.pem, None, &[]).is_ok_and(|s| pki::served_leaf(&s) == renewed.der)
+    });
+    for _ in 0..20 {
+        assert_eq!(open.get("/", "").status, 200, "the open connection broke on reload");
+    }
+
+    // A broken renewal (a key that does not match) is refused; the running certificate stays.
+    let failures = p.metric("portico_reload_failures_total");
+    let stray = ca.server(&dir, "stray", "stray", &["localhost"]);
+    std::fs::copy(&stray.key, dir.join("site.key")).unwrap();
+    wait_until("the bad reload is refused", Duration::from_secs(10), || {
+        p.metric("portico_reload_failures_total") > failures
+    });
+    let s = pki::connect(p.addr, "localhost", &ca.pem, None, &[]).unwrap();
+    assert!(pki::served_leaf(&s) == renewed.der);
+    assert_eq!(Conn::from_stream(s).get("/", "").status, 200);
+    let last = p.admin_get("/admin/reload").text();
+    assert!(last.contains("does not belong to the certificate"), "{last}");
+}
+
+#[test]
+fn bad_tls_settings_are_reported_with_their_position() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let other = ca.server(&dir, "other", "other", &["localhost"]);
+    let check = |tls: &str| {
+        let path = dir.join("check.yaml");
+        std::fs::write(
+            &path,
+            tls_yaml("127.0.0.1:9".parse().unwrap(), tls)
+                .replace("{listen}", "127.0.0.1:1")
+                .replace("{admin}", "127.0.0.1:2"),
+        )
+        .unwrap();
+        let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+        assert!(!out.status.success(), "accepted: {tls}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = check("      certificates: [{ cert: missing.pem, key: site.key }]");
+    assert!(err.contains("check.yaml:8:") && err.contains("cannot read") && err.contains("missing.pem"), "{err}");
+    let err = check(&format!(
+        "      certificates: [{{ cert: \"{}\", key: \"{}\" }}]",
+        site.cert.display(),
+        other.key.display()
+    ));
+    assert!(err.contains("check.yaml:8:") && err.contains("does not belong"), "{err}");
+    let err = check(&format!(
+        "      certificates: [{{ cert: \"{}\", key: \"{}\" }}]",
+        site.key.display(),
+        site.key.display()
+    ));
+    assert!(err.contains("holds no PEM certificate"), "{err}");
+    let err = check("      certificates: []");
+    assert!(err.contains("at least one certificate"), "{err}");
+    let err = check(&format!("      certificates: [{}]\n      min_version: \"1.1\"", pair(&site)));
+    assert!(err.contains("check.yaml:9:") && err.contains("1.1"), "{err}");
+}
