@@ -9,7 +9,7 @@ mod validate;
 pub use schema::*;
 pub use spans::{Position, SpanIndex};
 pub use units::{parse_size, ByteSize, HumanDuration};
-pub use validate::{parse_host_port, HostPort};
+pub use validate::{parse_endpoint, parse_host_port, EndpointScheme, HostPort};
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -290,6 +290,26 @@ pub struct Cluster {
     /// When no endpoint is healthy: `false` answers 503, `true` spreads requests over all endpoints anyway.
     #[serde(default)]
     pub panic_mode: bool,
+    /// TLS to this cluster's endpoints: every endpoint not written `http://...` is reached over TLS. Endpoints
+    /// written `https://...` use TLS (with these settings, or the defaults) even without it.
+    #[serde(default)]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// How Portico opens TLS connections to upstream endpoints.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// PEM bundle of the CAs that may sign the endpoints' certificates. Default: the system's roots.
+    pub ca: Option<String>,
+    /// The name sent as SNI and verified against the certificate. Default: each endpoint's host.
+    pub server_name: Option<String>,
+    /// Client certificate chain (PEM) presented to upstreams that ask for one (mutual TLS).
+    pub cert: Option<String>,
+    /// The client certificate's private key (PEM).
+    pub key: Option<String>,
+    /// Accept any certificate: no verification at all. For tests only; logged as a warning.
+    pub insecure_skip_verify: bool,
 }
 
 fn default_true() -> bool {
@@ -428,7 +448,8 @@ impl Default for Retries {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Endpoint {
-    /// `host:port`, `[ipv6]:port` or `dns-name:port`.
+    /// `host:port`, `[ipv6]:port` or `dns-name:port`, optionally after `http://` or `https://` (then the port
+    /// defaults to 80 or 443).
     pub address: String,
     #[serde(default = "default_weight")]
     pub weight: u32,

@@ -52,6 +52,43 @@ pub fn parse_host_port(text: &str) -> Result<HostPort, String> {
     Ok(HostPort { host: host.to_ascii_lowercase(), port, ip: None })
 }
 
+/// How an endpoint is reached, from its address's scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointScheme {
+    /// No scheme: plain, unless the cluster has `tls:`.
+    Unspecified,
+    Http,
+    Https,
+}
+
+/// Parses an endpoint address: `host:port`, or `http://host[:port]` / `https://host[:port]` (no path).
+pub fn parse_endpoint(text: &str) -> Result<(EndpointScheme, HostPort), String> {
+    let (scheme, rest, default_port) = if let Some(rest) = strip_prefix_ignore_case(text, "https://") {
+        (EndpointScheme::Https, rest, 443)
+    } else if let Some(rest) = strip_prefix_ignore_case(text, "http://") {
+        (EndpointScheme::Http, rest, 80)
+    } else if text.contains("://") {
+        return Err(format!("{text:?} has an unsupported scheme (use http:// or https://)"));
+    } else {
+        return parse_host_port(text).map(|hp| (EndpointScheme::Unspecified, hp));
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains('/') || rest.contains('?') {
+        return Err(format!("{text:?} has a path; an endpoint is only scheme, host and port"));
+    }
+    let has_port = match rest.rfind(']') {
+        Some(close) => rest[close..].contains(':'),
+        None => rest.contains(':'),
+    };
+    let hp = if has_port { parse_host_port(rest) } else { parse_host_port(&format!("{rest}:{default_port}")) }?;
+    Ok((scheme, hp))
+}
+
+fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = text.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then(|| &text[prefix.len()..])
+}
+
 fn is_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
@@ -258,8 +295,8 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         let mut seen = HashSet::new();
         for (j, e) in c.endpoints.iter().enumerate() {
             let path = format!("{base}.endpoints[{j}]");
-            match parse_host_port(&e.address) {
-                Ok(hp) => {
+            match parse_endpoint(&e.address) {
+                Ok((_, hp)) => {
                     if !seen.insert(hp.clone()) {
                         err(
                             &format!("{path}.address"),
@@ -279,6 +316,22 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                     &format!("{path}.weight"),
                     format!("weight must be between 1 and 10000, got {}", e.weight),
                     Some("remove the endpoint to stop sending it traffic"),
+                );
+            }
+        }
+        if let Some(tls) = &c.tls {
+            if tls.cert.is_some() != tls.key.is_some() {
+                err(
+                    &format!("{base}.tls"),
+                    "a client certificate needs both `cert` and `key`".into(),
+                    Some("give both files, or neither"),
+                );
+            }
+            if tls.insecure_skip_verify && tls.ca.is_some() {
+                err(
+                    &format!("{base}.tls.insecure_skip_verify"),
+                    "`insecure_skip_verify: true` ignores `ca`".into(),
+                    Some("remove one of them"),
                 );
             }
         }
@@ -439,6 +492,13 @@ mod tests {
     #[test]
     fn host_ports() {
         assert_eq!(parse_host_port("127.0.0.1:80").unwrap().authority(), "127.0.0.1:80");
+        let https = |t: &str| parse_endpoint(t).map(|(s, hp)| (s, hp.authority()));
+        assert_eq!(https("https://api.example.com"), Ok((EndpointScheme::Https, "api.example.com:443".into())));
+        assert_eq!(https("HTTPS://[::1]/"), Ok((EndpointScheme::Https, "[::1]:443".into())));
+        assert_eq!(https("http://10.0.0.1:8080"), Ok((EndpointScheme::Http, "10.0.0.1:8080".into())));
+        assert_eq!(https("10.0.0.1:8080"), Ok((EndpointScheme::Unspecified, "10.0.0.1:8080".into())));
+        assert!(https("https://a.example/path").is_err());
+        assert!(https("ftp://a.example:21").is_err());
         assert_eq!(parse_host_port("[::1]:9000").unwrap().authority(), "[::1]:9000");
         assert_eq!(parse_host_port("Backend.internal:81").unwrap().host, "backend.internal");
         assert!(parse_host_port("backend").is_err());

@@ -113,7 +113,14 @@ async fn probe(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), String> {
 }
 
 async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), String> {
-    let mut io = TcpStream::connect(endpoint.addr).await.map_err(|e| format!("connect: {e}"))?;
+    let tcp = TcpStream::connect(endpoint.addr).await.map_err(|e| format!("connect: {e}"))?;
+    // A TLS endpoint is probed over TLS, verified as requests are: a certificate problem makes it unhealthy.
+    let mut io = match &endpoint.tls {
+        None => crate::io::Stream::Tcp(tcp),
+        Some(tls) => crate::io::Stream::UpstreamTls(Box::new(
+            tls.connector.connect(tls.server_name.clone(), tcp).await.map_err(|e| format!("TLS handshake: {e}"))?,
+        )),
+    };
     if check.kind == HealthCheckKind::Tcp {
         return Ok(());
     }
@@ -123,6 +130,7 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
         check.method, check.path
     );
     io.write_all(request.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+    io.flush().await.map_err(|e| format!("send: {e}"))?;
     let mut response = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     let wants_body = check.body_contains.is_some();

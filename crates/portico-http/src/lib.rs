@@ -17,6 +17,7 @@ pub mod stats;
 pub mod tls;
 mod tunnel;
 mod upstream;
+pub mod upstream_tls;
 pub mod worker;
 
 pub use snapshot::{build, Registry, Snapshot};

@@ -9,10 +9,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 
 pub struct UpstreamConn {
-    pub io: TcpStream,
+    pub(crate) io: crate::io::Stream,
     /// Bytes read from the upstream and not yet consumed.
     pub buf: BytesMut,
     /// True when the connection came from the pool: a failure before any response byte may be a race with
@@ -27,7 +26,12 @@ pub struct UpstreamConn {
 
 impl UpstreamConn {
     /// A freshly connected socket, counted as opened and open for its cluster and endpoint.
-    pub fn new(io: TcpStream, endpoint: Arc<EndpointStats>, cluster: Arc<ClusterStats>, worker: usize) -> Self {
+    pub(crate) fn new(
+        io: crate::io::Stream,
+        endpoint: Arc<EndpointStats>,
+        cluster: Arc<ClusterStats>,
+        worker: usize,
+    ) -> Self {
         if let Some(s) = endpoint.slots.get(worker) {
             s.0.connections_opened.inc();
         }
@@ -42,11 +46,9 @@ impl UpstreamConn {
         self.ticket.as_ref().is_some_and(|t| t.has_followers())
     }
 
-    /// False when the upstream has closed the connection or sent bytes nobody asked for. Costs no system
-    /// call unless the reactor has seen the socket become readable.
-    fn still_usable(&self) -> bool {
-        let mut probe = [0u8; 1];
-        matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    /// False when the upstream has closed the connection or sent bytes nobody asked for.
+    fn still_usable(&mut self) -> bool {
+        self.io.still_usable()
     }
 
     fn set_idle(&self, delta: i64) {
@@ -64,11 +66,13 @@ impl Drop for UpstreamConn {
     }
 }
 
-/// Identifies an endpoint's connections: the same address in two clusters gets two pools.
-pub(crate) type PoolKey = (usize, SocketAddr);
+/// Identifies an endpoint's connections: the same address in two clusters gets two pools, and a reload that
+/// changes how an endpoint is reached (plain or TLS, other roots or client certificate) starts a new pool.
+pub(crate) type PoolKey = (usize, SocketAddr, usize);
 
 pub(crate) fn key(endpoint: &Endpoint) -> PoolKey {
-    (Arc::as_ptr(&endpoint.stats) as usize, endpoint.addr)
+    let tls = endpoint.tls.as_ref().map_or(0, |t| Arc::as_ptr(t.connector.config()) as usize);
+    (Arc::as_ptr(&endpoint.stats) as usize, endpoint.addr, tls)
 }
 
 #[derive(Default)]
@@ -112,7 +116,7 @@ impl Pool {
     /// Closes connections idle for longer than their cluster's idle timeout or closed by their upstream.
     pub fn sweep(&mut self) {
         for list in self.idle.values_mut() {
-            list.retain(|(c, since, idle_timeout)| {
+            list.retain_mut(|(c, since, idle_timeout)| {
                 let keep = since.elapsed() < *idle_timeout && c.still_usable();
                 if !keep {
                     c.set_idle(-1);

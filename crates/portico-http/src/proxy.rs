@@ -7,7 +7,7 @@ use crate::access_log::Entry;
 use crate::balancer::{NoPick, PickInput};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
-use crate::io::ClientIo;
+use crate::io::Stream;
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::router::CompiledRoute;
@@ -42,7 +42,7 @@ pub(crate) enum Next {
 }
 
 pub(crate) struct Client {
-    pub io: ClientIo,
+    pub io: Stream,
     pub buf: BytesMut,
     pub peer: SocketAddr,
     /// What the upstream is told about the client.
@@ -100,7 +100,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
     };
     let tls = ctx.snapshot.load().listener(&listener).and_then(|l| Some((l.tls.clone()?, l.stats.clone())));
     let io = match tls {
-        None => ClientIo::Tcp(io),
+        None => Stream::Tcp(io),
         // Boxed: the handshake's state is only needed once, not in every idle connection's future.
         Some((terminator, stats)) => match Box::pin(handshake(io, &terminator, &stats, ctx.index)).await {
             Some(tls) => {
@@ -109,7 +109,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 if facts.cert_header.is_some() {
                     facts.cert_subject = crate::tls::client_subject(tls.get_ref().1);
                 }
-                ClientIo::Tls(tls)
+                Stream::Tls(tls)
             }
             None => return,
         },
@@ -818,7 +818,7 @@ async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, ht
 
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a
 /// moment, so the kernel does not reset the connection (and discard the answer) over unread bytes.
-async fn linger_close(mut io: ClientIo) {
+async fn linger_close(mut io: Stream) {
     let _ = io.shutdown().await;
     // On the heap: a 4 KiB array here would sit in every idle connection's future.
     let mut sink = vec![0u8; 4096];

@@ -6,7 +6,7 @@
 use crate::balancer::Balancer;
 use crate::router::Router;
 use crate::stats::{self, ClusterStats, EndpointStats, Global, RouteStats};
-use portico_config::{ConfigErrors, HealthCheck, LoadedConfig, OutlierDetection};
+use portico_config::{ConfigErrors, EndpointScheme, HealthCheck, LoadedConfig, OutlierDetection};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -112,6 +112,10 @@ pub struct Endpoint {
     /// In-flight requests, one slot per worker: each worker writes only its own.
     inflight: Box<[Padded<AtomicU32>]>,
     pub outlier: Box<[Padded<OutlierLocal>]>,
+    /// Reached over TLS, when set.
+    pub tls: Option<crate::upstream_tls::EndpointTls>,
+    /// When a failed TLS handshake with this endpoint was last logged (ms since the epoch): once a minute.
+    pub tls_warned_ms: AtomicU64,
 }
 
 impl Endpoint {
@@ -349,10 +353,11 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
     let mut clusters = Vec::with_capacity(cfg.clusters.len());
     for (name, c) in &cfg.clusters {
         let mut endpoints = Vec::with_capacity(c.endpoints.len());
+        let mut connector = None;
         for (j, e) in c.endpoints.iter().enumerate() {
             let path = format!("clusters.{name}.endpoints[{j}].address");
-            let hp = match portico_config::parse_host_port(&e.address) {
-                Ok(hp) => hp,
+            let (scheme, hp) = match portico_config::parse_endpoint(&e.address) {
+                Ok(parsed) => parsed,
                 Err(msg) => {
                     problems.push(loaded.diagnostic(
                         &path,
@@ -376,7 +381,38 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                     }
                 },
             };
+            let uses_tls = match scheme {
+                EndpointScheme::Https => true,
+                EndpointScheme::Http => false,
+                EndpointScheme::Unspecified => c.tls.is_some(),
+            };
+            let tls = if uses_tls {
+                if connector.is_none() {
+                    match crate::upstream_tls::client_config(loaded, name, c.tls.as_ref()) {
+                        Ok(made) => connector = Some(made),
+                        Err((path, message, hint)) => {
+                            problems.push(loaded.diagnostic(&path, message, hint));
+                            continue;
+                        }
+                    }
+                }
+                let configured_name = c.tls.as_ref().and_then(|t| t.server_name.as_deref());
+                match (connector.clone(), crate::upstream_tls::server_name(configured_name, &hp.host)) {
+                    (Some(connector), Ok(server_name)) => {
+                        Some(crate::upstream_tls::EndpointTls { connector, server_name })
+                    }
+                    (_, Err(message)) => {
+                        problems.push(loaded.diagnostic(&format!("clusters.{name}.tls.server_name"), message, None));
+                        continue;
+                    }
+                    (None, _) => continue,
+                }
+            } else {
+                None
+            };
             endpoints.push(Arc::new(Endpoint {
+                tls,
+                tls_warned_ms: AtomicU64::new(0),
                 configured: e.address.clone(),
                 addr,
                 authority: hp.authority(),

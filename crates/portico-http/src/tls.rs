@@ -131,7 +131,7 @@ pub fn build_terminator(loaded: &LoadedConfig, index: usize, tls: &ListenerTls) 
     })
 }
 
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let shown = path.display();
     let iter = CertificateDer::pem_file_iter(path).map_err(|e| format!("cannot read {shown}: {}", pem_error(&e)))?;
     let chain = iter
@@ -143,7 +143,7 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(chain)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => {
             format!("{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)", path.display())

@@ -3,6 +3,7 @@
 //! (outlier detection).
 
 use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
+use crate::io::Stream;
 use crate::pool::UpstreamConn;
 use crate::proxy::{Client, ReqBody};
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
@@ -13,7 +14,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use std::sync::atomic::Ordering;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::{timeout_at, Instant};
 
 /// Largest response head accepted from an upstream.
 pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -90,20 +91,41 @@ pub(crate) async fn connection(
         return Err(UpstreamFailure::breaker("too many requests waiting for an upstream connection (circuit breaker)"));
     }
     counters.pending.add(1);
-    let connected = timeout(settings.connect_timeout, TcpStream::connect(endpoint.addr)).await;
+    let opened = open(endpoint, Instant::now() + settings.connect_timeout).await;
     counters.pending.add(-1);
-    match connected {
-        Ok(Ok(io)) => {
-            let _ = io.set_nodelay(true);
-            Ok(UpstreamConn::new(io, endpoint.stats.clone(), cluster.stats.clone(), ctx.index))
-        }
+    opened.map(|io| UpstreamConn::new(io, endpoint.stats.clone(), cluster.stats.clone(), ctx.index))
+}
+
+/// Connects to `endpoint` and, for a TLS endpoint, completes the handshake, all before `deadline`.
+async fn open(endpoint: &Endpoint, deadline: Instant) -> Result<Stream, UpstreamFailure> {
+    let timed_out =
+        || UpstreamFailure { timed_out: true, ..UpstreamFailure::upstream(504, "upstream connect timed out") };
+    let tcp = match timeout_at(deadline, TcpStream::connect(endpoint.addr)).await {
+        Ok(Ok(io)) => io,
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            Err(UpstreamFailure::upstream(502, "upstream refused the connection"))
+            return Err(UpstreamFailure::upstream(502, "upstream refused the connection"))
         }
-        Ok(Err(_)) => Err(UpstreamFailure::upstream(502, "upstream connection failed")),
-        Err(_) => {
-            Err(UpstreamFailure { timed_out: true, ..UpstreamFailure::upstream(504, "upstream connect timed out") })
+        Ok(Err(_)) => return Err(UpstreamFailure::upstream(502, "upstream connection failed")),
+        Err(_) => return Err(timed_out()),
+    };
+    let _ = tcp.set_nodelay(true);
+    let Some(tls) = &endpoint.tls else {
+        return Ok(Stream::Tcp(tcp));
+    };
+    match timeout_at(deadline, tls.connector.connect(tls.server_name.clone(), tcp)).await {
+        Ok(Ok(stream)) => Ok(Stream::UpstreamTls(Box::new(stream))),
+        Ok(Err(e)) => {
+            // Worth an operator's attention (an expired or misnamed certificate), but once a minute at most.
+            let now = crate::snapshot::now_ms();
+            let last = endpoint.tls_warned_ms.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= 60_000
+                && endpoint.tls_warned_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
+                tracing::warn!(endpoint = %endpoint.configured, "TLS handshake with the upstream failed: {e}");
+            }
+            Err(UpstreamFailure::upstream(502, "TLS handshake with the upstream failed"))
         }
+        Err(_) => Err(timed_out()),
     }
 }
 
@@ -257,23 +279,48 @@ async fn send_request(
     }
     let out_chunked = framing == BodyFraming::Chunked;
     let timeouts = (settings.body_read_timeout, send_timeout);
-    let (upstream_read, mut upstream_write) = conn.io.split();
-    let relay = relay_body(
-        &mut client.io,
-        &mut client.buf,
-        framing,
-        &mut upstream_write,
-        out_chunked,
-        timeouts,
-        &mut client.out,
-    );
     // An upstream may answer before the body is complete (413, 401) and stop reading it: watch for any byte
-    // (or a close) from it while relaying, rather than waiting for the send timeout. `peek` consumes nothing.
-    let mut probe = [0u8; 1];
-    let answered_early = upstream_read.as_ref().peek(&mut probe);
-    let relayed = tokio::select! {
-        r = relay => r,
-        _ = answered_early => return Ok(()),
+    // (or a close) from it while relaying, rather than waiting for the send timeout.
+    let relayed = match &mut conn.io {
+        Stream::Tcp(tcp) => {
+            let (upstream_read, mut upstream_write) = tcp.split();
+            let relay = relay_body(
+                &mut client.io,
+                &mut client.buf,
+                framing,
+                &mut upstream_write,
+                out_chunked,
+                timeouts,
+                &mut client.out,
+            );
+            // `peek` consumes nothing: the response is read afterwards as usual.
+            let mut probe = [0u8; 1];
+            let answered_early = upstream_read.as_ref().peek(&mut probe);
+            tokio::select! {
+                r = relay => r,
+                _ = answered_early => return Ok(()),
+            }
+        }
+        tls => {
+            // Over TLS a peek would also see records that carry no data (session tickets): read for real, into
+            // the buffer the response head is parsed from.
+            let (mut upstream_read, mut upstream_write) = tokio::io::split(tls);
+            let relay = relay_body(
+                &mut client.io,
+                &mut client.buf,
+                framing,
+                &mut upstream_write,
+                out_chunked,
+                timeouts,
+                &mut client.out,
+            );
+            conn.buf.reserve(4096);
+            let answered_early = upstream_read.read_buf(&mut conn.buf);
+            tokio::select! {
+                r = relay => r,
+                _ = answered_early => return Ok(()),
+            }
+        }
     };
     match relayed {
         Ok(_) => {
@@ -524,7 +571,7 @@ pub(crate) async fn read_response_head(
 }
 
 /// Resolves when the client closes its side (or errors). Pipelined bytes read meanwhile stay in `buf`.
-async fn client_gone(io: &mut crate::io::ClientIo, buf: &mut BytesMut) {
+async fn client_gone(io: &mut crate::io::Stream, buf: &mut BytesMut) {
     loop {
         if buf.len() >= PIPELINE_READ_AHEAD {
             std::future::pending::<()>().await;

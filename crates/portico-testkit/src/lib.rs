@@ -23,6 +23,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -40,6 +41,8 @@ struct Counters {
     forced_status: AtomicU16,
     /// When non-zero, `/health` is answered with this status (else 200 `healthy`).
     health_status: AtomicU16,
+    /// TLS handshakes that failed (HTTPS backends only).
+    tls_failures: AtomicUsize,
 }
 
 /// A running backend; stops (closing its listener and connections) when dropped or stopped.
@@ -58,6 +61,17 @@ impl Backend {
     }
 
     pub fn start_on(addr: SocketAddr, name: &str) -> std::io::Result<Backend> {
+        Backend::launch(addr, name, None)
+    }
+
+    /// A backend that speaks HTTPS with the certificate chain and key in these PEM files; with `client_ca`, it
+    /// requires client certificates signed by that CA.
+    pub fn start_tls(name: &str, cert: &Path, key: &Path, client_ca: Option<&Path>) -> std::io::Result<Backend> {
+        let acceptor = tls_acceptor(cert, key, client_ca).map_err(std::io::Error::other)?;
+        Backend::launch("127.0.0.1:0".parse().expect("literal address"), name, Some(acceptor))
+    }
+
+    fn launch(addr: SocketAddr, name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io::Result<Backend> {
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -72,7 +86,7 @@ impl Backend {
                     return;
                 };
                 tokio::select! {
-                    _ = serve(listener, Arc::from(n.as_str()), c) => {}
+                    _ = serve(listener, Arc::from(n.as_str()), c, tls) => {}
                     _ = stop_rx => {}
                 }
             });
@@ -85,6 +99,11 @@ impl Backend {
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.counters.accepted.load(Ordering::SeqCst)
+    }
+
+    /// TLS handshakes that failed (a client without an acceptable certificate, for example).
+    pub fn tls_failures(&self) -> usize {
+        self.counters.tls_failures.load(Ordering::SeqCst)
     }
 
     /// Requests answered (or being answered) so far.
@@ -122,7 +141,12 @@ impl Drop for Backend {
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, name: Arc<str>, counters: Arc<Counters>) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    name: Arc<str>,
+    counters: Arc<Counters>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -130,17 +154,61 @@ async fn serve(listener: tokio::net::TcpListener, name: Arc<str>, counters: Arc<
         counters.accepted.fetch_add(1, Ordering::SeqCst);
         let _ = stream.set_nodelay(true);
         let (name, counters) = (name.clone(), counters.clone());
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                counters.requests.fetch_add(1, Ordering::SeqCst);
-                let forced =
-                    (counters.forced_status.load(Ordering::SeqCst), counters.health_status.load(Ordering::SeqCst));
-                handle(req, name.clone(), forced)
+        if let Some(acceptor) = tls.clone() {
+            let c = counters.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    c.tls_failures.fetch_add(1, Ordering::SeqCst);
+                    return;
+                };
+                serve_one(hyper_util::rt::TokioIo::new(stream), name, counters).await;
             });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).with_upgrades().await;
-        });
+            continue;
+        }
+        tokio::spawn(serve_one(hyper_util::rt::TokioIo::new(stream), name, counters));
     }
+}
+
+async fn serve_one<I>(io: I, name: Arc<str>, counters: Arc<Counters>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        counters.requests.fetch_add(1, Ordering::SeqCst);
+        let forced = (counters.forced_status.load(Ordering::SeqCst), counters.health_status.load(Ordering::SeqCst));
+        handle(req, name.clone(), forced)
+    });
+    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).with_upgrades().await;
+}
+
+fn tls_acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<tokio_rustls::TlsAcceptor, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| e.to_string())?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca).map_err(|e| e.to_string())? {
+                roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| e.to_string())?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 type AnyBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
