@@ -102,6 +102,41 @@ pub struct Listener {
     /// Terminate TLS on this listener. Plain HTTP when absent.
     #[serde(default)]
     pub tls: Option<ListenerTls>,
+    #[serde(default)]
+    pub http2: ListenerHttp2,
+}
+
+/// HTTP/2 from clients: through ALPN on TLS listeners, by prior knowledge (h2c) on plain ones.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenerHttp2 {
+    pub enabled: bool,
+    /// Most streams (requests) a client may have open at once on one connection.
+    pub max_concurrent_streams: u32,
+    /// Flow-control window of each stream: how much of a request body a client may send ahead.
+    pub initial_stream_window: ByteSize,
+    /// Flow-control window of the whole connection.
+    pub initial_connection_window: ByteSize,
+    /// Largest header list (HPACK-decoded) accepted in a request.
+    pub max_header_list_size: ByteSize,
+    /// Largest frame payload Portico accepts.
+    pub max_frame_size: ByteSize,
+    /// Send a PING this often and close the connection when it is not answered within the interval.
+    pub keepalive_interval: Option<HumanDuration>,
+}
+
+impl Default for ListenerHttp2 {
+    fn default() -> Self {
+        ListenerHttp2 {
+            enabled: true,
+            max_concurrent_streams: 128,
+            initial_stream_window: ByteSize(1 << 20),
+            initial_connection_window: ByteSize(2 << 20),
+            max_header_list_size: ByteSize(32 << 10),
+            max_frame_size: ByteSize(16 << 10),
+            keepalive_interval: None,
+        }
+    }
 }
 
 /// TLS termination for one listener.
@@ -115,9 +150,10 @@ pub struct ListenerTls {
     /// Oldest TLS version accepted: `"1.2"` (default) or `"1.3"`.
     #[serde(default)]
     pub min_version: TlsVersion,
-    /// Protocols offered through ALPN, in order of preference.
-    #[serde(default = "default_alpn")]
-    pub alpn: Vec<String>,
+    /// Protocols offered through ALPN, in order of preference. Default: `[h2, http/1.1]`, or `[http/1.1]`
+    /// when `http2.enabled` is false.
+    #[serde(default)]
+    pub alpn: Option<Vec<String>>,
     /// Time allowed for the TLS handshake, counted from the accept.
     #[serde(default = "default_handshake_timeout")]
     pub handshake_timeout: HumanDuration,
@@ -127,7 +163,7 @@ pub struct ListenerTls {
     /// With `client_ca`: `required` (default) refuses clients without a valid certificate; `optional` lets
     /// them in but verifies any certificate they present.
     #[serde(default)]
-    pub client_auth: ClientAuth,
+    pub client_auth: Option<ClientAuth>,
     /// Header that carries a verified client certificate's subject to the upstream. Any value the client sent
     /// under this name is removed first.
     #[serde(default = "default_client_cert_header")]
@@ -163,10 +199,6 @@ pub enum ClientAuth {
     #[default]
     Required,
     Optional,
-}
-
-fn default_alpn() -> Vec<String> {
-    vec!["http/1.1".into()]
 }
 
 fn default_handshake_timeout() -> HumanDuration {

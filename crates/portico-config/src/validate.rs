@@ -172,6 +172,40 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 Some("the default is 10000"),
             );
         }
+        let h2 = &l.http2;
+        if h2.max_concurrent_streams == 0 {
+            err(
+                &format!("{base}.http2.max_concurrent_streams"),
+                "max_concurrent_streams must be at least 1".into(),
+                None,
+            );
+        }
+        for (key, size) in [
+            ("initial_stream_window", h2.initial_stream_window),
+            ("initial_connection_window", h2.initial_connection_window),
+        ] {
+            if size.0 < 65_535 || size.0 > (1 << 31) - 1 {
+                err(
+                    &format!("{base}.http2.{key}"),
+                    format!("{key} must be between 65535 bytes and 2GiB - 1 (RFC 9113 6.9.2)"),
+                    Some("the default is 1MiB per stream, 2MiB per connection"),
+                );
+            }
+        }
+        if h2.max_frame_size.0 < 16_384 || h2.max_frame_size.0 > (1 << 24) - 1 {
+            err(
+                &format!("{base}.http2.max_frame_size"),
+                "max_frame_size must be between 16KiB and 16MiB - 1 (RFC 9113 6.5.2)".into(),
+                None,
+            );
+        }
+        if h2.max_header_list_size.0 < 1024 || h2.max_header_list_size.0 > 1 << 20 {
+            err(
+                &format!("{base}.http2.max_header_list_size"),
+                "max_header_list_size must be between 1KiB and 1MiB".into(),
+                None,
+            );
+        }
         if let Some(tls) = &l.tls {
             if tls.certificates.is_empty() {
                 err(
@@ -187,17 +221,54 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                     Some("mark one, or none to use the first"),
                 );
             }
-            for (j, proto) in tls.alpn.iter().enumerate() {
-                if proto != "http/1.1" {
-                    err(
+            for (j, proto) in tls.alpn.iter().flatten().enumerate() {
+                match proto.as_str() {
+                    "http/1.1" | "http/1.0" => {}
+                    "h2" if l.http2.enabled => {}
+                    "h2" => err(
+                        &format!("{base}.tls.alpn[{j}]"),
+                        "ALPN offers h2 but http2.enabled is false".into(),
+                        Some("remove h2, or enable http2"),
+                    ),
+                    _ => err(
                         &format!("{base}.tls.alpn[{j}]"),
                         format!("ALPN protocol {proto:?} is not supported"),
-                        Some("offer `http/1.1`"),
-                    );
+                        Some("offer `h2` and `http/1.1`"),
+                    ),
                 }
             }
-            if tls.alpn.is_empty() {
-                err(&format!("{base}.tls.alpn"), "alpn is empty".into(), Some("offer `[http/1.1]`"));
+            if tls.alpn.as_ref().is_some_and(Vec::is_empty) {
+                err(&format!("{base}.tls.alpn"), "alpn is empty".into(), Some("offer `[h2, http/1.1]`"));
+            }
+            if tls.client_auth.is_some() && tls.client_ca.is_none() {
+                err(
+                    &format!("{base}.tls.client_auth"),
+                    "client_auth without client_ca verifies no one".into(),
+                    Some("add `client_ca: clients-ca.pem`, or remove client_auth"),
+                );
+            }
+            let header = tls.client_cert_header.to_ascii_lowercase();
+            let protocol_header = matches!(
+                header.as_str(),
+                "host"
+                    | "content-length"
+                    | "transfer-encoding"
+                    | "connection"
+                    | "keep-alive"
+                    | "te"
+                    | "trailer"
+                    | "upgrade"
+                    | "expect"
+                    | "via"
+                    | "cookie"
+            ) || header.starts_with("x-forwarded-")
+                || header.starts_with("proxy-");
+            if protocol_header {
+                err(
+                    &format!("{base}.tls.client_cert_header"),
+                    format!("{:?} is a header the proxy itself manages", tls.client_cert_header),
+                    Some("use a header of its own, for example `x-client-cert-subject`"),
+                );
             }
             if !is_token(&tls.client_cert_header) {
                 err(
@@ -318,6 +389,9 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                     Some("remove the endpoint to stop sending it traffic"),
                 );
             }
+        }
+        if c.timeouts.tunnel.0.is_zero() {
+            err(&format!("{base}.timeouts.tunnel"), "tunnel must be above 0".into(), Some("the default is 1h"));
         }
         if let Some(tls) = &c.tls {
             if tls.cert.is_some() != tls.key.is_some() {

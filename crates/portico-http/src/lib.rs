@@ -6,6 +6,7 @@ pub mod balancer;
 mod buffers;
 pub mod codec;
 pub mod health;
+mod http2;
 mod io;
 mod pipeline;
 pub mod pool;

@@ -31,6 +31,8 @@ const REPLAYABLE_BODY: u64 = 64 * 1024;
 /// Read buffer for a request head: large enough that a head and a small body usually arrive in one read.
 /// Only connections with a request in progress hold it.
 const HEAD_READ_BUFFER: usize = 16 * 1024;
+/// How long closing a connection may wait to flush its last TLS records and close_notify.
+const CLOSE_NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Empty lines tolerated before a request line.
 const MAX_EMPTY_LINES: usize = 8;
 
@@ -95,6 +97,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
     let mut facts = upstream::ClientFacts {
         ip: upstream::IpText::new(peer.ip()),
         https: false,
+        http2: false,
         cert_header: None,
         cert_subject: None,
     };
@@ -114,7 +117,20 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             None => return,
         },
     };
-    let mut client = Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new() };
+    if let Stream::Tls(tls) = &io {
+        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            // Boxed: an HTTP/1 connection's task should not carry the HTTP/2 server's state.
+            Box::pin(crate::http2::serve(io, Bytes::new(), peer, facts, listener, ctx)).await;
+            return;
+        }
+    }
+    let client = Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new() };
+    serve_http1(client, listener, ctx).await;
+}
+
+/// Serves HTTP/1 requests on `client` until it closes, idles out or the process shuts down. A plain
+/// connection that opens with the HTTP/2 preface is handed to the HTTP/2 server instead.
+pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<WorkerCtx>) {
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {
@@ -124,7 +140,12 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 return;
             };
             match read_head(&mut client, settings, first, &mut shutdown).await {
-                Ok(Some(head)) => head,
+                Ok(Some(Arrived::Request(head))) => head,
+                Ok(Some(Arrived::Http2)) => {
+                    let Client { io, buf, peer, facts, .. } = client;
+                    Box::pin(crate::http2::serve(io, buf.freeze(), peer, facts, listener, ctx)).await;
+                    return;
+                }
                 Ok(None) => return,
                 Err(e) => {
                     // Boxed, like every await but the wait for a head: the task's size is that of its largest
@@ -150,6 +171,10 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 // The client asked to close after this request and has sent nothing more (a client that sent
                 // `Connection: close` must not send another request): a plain close sends a FIN. Lingering
                 // would cost a shutdown, a wait and a read per connection for nothing (nginx does the same).
+                // TLS still says close_notify, so the client can tell a complete response from a cut one.
+                if !matches!(client.io, Stream::Tcp(_)) {
+                    let _ = tokio::time::timeout(CLOSE_NOTIFY_TIMEOUT, client.io.shutdown()).await;
+                }
                 return;
             }
             Box::pin(linger_close(client.io)).await;
@@ -254,13 +279,22 @@ fn record(
     }
 }
 
+/// What opened a request.
+enum Arrived {
+    Request(RequestHead),
+    /// The HTTP/2 connection preface, on a plain connection's first bytes.
+    Http2,
+}
+
 /// Reads one request head. `Ok(None)`: the connection ended cleanly (client closed, idle timeout, shutdown).
 async fn read_head(
     client: &mut Client,
     settings: &ListenerSettings,
     first: bool,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<Option<RequestHead>, HeadError> {
+) -> Result<Option<Arrived>, HeadError> {
+    // Prior-knowledge HTTP/2 ("h2c"): only as a plain connection's first bytes.
+    let h2c = first && settings.http2.is_some() && matches!(client.io, Stream::Tcp(_));
     // A new connection must send its head within header_read; a kept-alive one may idle for keepalive first.
     // Empty lines before a request (RFC 9112 2.2) are dropped as they arrive and do not start the head clock;
     // a stream of them is cut off so it cannot fill memory.
@@ -280,9 +314,17 @@ async fn read_head(
                 started = true;
                 deadline = Instant::now() + settings.header_read_timeout;
             }
-            match codec::parse_request(&client.buf, &settings.limits)? {
-                Parsed::Complete(head, used) => return Ok(Some(codec::take_request(&mut client.buf, head, used))),
-                Parsed::Partial => {}
+            if h2c && client.buf.starts_with(crate::http2::PREFACE) {
+                return Ok(Some(Arrived::Http2));
+            }
+            let maybe_preface = h2c && crate::http2::PREFACE.starts_with(&client.buf);
+            if !maybe_preface {
+                match codec::parse_request(&client.buf, &settings.limits)? {
+                    Parsed::Complete(head, used) => {
+                        return Ok(Some(Arrived::Request(codec::take_request(&mut client.buf, head, used))))
+                    }
+                    Parsed::Partial => {}
+                }
             }
         }
         if !started && client.buf.is_empty() {
@@ -501,7 +543,7 @@ async fn handle_request(
             // A WebSocket handshake the upstream accepted: the connection becomes a tunnel until it closes.
             endpoint_slot.by_class[0].inc();
             let bytes = match source {
-                Source::Conn(conn) => crate::tunnel::relay(client, conn, resp, cluster, settings, ctx.index).await,
+                Source::Conn(conn) => crate::tunnel::relay(client, conn, resp, cluster, settings, ctx).await,
                 Source::Buffered(_) => 0, // upgrades are never pipelined
             };
             let upstream_time = attempt_started.elapsed();
@@ -819,7 +861,9 @@ async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, ht
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a
 /// moment, so the kernel does not reset the connection (and discard the answer) over unread bytes.
 async fn linger_close(mut io: Stream) {
-    let _ = io.shutdown().await;
+    // Bounded: on TLS the shutdown first flushes what the session still holds, to a client that may never
+    // read it.
+    let _ = tokio::time::timeout(CLOSE_NOTIFY_TIMEOUT, io.shutdown()).await;
     // On the heap: a 4 KiB array here would sit in every idle connection's future.
     let mut sink = vec![0u8; 4096];
     let deadline = Instant::now() + Duration::from_secs(2);

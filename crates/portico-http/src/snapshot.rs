@@ -174,6 +174,9 @@ pub struct UpstreamSettings {
     pub send_timeout: Duration,
     /// Idle time after which an upgraded (WebSocket) connection is closed.
     pub tunnel_idle_timeout: Duration,
+    /// The client-certificate headers of every mutual-TLS listener: only Portico may send them upstream, so
+    /// they are removed from every request, whichever listener it came through.
+    pub reserved_headers: Arc<[Box<str>]>,
     pub max_idle_per_endpoint: usize,
     pub pool_idle_timeout: Duration,
     /// Most requests written together to one upstream connection; 0 or 1: no pipelining.
@@ -210,7 +213,20 @@ pub struct ListenerSettings {
     pub send_timeout: Duration,
     /// TLS termination, when configured.
     pub tls: Option<Arc<crate::tls::TlsTerminator>>,
+    /// HTTP/2 from clients, unless disabled.
+    pub http2: Option<Http2Settings>,
     pub stats: Arc<stats::ListenerStats>,
+}
+
+/// The HTTP/2 server's settings for one listener (validated ranges, so the casts cannot truncate).
+#[derive(Debug, Clone)]
+pub struct Http2Settings {
+    pub max_concurrent_streams: u32,
+    pub initial_stream_window: u32,
+    pub initial_connection_window: u32,
+    pub max_header_list_size: u32,
+    pub max_frame_size: u32,
+    pub keepalive_interval: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -350,6 +366,12 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
     let cfg = &loaded.config;
     let mut problems = Vec::new();
     let mut cluster_index = HashMap::new();
+    let reserved_headers: Arc<[Box<str>]> = cfg
+        .listeners
+        .iter()
+        .filter_map(|l| l.tls.as_ref().filter(|t| t.client_ca.is_some()))
+        .map(|t| t.client_cert_header.to_ascii_lowercase().into_boxed_str())
+        .collect();
     let mut clusters = Vec::with_capacity(cfg.clusters.len());
     for (name, c) in &cfg.clusters {
         let mut endpoints = Vec::with_capacity(c.endpoints.len());
@@ -432,6 +454,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             read_timeout: c.timeouts.read.0,
             send_timeout: c.timeouts.send.0,
             tunnel_idle_timeout: c.timeouts.tunnel.0,
+            reserved_headers: reserved_headers.clone(),
             max_idle_per_endpoint: c.pool.max_idle_per_endpoint,
             pool_idle_timeout: c.pool.idle_timeout.0,
             pipeline_depth: c.pool.pipeline_depth,
@@ -469,7 +492,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
         .enumerate()
         .filter_map(|(i, l)| {
             let address = l.address.parse().ok()?;
-            let tls = match l.tls.as_ref().map(|t| crate::tls::build_terminator(loaded, i, t)) {
+            let tls = match l.tls.as_ref().map(|t| crate::tls::build_terminator(loaded, i, l, t)) {
                 None => None,
                 Some(Ok(t)) => Some(Arc::new(t)),
                 Some(Err((path, message, hint))) => {
@@ -491,6 +514,14 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                 body_read_timeout: l.timeouts.body_read.0,
                 send_timeout: l.timeouts.send.0,
                 tls,
+                http2: l.http2.enabled.then(|| Http2Settings {
+                    max_concurrent_streams: l.http2.max_concurrent_streams,
+                    initial_stream_window: l.http2.initial_stream_window.0 as u32,
+                    initial_connection_window: l.http2.initial_connection_window.0 as u32,
+                    max_header_list_size: l.http2.max_header_list_size.0 as u32,
+                    max_frame_size: l.http2.max_frame_size.0 as u32,
+                    keepalive_interval: l.http2.keepalive_interval.map(|d| d.0),
+                }),
                 stats: registry.listener_stats(&l.name),
             })
         })

@@ -3,7 +3,7 @@
 //! optional client certificate verification. Each snapshot carries its own acceptor, so a reload serves new
 //! certificates to new connections while open ones keep theirs.
 
-use portico_config::{ClientAuth, ListenerTls, LoadedConfig, TlsVersion};
+use portico_config::{ClientAuth, Listener, ListenerTls, LoadedConfig, TlsVersion};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -47,6 +47,11 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+fn ticketer() -> Option<Arc<dyn rustls::server::ProducesTickets>> {
+    static TICKETER: std::sync::OnceLock<Option<Arc<dyn rustls::server::ProducesTickets>>> = std::sync::OnceLock::new();
+    TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().ok()).clone()
+}
+
 /// Resolves a configured path: relative paths start at the configuration file's directory, so a config
 /// and its certificates can move together.
 pub fn config_relative(loaded: &LoadedConfig, file: &str) -> PathBuf {
@@ -64,7 +69,12 @@ pub fn config_relative(loaded: &LoadedConfig, file: &str) -> PathBuf {
 pub type Problem = (String, String, Option<String>);
 
 /// Builds the acceptor for `listeners[index].tls`: reads and checks every file.
-pub fn build_terminator(loaded: &LoadedConfig, index: usize, tls: &ListenerTls) -> Result<TlsTerminator, Problem> {
+pub fn build_terminator(
+    loaded: &LoadedConfig,
+    index: usize,
+    listener: &Listener,
+    tls: &ListenerTls,
+) -> Result<TlsTerminator, Problem> {
     let base = format!("listeners[{index}].tls");
     let provider = provider();
     let mut keys = Vec::with_capacity(tls.certificates.len());
@@ -108,7 +118,7 @@ pub fn build_terminator(loaded: &LoadedConfig, index: usize, tls: &ListenerTls) 
                 roots.add(cert).map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-            let verifier = match tls.client_auth {
+            let verifier = match tls.client_auth.unwrap_or_default() {
                 ClientAuth::Required => verifier,
                 ClientAuth::Optional => verifier.allow_unauthenticated(),
             };
@@ -118,9 +128,14 @@ pub fn build_terminator(loaded: &LoadedConfig, index: usize, tls: &ListenerTls) 
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
-    config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
-    // Stateless resumption tickets work across every worker that shares this config.
-    if let Ok(ticketer) = rustls::crypto::ring::Ticketer::new() {
+    config.alpn_protocols = match &tls.alpn {
+        Some(offered) => offered.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        None if listener.http2.enabled => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        None => vec![b"http/1.1".to_vec()],
+    };
+    // Stateless resumption tickets work across every worker, and across reloads: one ticketer per process
+    // (it rotates its own keys).
+    if let Some(ticketer) = ticketer() {
         config.ticketer = ticketer;
     }
     Ok(TlsTerminator {

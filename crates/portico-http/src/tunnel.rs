@@ -10,6 +10,7 @@ use crate::proxy::Client;
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, ListenerSettings};
 use crate::stats::slot;
+use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use std::cell::Cell;
 use std::io;
@@ -26,7 +27,7 @@ pub(crate) async fn relay(
     (resp_bytes, resp): (Bytes, ResponseHead),
     cluster: &Cluster,
     settings: &ListenerSettings,
-    worker: usize,
+    ctx: &WorkerCtx,
 ) -> u64 {
     let out = &mut client.out;
     out.clear();
@@ -47,7 +48,7 @@ pub(crate) async fn relay(
     out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n\r\n");
     // Frames the upstream sent right behind its 101 go out with it.
     out.extend_from_slice(&conn.buf);
-    let mut to_client = conn.buf.len() as u64;
+    let to_client = conn.buf.len() as u64;
     conn.buf.clear();
     if write_timed(&mut client.io, out, settings.send_timeout).await.is_err() {
         return 0;
@@ -61,13 +62,16 @@ pub(crate) async fn relay(
         client.buf.clear();
     }
 
-    let counters = slot(&cluster.stats.slots, worker);
+    let counters = slot(&cluster.stats.slots, ctx.index);
     counters.tunnels_opened.inc();
     counters.tunnels.add(1);
     let _open = TunnelGauge(&counters.tunnels);
     let last = Cell::new(Instant::now());
-    let (mut client_read, mut client_write) = tokio::io::split(Watched { io: &mut client.io, last: &last });
-    let (mut upstream_read, mut upstream_write) = tokio::io::split(Watched { io: &mut conn.io, last: &last });
+    let (to_client_relayed, to_upstream_relayed) = (Cell::new(0u64), Cell::new(0u64));
+    let client_side = Watched { io: &mut client.io, last: &last, written: &to_client_relayed };
+    let upstream_side = Watched { io: &mut conn.io, last: &last, written: &to_upstream_relayed };
+    let (mut client_read, mut client_write) = tokio::io::split(client_side);
+    let (mut upstream_read, mut upstream_write) = tokio::io::split(upstream_side);
     // A client that closes its side has the close passed on, and the upstream may still finish its answer
     // (a WebSocket close frame). Once the upstream has closed, the tunnel is over: a client that keeps its
     // side open after the closing handshake must not hold it.
@@ -76,25 +80,37 @@ pub(crate) async fn relay(
         let _ = upstream_write.shutdown().await;
     };
     let down = async {
-        let sent = tokio::io::copy(&mut upstream_read, &mut client_write).await.unwrap_or(0);
-        let _ = client_write.shutdown().await;
-        sent
+        let _ = tokio::io::copy(&mut upstream_read, &mut client_write).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), client_write.shutdown()).await;
     };
     let (mut up, mut down) = (std::pin::pin!(up), std::pin::pin!(down));
     let mut up_done = false;
     let idle = idle(&last, cluster.settings.tunnel_idle_timeout);
     let mut idle = std::pin::pin!(idle);
+    // On shutdown a tunnel may go on for most of the grace period, then ends in order, so it is logged.
+    let draining = draining(ctx);
+    let mut draining = std::pin::pin!(draining);
     loop {
         tokio::select! {
-            sent = &mut down => {
-                to_client += sent;
-                break;
-            }
+            _ = &mut down => break,
             _ = &mut up, if !up_done => up_done = true,
             _ = &mut idle => break,
+            _ = &mut draining => break,
         }
     }
-    to_client
+    to_client + to_client_relayed.get()
+}
+
+/// Resolves shortly before the grace period after shutdown began runs out.
+async fn draining(ctx: &WorkerCtx) {
+    let mut shutdown = ctx.shutdown.clone();
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+    let grace = ctx.snapshot.load().shutdown_grace;
+    tokio::time::sleep(grace.saturating_sub(Duration::from_millis(250))).await;
 }
 
 struct TunnelGauge<'a>(&'a crate::stats::Gauge);
@@ -120,6 +136,8 @@ async fn idle(last: &Cell<Instant>, limit: Duration) {
 struct Watched<'a, T> {
     io: &'a mut T,
     last: &'a Cell<Instant>,
+    /// Bytes written through it.
+    written: &'a Cell<u64>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<'_, T> {
@@ -138,8 +156,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<'_, T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut *this.io).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.last.set(Instant::now());
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                this.last.set(Instant::now());
+                this.written.set(this.written.get() + n as u64);
+            }
         }
         r
     }

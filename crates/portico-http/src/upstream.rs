@@ -385,8 +385,9 @@ pub(crate) fn write_request_head(
                 if !head.connection.is_empty() && head.named_by_connection(name) {
                     continue;
                 }
-                // Only Portico may say which certificate the client presented.
-                if client.cert_header.as_deref().is_some_and(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
+                // Only Portico may say which certificate a client presented.
+                let reserved = &cluster.settings.reserved_headers;
+                if !reserved.is_empty() && reserved.iter().any(|r| same_header_name(name, r.as_bytes())) {
                     continue;
                 }
             }
@@ -427,7 +428,11 @@ pub(crate) fn write_request_head(
         out.extend_from_slice(v);
         out.extend_from_slice(b", ");
     }
-    out.extend_from_slice(if head.http10 { b"1.0 portico\r\n" } else { b"1.1 portico\r\n" });
+    out.extend_from_slice(match (client.http2, head.http10) {
+        (true, _) => b"2 portico\r\n",
+        (false, true) => b"1.0 portico\r\n",
+        (false, false) => b"1.1 portico\r\n",
+    });
     if head.upgrade_websocket {
         out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
     }
@@ -463,12 +468,22 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&digits[start..]);
 }
 
+/// Header names compared as many upstreams read them: case-insensitive, with `_` the same as `-` (CGI, WSGI
+/// and PHP turn both into `_`), so `X_Client_Cert` cannot pass for `x-client-cert`.
+fn same_header_name(a: &[u8], b: &[u8]) -> bool {
+    let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
+}
+
 /// What the upstream is told about the client, worked out once per connection.
+#[derive(Clone)]
 pub(crate) struct ClientFacts {
     /// The client's address for `x-forwarded-for`.
     pub ip: IpText,
     /// The client connected over TLS: `x-forwarded-proto: https`.
     pub https: bool,
+    /// The request came over HTTP/2 (and reaches the engine as HTTP/1.1): `via: 2 portico`.
+    pub http2: bool,
     /// With mutual TLS: the header that carries the client certificate's subject (always removed from what
     /// the client sent), and the subject when the client presented a certificate.
     pub cert_header: Option<std::sync::Arc<str>>,
@@ -476,6 +491,7 @@ pub(crate) struct ClientFacts {
 }
 
 /// An IP address as text, formatted once per client connection for `x-forwarded-for`.
+#[derive(Clone, Copy)]
 pub(crate) struct IpText {
     len: u8,
     /// The longest form, an IPv4-mapped IPv6 address, is 45 bytes.

@@ -225,8 +225,12 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 _ = watch_tick.tick(), if watch && reloader.is_some() => {
                     if let Some(r) = &reloader {
                         let now = Some(watched_stamps(&r.path, &shared.load()));
-                        // A file being replaced may be missing for a moment: wait until it is back.
-                        if now != stamps && now.iter().flatten().all(Option::is_some) {
+                        // A certificate being replaced may be missing for a moment: wait until it is back. A
+                        // changed configuration file is reloaded at once (it may name other files now).
+                        let config_changed = now.as_ref().is_some_and(|n| n[0].is_some())
+                            && now.as_ref().map(|n| n[0]) != stamps.as_ref().map(|s| s[0]);
+                        let complete = now.iter().flatten().all(Option::is_some);
+                        if now != stamps && (config_changed || complete) {
                             stamps = now;
                             let r = r.clone();
                             tokio::task::spawn_blocking(move || r.reload("file change"));

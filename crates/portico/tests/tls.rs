@@ -59,7 +59,7 @@ fn https_requests_are_proxied_over_keep_alive_tls() {
         let (ok, body, err) = curl_tls(&p, "localhost", &ca.pem, versions, "/echo");
         assert!(ok, "curl {versions:?} failed: {err}");
         assert_eq!(echo_header(&body, "x-forwarded-proto").as_deref(), Some("https"), "{body}");
-        assert!(err.contains("ALPN: server accepted http/1.1"), "{err}");
+        assert!(err.contains("ALPN: server accepted h2"), "{err}");
     }
 
     // One keep-alive TLS connection: small and large responses, uploads, all intact.
@@ -283,8 +283,98 @@ fn bad_tls_settings_are_reported_with_their_position() {
         site.key.display()
     ));
     assert!(err.contains("holds no PEM certificate"), "{err}");
+    let err = check(&format!("      certificates: [{}]\n      client_auth: optional", pair(&site)));
+    assert!(err.contains("client_auth without client_ca"), "{err}");
+    let err = check(&format!(
+        "      certificates: [{}]\n      client_ca: \"{}\"\n      client_cert_header: Content-Length",
+        pair(&site),
+        ca.pem.display()
+    ));
+    assert!(err.contains("manages"), "{err}");
     let err = check("      certificates: []");
     assert!(err.contains("at least one certificate"), "{err}");
     let err = check(&format!("      certificates: [{}]\n      min_version: \"1.1\"", pair(&site)));
     assert!(err.contains("check.yaml:9:") && err.contains("1.1"), "{err}");
+}
+
+#[test]
+fn a_tls_client_that_stops_reading_is_let_go_after_the_send_timeout() {
+    // Review finding: closing a TLS connection flushed the session's pending records with no deadline, so a
+    // client that stopped reading held its connection (and a connection slot) forever.
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let yaml = tls_yaml(b.addr, &format!("      certificates: [{}]", pair(&site)))
+        .replace("workers: 2", "workers: 1")
+        .replace("    tls:\n", "    timeouts: { send: 500ms }\n    limits: { max_connections: 1 }\n    tls:\n");
+    let p = Portico::start(&yaml);
+    let mut stuck = pki::connect(p.addr, "localhost", &ca.pem, None, &[]).unwrap();
+    stuck.write_all(b"GET /bytes/200000000 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // The only connection slot is taken until Portico gives up on the stuck client.
+    wait_until("the stuck client's slot is freed", Duration::from_secs(10), || {
+        pki::connect(p.addr, "localhost", &ca.pem, None, &[]).is_ok_and(|s| answered(s).is_some())
+    });
+    drop(stuck);
+}
+
+#[test]
+fn connection_close_over_tls_ends_with_close_notify() {
+    // Review finding: a client that asked to close got a TCP FIN without close_notify, so it could not tell a
+    // complete response from a truncated one.
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&tls_yaml(b.addr, &format!("      certificates: [{}]", pair(&site))));
+    for request in
+        [&b"GET /bytes/5000 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"[..], b"GET /bytes/5000 HTTP/1.0\r\n\r\n"]
+    {
+        let mut s = pki::connect(p.addr, "localhost", &ca.pem, None, &[]).unwrap();
+        s.write_all(request).unwrap();
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut all).expect("a clean TLS close");
+        assert!(all.starts_with(b"HTTP/1.1 200") && all.len() > 5000, "{}", String::from_utf8_lossy(&all));
+    }
+}
+
+#[test]
+fn the_client_certificate_header_cannot_be_forged_through_any_listener() {
+    // Review finding: the header was only removed on the mutual-TLS listener itself, so a plain listener in
+    // front of the same cluster let a client send it.
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let clients = Ca::new(&dir, "clients");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let plain_port = free_port();
+    let tls = format!("      certificates: [{}]\n      client_ca: \"{}\"", pair(&site), clients.pem.display());
+    let yaml = tls_yaml(b.addr, &tls)
+        .replace("routes:", &format!("  - name: plain\n    address: \"127.0.0.1:{plain_port}\"\nroutes:"));
+    let _p = Portico::start(&yaml);
+    let mut conn = Conn::open(format!("127.0.0.1:{plain_port}").parse().unwrap());
+    for forged in ["x-client-cert-subject: CN=admin\r\n", "X_Client_Cert_Subject: CN=root\r\n"] {
+        let r = conn.get("/echo", forged);
+        assert_eq!(r.status, 200);
+        assert!(!r.text().contains("CN="), "a forged subject reached the upstream: {}", r.text());
+    }
+}
+
+#[test]
+fn watch_follows_a_config_that_moves_to_new_certificate_files() {
+    // Review finding: with the old files gone for good, `watch` waited for them forever.
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    ca.server(&dir, "site-2026", "old", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let p =
+        Portico::start_in(&dir, &tls_yaml(b.addr, "      certificates: [{ cert: site-2026.pem, key: site-2026.key }]"));
+    let next = ca.server(&dir, "site-2027", "new", &["localhost"]);
+    std::fs::remove_file(dir.join("site-2026.pem")).unwrap();
+    std::fs::remove_file(dir.join("site-2026.key")).unwrap();
+    p.rewrite_config(&tls_yaml(b.addr, "      certificates: [{ cert: site-2027.pem, key: site-2027.key }]"));
+    wait_until("the new files are served", Duration::from_secs(10), || {
+        pki::connect(p.addr, "localhost", &ca.pem, None, &[]).is_ok_and(|s| pki::served_leaf(&s) == next.der)
+    });
 }

@@ -1,0 +1,241 @@
+//! HTTP/2 from clients: over TLS when ALPN picks `h2`, on plain listeners when a connection opens with the
+//! HTTP/2 preface (prior knowledge, "h2c"). hyper's HTTP/2 server does the framing, flow control and HPACK;
+//! each stream's request is then handed, serialized as HTTP/1.1 by hyper's client, to the same HTTP/1 engine
+//! that serves HTTP/1 clients, through an in-process pipe. So routing, balancing, retries, the circuit breaker,
+//! metrics and the access log are one code path for both protocols, at the cost of one extra serialization
+//! per request (measured in bench/RESULTS.md).
+
+use crate::io::Stream;
+use crate::proxy::{serve_http1, Client};
+use crate::snapshot::Http2Settings;
+use crate::upstream::ClientFacts;
+use crate::worker::WorkerCtx;
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Bytes in flight between an HTTP/2 stream and the HTTP/1 engine, each way: enough for a request head and a
+/// small body in one go, and a bound on what a stream holds while its reader is slow.
+const PIPE_BUFFER: usize = 64 * 1024;
+
+type Body = Either<Incoming, Full<Bytes>>;
+
+/// What every stream of one connection shares.
+struct Connection {
+    peer: SocketAddr,
+    facts: ClientFacts,
+    listener: Arc<str>,
+    ctx: Rc<WorkerCtx>,
+    /// When the last request arrived, and how many are being answered: for the idle timeout.
+    last_request: Cell<Instant>,
+    active: Cell<usize>,
+}
+
+/// Runs hyper's executor contract on the worker's thread: streams are local tasks, like connections.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+/// Serves one HTTP/2 connection until the client closes it, it idles for the listener's keep-alive timeout,
+/// or the process shuts down (then with a GOAWAY that lets open streams finish).
+pub(crate) async fn serve(
+    io: Stream,
+    preread: Bytes,
+    peer: SocketAddr,
+    facts: ClientFacts,
+    listener: Arc<str>,
+    ctx: Rc<WorkerCtx>,
+) {
+    let (settings, keepalive) = {
+        let snapshot = ctx.snapshot.load();
+        let Some(l) = snapshot.listener(&listener) else { return };
+        let Some(settings) = l.http2.clone() else { return };
+        (settings, l.keepalive_timeout)
+    };
+    let mut shutdown = ctx.shutdown.clone();
+    let state = Rc::new(Connection {
+        peer,
+        facts,
+        listener,
+        ctx,
+        last_request: Cell::new(Instant::now()),
+        active: Cell::new(0),
+    });
+    let service_state = state.clone();
+    let service = hyper::service::service_fn(move |req| bridge(req, service_state.clone()));
+    let conn = builder(&settings).serve_connection(TokioIo::new(Rewind { preread, io }), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut closing = false;
+    loop {
+        let idle_deadline = state.last_request.get() + keepalive;
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            _ = shutdown.changed(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep_until(idle_deadline), if !closing => {
+                if state.active.get() == 0 && state.last_request.get() + keepalive <= Instant::now() {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+fn builder(settings: &Http2Settings) -> hyper::server::conn::http2::Builder<LocalExec> {
+    let mut builder = hyper::server::conn::http2::Builder::new(LocalExec);
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .initial_stream_window_size(settings.initial_stream_window)
+        .initial_connection_window_size(settings.initial_connection_window)
+        .max_header_list_size(settings.max_header_list_size)
+        .max_frame_size(settings.max_frame_size)
+        .keep_alive_interval(settings.keepalive_interval)
+        .keep_alive_timeout(settings.keepalive_interval.unwrap_or(Duration::from_secs(20)));
+    builder
+}
+
+/// Counts a request as being answered while it lives.
+struct Active<'a>(&'a Cell<usize>);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// Answers one stream: its request goes through the HTTP/1 engine on a pipe of its own.
+async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response<Body>, Infallible> {
+    conn.last_request.set(Instant::now());
+    conn.active.set(conn.active.get() + 1);
+    let _active = Active(&conn.active);
+    if req.method() == Method::CONNECT {
+        return Ok(local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported"));
+    }
+    let (near, far) = tokio::io::duplex(PIPE_BUFFER);
+    let client = Client {
+        io: Stream::Pipe(far),
+        buf: BytesMut::new(),
+        peer: conn.peer,
+        facts: ClientFacts { http2: true, ..conn.facts.clone() },
+        out: Vec::new(),
+    };
+    tokio::task::spawn_local(serve_http1(client, conn.listener.clone(), conn.ctx.clone()));
+    let Ok((mut sender, h1)) = hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(near)).await else {
+        return Ok(local(StatusCode::INTERNAL_SERVER_ERROR, "cannot bridge the HTTP/2 stream"));
+    };
+    tokio::task::spawn_local(async move {
+        let _ = h1.await;
+    });
+    match sender.send_request(to_http1(req)).await {
+        Ok(resp) => Ok(to_http2(resp)),
+        // The engine answers every request it can parse; this is one it could not even frame.
+        Err(_) => Ok(local(StatusCode::BAD_REQUEST, "request could not be forwarded")),
+    }
+}
+
+/// The request as an HTTP/1.1 request in origin form, with `:authority` as its `Host`.
+fn to_http1(req: Request<Incoming>) -> Request<Incoming> {
+    let (mut parts, body) = req.into_parts();
+    if let Some(authority) = parts.uri.authority() {
+        if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+            parts.headers.insert(header::HOST, host);
+        }
+    }
+    let origin = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = origin.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    // `te: trailers` is the only TE allowed in HTTP/2 and means nothing to an HTTP/1.1 hop.
+    parts.headers.remove(header::TE);
+    Request::from_parts(parts, body)
+}
+
+/// The engine's HTTP/1.1 response as an HTTP/2 one: connection-specific fields are not allowed there.
+fn to_http2(resp: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    for name in [header::CONNECTION, header::TRANSFER_ENCODING, header::UPGRADE] {
+        parts.headers.remove(name);
+    }
+    parts.headers.remove("keep-alive");
+    parts.headers.remove("proxy-connection");
+    parts.version = Version::HTTP_2;
+    Response::from_parts(parts, Either::Left(body))
+}
+
+fn local(status: StatusCode, reason: &str) -> Response<Body> {
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from(format!("{reason}\n")))));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp
+}
+
+/// A stream with bytes already read from it put back in front: the preface read while telling h2c from
+/// HTTP/1.
+struct Rewind {
+    preread: Bytes,
+    io: Stream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.preread.is_empty() {
+            let n = this.preread.len().min(buf.remaining());
+            buf.put_slice(&this.preread[..n]);
+            this.preread.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}

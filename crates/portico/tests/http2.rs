@@ -1,0 +1,192 @@
+//! HTTP/2 from clients: over TLS (ALPN) and cleartext prior knowledge, with curl and with hyper's HTTP/2
+//! client multiplexing hundreds of streams on one connection; the same routes as HTTP/1; settings honoured.
+
+mod common;
+use bytes::Bytes;
+use common::pki::Ca;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use portico_testkit::Backend;
+use rustls::pki_types::pem::PemObject;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn yaml(backend: SocketAddr, listener_extra: &str) -> String {
+    format!(
+        "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\n{listener_extra}routes:\n  - match: {{ path_prefix: / , host: localhost }}\n    cluster: app\n  - match: {{ path_prefix: /echo }}\n    cluster: app\nclusters:\n  app:\n    endpoints:\n      - address: \"{backend}\"\n"
+    )
+}
+
+fn tls_section(dir: &Path, ca: &Ca) -> String {
+    let site = ca.server(dir, "site", "site", &["localhost"]);
+    format!(
+        "    tls:\n      certificates: [{{ cert: \"{}\", key: \"{}\" }}]\n",
+        site.cert.display(),
+        site.key.display()
+    )
+}
+
+/// curl with `args`; returns (ok, stdout) where stdout ends with the `%{http_version}` curl saw.
+fn curl_version(args: &[&str]) -> (bool, String) {
+    let out =
+        Command::new("curl").args(["-sS", "--max-time", "10", "-w", "\n%{http_version}"]).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+type Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+/// An HTTP/2 connection from hyper's client over TLS, trusting `ca`; panics unless ALPN picked h2.
+async fn h2_over_tls(addr: SocketAddr, ca: &Path) -> Sender {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn http2_over_tls_and_cleartext_reaches_the_same_routes() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let b = Backend::start("b0").unwrap();
+    let secure = Portico::start(&yaml(b.addr, &tls_section(&dir, &ca)));
+    let url = format!("https://localhost:{}/echo", secure.addr.port());
+    let resolve = format!("localhost:{}:127.0.0.1", secure.addr.port());
+    let ca_path = ca.pem.display().to_string();
+    let (ok, out) = curl_version(&["--http2", "--cacert", &ca_path, "--resolve", &resolve, &url]);
+    assert!(ok && out.ends_with("\n2"), "{out}");
+    assert!(out.contains("[\"x-forwarded-proto\",\"https\"]") && out.contains("[\"via\",\"2 portico\"]"), "{out}");
+    // HTTP/1.1 clients on the same TLS listener.
+    let (ok, out) = curl_version(&["--http1.1", "--cacert", &ca_path, "--resolve", &resolve, &url]);
+    assert!(ok && out.ends_with("\n1.1"), "{out}");
+
+    // Cleartext: prior knowledge, and HTTP/1.1 on the same port.
+    let plain = Portico::start(&yaml(b.addr, ""));
+    let echo = format!("http://127.0.0.1:{}/echo", plain.addr.port());
+    let (ok, out) = curl_version(&["--http2-prior-knowledge", &echo, "-d", "hello"]);
+    assert!(ok && out.ends_with("\n2") && out.contains("\"body_len\":5"), "{out}");
+    let (ok, out) = curl_version(&[&echo]);
+    assert!(ok && out.ends_with("\n1.1"), "{out}");
+    // Routing is the same: the host route matches `:authority`, an unrouted path gets Portico's 404.
+    let (ok, out) = curl_version(&["--http2-prior-knowledge", &format!("http://localhost:{}/any", plain.addr.port())]);
+    assert!(ok && out.contains("hello from b0"), "{out}");
+    let (_, out) = curl_version(&[
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://127.0.0.1:{}/nothing", plain.addr.port()),
+    ]);
+    assert!(out.starts_with("404"), "{out}");
+    assert!(plain.metric("portico_requests_total{route=\"none\",cluster=\"none\",status_class=\"4xx\"}") >= 1.0);
+}
+
+#[test]
+fn multiplexed_streams_carry_concurrent_requests_intact() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&yaml(b.addr, &tls_section(&dir, &ca)));
+    runtime().block_on(async {
+        let sender = h2_over_tls(p.addr, &ca.pem).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..300usize {
+            let mut sender = sender.clone();
+            tasks.spawn(async move {
+                let (req, expect_len, upload) = match i % 3 {
+                    0 => {
+                        let n = 1 + (i * 7919) % 300_000;
+                        let req =
+                            hyper::Request::get(format!("https://localhost/bytes/{n}")).body(Full::new(Bytes::new()));
+                        (req.unwrap(), n, None)
+                    }
+                    1 => {
+                        let body = vec![(i % 251) as u8; 1 + (i * 104_729) % 200_000];
+                        let req =
+                            hyper::Request::post("https://localhost/upload").body(Full::new(Bytes::from(body.clone())));
+                        (req.unwrap(), 0, Some(body))
+                    }
+                    _ => {
+                        (hyper::Request::get("https://localhost/echo").body(Full::new(Bytes::new())).unwrap(), 0, None)
+                    }
+                };
+                sender.ready().await.unwrap();
+                let resp = sender.send_request(req).await.unwrap_or_else(|e| panic!("stream {i}: {e}"));
+                assert_eq!(resp.status(), 200, "stream {i}");
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                match (i % 3, upload) {
+                    (0, _) => {
+                        assert_eq!(body.len(), expect_len, "stream {i}");
+                        let pattern = portico_testkit::PATTERN;
+                        assert!(
+                            body.iter().enumerate().all(|(j, &c)| c == pattern[j % pattern.len()]),
+                            "stream {i}: corrupt body"
+                        );
+                    }
+                    (1, Some(sent)) => {
+                        assert_eq!(
+                            String::from_utf8_lossy(&body),
+                            format!("{} {}", sent.len(), portico_testkit::body_hash(&sent))
+                        );
+                    }
+                    _ => assert!(String::from_utf8_lossy(&body).contains("\"via\",\"2 portico\""), "stream {i}"),
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    });
+    assert!(
+        p.metric("portico_tls_handshakes_total{listener=\"web\",result=\"ok\"}") == 1.0,
+        "one connection carried it all"
+    );
+}
+
+#[test]
+fn http2_can_be_turned_off_and_idle_connections_are_closed() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let b = Backend::start("b0").unwrap();
+    let tls = tls_section(&dir, &ca);
+    let off = Portico::start(&yaml(b.addr, &format!("{tls}    http2: {{ enabled: false }}\n")));
+    let resolve = format!("localhost:{}:127.0.0.1", off.addr.port());
+    let url = format!("https://localhost:{}/echo", off.addr.port());
+    let (ok, out) = curl_version(&["--http2", "--cacert", &ca.pem.display().to_string(), "--resolve", &resolve, &url]);
+    assert!(ok && out.ends_with("\n1.1"), "ALPN still offered h2: {out}");
+    drop(off);
+
+    let idle = Portico::start(&yaml(b.addr, &format!("{tls}    timeouts: {{ keepalive: 300ms }}\n")));
+    runtime().block_on(async {
+        let mut sender = h2_over_tls(idle.addr, &ca.pem).await;
+        let resp =
+            sender.send_request(hyper::Request::get("https://localhost/echo").body(Full::new(Bytes::new())).unwrap());
+        assert_eq!(resp.await.unwrap().status(), 200);
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(sender.is_closed() || sender.ready().await.is_err(), "an idle HTTP/2 connection stayed open");
+    });
+}
