@@ -322,10 +322,23 @@ pub struct Cluster {
     /// When no endpoint is healthy: `false` answers 503, `true` spreads requests over all endpoints anyway.
     #[serde(default)]
     pub panic_mode: bool,
+    /// The protocol spoken to the endpoints: `http1` (default) or `h2` (HTTP/2: negotiated through ALPN on
+    /// TLS endpoints, by prior knowledge on plain ones).
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
     /// TLS to this cluster's endpoints: every endpoint not written `http://...` is reached over TLS. Endpoints
     /// written `https://...` use TLS (with these settings, or the defaults) even without it.
     #[serde(default)]
     pub tls: Option<UpstreamTls>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum UpstreamProtocol {
+    #[default]
+    #[serde(rename = "http1", alias = "http/1.1")]
+    Http1,
+    #[serde(rename = "h2", alias = "h2c")]
+    H2,
 }
 
 /// How Portico opens TLS connections to upstream endpoints.

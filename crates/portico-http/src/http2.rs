@@ -5,13 +5,13 @@
 //! metrics and the access log are one code path for both protocols, at the cost of one extra serialization
 //! per request (measured in bench/RESULTS.md).
 
+use crate::forward_h2::{local, ProxyBody};
 use crate::io::Stream;
 use crate::proxy::{serve_http1, Client};
 use crate::snapshot::Http2Settings;
 use crate::upstream::ClientFacts;
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
-use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
@@ -35,14 +35,12 @@ pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// small body in one go, and a bound on what a stream holds while its reader is slow.
 const PIPE_BUFFER: usize = 64 * 1024;
 
-type Body = Either<Incoming, Full<Bytes>>;
-
 /// What every stream of one connection shares.
-struct Connection {
-    peer: SocketAddr,
-    facts: ClientFacts,
-    listener: Arc<str>,
-    ctx: Rc<WorkerCtx>,
+pub(crate) struct Connection {
+    pub peer: SocketAddr,
+    pub facts: ClientFacts,
+    pub listener: Arc<str>,
+    pub ctx: Rc<WorkerCtx>,
     /// When the last request arrived, and how many are being answered: for the idle timeout.
     last_request: Cell<Instant>,
     active: Cell<usize>,
@@ -50,7 +48,7 @@ struct Connection {
 
 /// Runs hyper's executor contract on the worker's thread: streams are local tasks, like connections.
 #[derive(Clone, Copy)]
-struct LocalExec;
+pub(crate) struct LocalExec;
 
 impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
     fn execute(&self, fut: F) {
@@ -130,12 +128,29 @@ impl Drop for Active<'_> {
 }
 
 /// Answers one stream: its request goes through the HTTP/1 engine on a pipe of its own.
-async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response<Body>, Infallible> {
+async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response<ProxyBody>, Infallible> {
     conn.last_request.set(Instant::now());
     conn.active.set(conn.active.get() + 1);
     let _active = Active(&conn.active);
     if req.method() == Method::CONNECT {
         return Ok(local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported"));
+    }
+    // Requests for HTTP/2 upstreams go stream to stream, so trailers (gRPC) survive.
+    let snapshot = conn.ctx.snapshot.load_full();
+    if snapshot.h2_upstreams {
+        let Some(limits) = snapshot.listener(&conn.listener).map(|l| l.limits) else {
+            return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "listener removed"));
+        };
+        let head = match crate::forward_h2::head_of(&req, &limits) {
+            Ok(head) => head,
+            Err(reason) => return Ok(local(StatusCode::BAD_REQUEST, reason)),
+        };
+        if let Some(route) = snapshot.router.find_index(&head) {
+            let cluster = snapshot.router.get(route).map(|r| r.cluster);
+            if cluster.is_some_and(|c| snapshot.clusters[c].settings.http2) {
+                return Ok(crate::forward_h2::forward(req, head, snapshot, route, &conn).await);
+            }
+        }
     }
     let (near, far) = tokio::io::duplex(PIPE_BUFFER);
     let client = Client {
@@ -176,7 +191,7 @@ fn to_http1(req: Request<Incoming>) -> Request<Incoming> {
 }
 
 /// The engine's HTTP/1.1 response as an HTTP/2 one: connection-specific fields are not allowed there.
-fn to_http2(resp: Response<Incoming>) -> Response<Body> {
+fn to_http2(resp: Response<Incoming>) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     for name in [header::CONNECTION, header::TRANSFER_ENCODING, header::UPGRADE] {
         parts.headers.remove(name);
@@ -184,14 +199,7 @@ fn to_http2(resp: Response<Incoming>) -> Response<Body> {
     parts.headers.remove("keep-alive");
     parts.headers.remove("proxy-connection");
     parts.version = Version::HTTP_2;
-    Response::from_parts(parts, Either::Left(body))
-}
-
-fn local(status: StatusCode, reason: &str) -> Response<Body> {
-    let mut resp = Response::new(Either::Right(Full::new(Bytes::from(format!("{reason}\n")))));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    resp
+    Response::from_parts(parts, ProxyBody::Piped(body))
 }
 
 /// A stream with bytes already read from it put back in front: the preface read while telling h2c from

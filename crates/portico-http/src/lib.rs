@@ -5,6 +5,7 @@ pub mod access_log;
 pub mod balancer;
 mod buffers;
 pub mod codec;
+mod forward_h2;
 pub mod health;
 mod http2;
 mod io;
@@ -18,6 +19,7 @@ pub mod stats;
 pub mod tls;
 mod tunnel;
 mod upstream;
+pub mod upstream_h2;
 pub mod upstream_tls;
 pub mod worker;
 

@@ -75,17 +75,17 @@ impl ReqBody {
 }
 
 /// How a request ended, for the counters and the access log.
-struct Outcome {
-    next: Next,
-    status: u16,
-    bytes: u64,
-    upstream: Option<SocketAddr>,
-    upstream_time: Option<Duration>,
-    retries: u32,
+pub(crate) struct Outcome {
+    pub next: Next,
+    pub status: u16,
+    pub bytes: u64,
+    pub upstream: Option<SocketAddr>,
+    pub upstream_time: Option<Duration>,
+    pub retries: u32,
 }
 
 impl Outcome {
-    fn local(next: Next, status: u16, bytes: u64) -> Outcome {
+    pub fn local(next: Next, status: u16, bytes: u64) -> Outcome {
         Outcome { next, status, bytes, upstream: None, upstream_time: None, retries: 0 }
     }
 }
@@ -165,7 +165,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         let route = snapshot.router.find(&head);
         // Boxed: the request's state machine is large and only needed while a request runs.
         let outcome = Box::pin(handle_request(&mut client, &head, route, &snapshot, settings, &ctx)).await;
-        record(&ctx, &snapshot, route, &head, &client, &outcome, started.elapsed());
+        record(&ctx, &snapshot, route, &head, client.peer.ip(), &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
             if !head.keep_alive && outcome.status < 400 && client.buf.is_empty() {
                 // The client asked to close after this request and has sent nothing more (a client that sent
@@ -245,12 +245,12 @@ fn record_refused(ctx: &WorkerCtx, snapshot: &Snapshot, client: &Client, status:
 }
 
 /// Counts the request for its route and writes its access-log line.
-fn record(
+pub(crate) fn record(
     ctx: &WorkerCtx,
     snapshot: &Snapshot,
     route: Option<&CompiledRoute>,
     head: &RequestHead,
-    client: &Client,
+    client: std::net::IpAddr,
     outcome: &Outcome,
     elapsed: Duration,
 ) {
@@ -260,7 +260,7 @@ fn record(
     counters.duration.observe(elapsed);
     if let Some(log) = &ctx.access_log {
         log.record(&Entry {
-            client: client.peer.ip(),
+            client,
             method: head.method(),
             target: head.target(),
             http10: head.http10,
@@ -650,13 +650,17 @@ async fn read_small_body(
 }
 
 /// Whether some endpoint is left to retry on.
-fn another_endpoint(cluster: &Cluster, tried: &[usize]) -> bool {
+pub(crate) fn another_endpoint(cluster: &Cluster, tried: &[usize]) -> bool {
     cluster.balancer.has_candidate(&cluster.endpoints, tried, cluster.settings.panic_mode)
 }
 
 /// Whether one more retry is allowed: attempts left, and the retry budget (retries in flight at most
 /// `budget_percent` of the requests in flight, or `min_retry_concurrency`) not spent.
-fn may_retry(done: u32, policy: &crate::snapshot::RetrySettings, counters: &crate::stats::ClusterSlot) -> bool {
+pub(crate) fn may_retry(
+    done: u32,
+    policy: &crate::snapshot::RetrySettings,
+    counters: &crate::stats::ClusterSlot,
+) -> bool {
     if done >= policy.attempts {
         return false;
     }
@@ -816,7 +820,7 @@ async fn forward_response(
     }
 }
 
-fn status_text(status: u16) -> &'static str {
+pub(crate) fn status_text(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
         404 => "Not Found",

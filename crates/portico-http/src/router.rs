@@ -131,4 +131,13 @@ impl Router {
     pub fn find(&self, req: &RequestHead) -> Option<&CompiledRoute> {
         self.routes.iter().find(|r| r.matches(req))
     }
+
+    /// The position of the route `find` would return, for holders that cannot keep a borrow.
+    pub fn find_index(&self, req: &RequestHead) -> Option<usize> {
+        self.routes.iter().position(|r| r.matches(req))
+    }
+
+    pub fn get(&self, index: usize) -> Option<&CompiledRoute> {
+        self.routes.get(index)
+    }
 }

@@ -174,6 +174,8 @@ pub struct UpstreamSettings {
     pub send_timeout: Duration,
     /// Idle time after which an upgraded (WebSocket) connection is closed.
     pub tunnel_idle_timeout: Duration,
+    /// Speak HTTP/2 to the endpoints (`protocol: h2`).
+    pub http2: bool,
     /// The client-certificate headers of every mutual-TLS listener: only Portico may send them upstream, so
     /// they are removed from every request, whichever listener it came through.
     pub reserved_headers: Arc<[Box<str>]>,
@@ -238,6 +240,8 @@ pub struct Snapshot {
     pub shutdown_grace: Duration,
     /// Stats for requests no route matched.
     pub unrouted: Arc<RouteStats>,
+    /// Some cluster speaks HTTP/2 to its endpoints: HTTP/2 requests are routed before they are bridged.
+    pub h2_upstreams: bool,
     /// The configuration this snapshot was built from (for `/admin/config`).
     pub source: Arc<LoadedConfig>,
 }
@@ -410,7 +414,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             };
             let tls = if uses_tls {
                 if connector.is_none() {
-                    match crate::upstream_tls::client_config(loaded, name, c.tls.as_ref()) {
+                    match crate::upstream_tls::client_config(loaded, name, c.tls.as_ref(), c.protocol) {
                         Ok(made) => connector = Some(made),
                         Err((path, message, hint)) => {
                             problems.push(loaded.diagnostic(&path, message, hint));
@@ -454,6 +458,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             read_timeout: c.timeouts.read.0,
             send_timeout: c.timeouts.send.0,
             tunnel_idle_timeout: c.timeouts.tunnel.0,
+            http2: c.protocol == portico_config::UpstreamProtocol::H2,
             reserved_headers: reserved_headers.clone(),
             max_idle_per_endpoint: c.pool.max_idle_per_endpoint,
             pool_idle_timeout: c.pool.idle_timeout.0,
@@ -530,6 +535,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
         return Err(ConfigErrors(problems));
     }
     Ok(Snapshot {
+        h2_upstreams: clusters.iter().any(|c| c.settings.http2),
         router,
         clusters,
         listeners,

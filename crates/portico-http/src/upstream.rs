@@ -97,7 +97,7 @@ pub(crate) async fn connection(
 }
 
 /// Connects to `endpoint` and, for a TLS endpoint, completes the handshake, all before `deadline`.
-async fn open(endpoint: &Endpoint, deadline: Instant) -> Result<Stream, UpstreamFailure> {
+pub(crate) async fn open(endpoint: &Endpoint, deadline: Instant) -> Result<Stream, UpstreamFailure> {
     let timed_out =
         || UpstreamFailure { timed_out: true, ..UpstreamFailure::upstream(504, "upstream connect timed out") };
     let tcp = match timeout_at(deadline, TcpStream::connect(endpoint.addr)).await {
@@ -470,7 +470,7 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
 
 /// Header names compared as many upstreams read them: case-insensitive, with `_` the same as `-` (CGI, WSGI
 /// and PHP turn both into `_`), so `X_Client_Cert` cannot pass for `x-client-cert`.
-fn same_header_name(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_header_name(a: &[u8], b: &[u8]) -> bool {
     let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
     a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
 }

@@ -4,7 +4,7 @@
 //! and pooled like plain ones.
 
 use crate::tls::{config_relative, provider, read_chain, read_key, Problem};
-use portico_config::{LoadedConfig, UpstreamTls};
+use portico_config::{LoadedConfig, UpstreamProtocol, UpstreamTls};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -32,7 +32,12 @@ pub fn server_name(configured: Option<&str>, host: &str) -> Result<ServerName<'s
 }
 
 /// Builds the client configuration for cluster `name`; `tls` is its `tls:` section, if any.
-pub fn client_config(loaded: &LoadedConfig, name: &str, tls: Option<&UpstreamTls>) -> Result<TlsConnector, Problem> {
+pub fn client_config(
+    loaded: &LoadedConfig,
+    name: &str,
+    tls: Option<&UpstreamTls>,
+    protocol: UpstreamProtocol,
+) -> Result<TlsConnector, Problem> {
     let defaults = UpstreamTls::default();
     let tls = tls.unwrap_or(&defaults);
     let base = format!("clusters.{name}.tls");
@@ -71,7 +76,10 @@ pub fn client_config(loaded: &LoadedConfig, name: &str, tls: Option<&UpstreamTls
         }
         _ => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = match protocol {
+        UpstreamProtocol::Http1 => vec![b"http/1.1".to_vec()],
+        UpstreamProtocol::H2 => vec![b"h2".to_vec()],
+    };
     Ok(TlsConnector::from(Arc::new(config)))
 }
 

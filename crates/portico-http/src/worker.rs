@@ -21,6 +21,8 @@ pub struct WorkerCtx {
     pub index: usize,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub pool: RefCell<Pool>,
+    /// HTTP/2 connections to `protocol: h2` upstreams.
+    pub h2: RefCell<crate::upstream_h2::H2Pool>,
     /// Pipelined request batches still open for joining.
     pub batches: crate::pipeline::Batches,
     /// Becomes true when the process starts shutting down.
@@ -86,6 +88,7 @@ async fn run(
         index,
         snapshot,
         pool: RefCell::new(Pool::default()),
+        h2: RefCell::default(),
         batches: Default::default(),
         shutdown: shutdown.clone(),
         access_log: access_log.map(LocalLog::new),

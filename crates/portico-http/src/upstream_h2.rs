@@ -1,0 +1,194 @@
+//! HTTP/2 to upstreams (`protocol: h2`): hyper's HTTP/2 client over TLS (ALPN `h2`) or plain TCP (prior
+//! knowledge). Each worker keeps one multiplexed connection per endpoint and sends every request to that
+//! endpoint on it; one that closes is replaced by the next request. Bodies and trailers pass through as
+//! frames, so gRPC works end to end, streaming both ways.
+
+use crate::codec::{Known, RequestHead};
+use crate::http2::LocalExec;
+use crate::io::Stream;
+use crate::pool::{key, PoolKey};
+use crate::snapshot::{Cluster, Endpoint};
+use crate::stats::slot;
+use crate::upstream::{ClientFacts, UpstreamFailure};
+use crate::worker::WorkerCtx;
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use hyper::client::conn::http2::SendRequest;
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Request, Response, Uri};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::{timeout, Instant};
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// A request body on its way upstream.
+pub(crate) type UpBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A worker's HTTP/2 connections, one per endpoint.
+#[derive(Default)]
+pub struct H2Pool {
+    conns: HashMap<PoolKey, SendRequest<UpBody>>,
+}
+
+/// The worker's connection to `endpoint`, opened when there is none (or it closed).
+pub(crate) async fn sender(
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+) -> Result<SendRequest<UpBody>, UpstreamFailure> {
+    let pooled = ctx.h2.borrow().conns.get(&key(endpoint)).filter(|s| !s.is_closed()).cloned();
+    if let Some(sender) = pooled {
+        return Ok(sender);
+    }
+    let sender = connect(ctx, cluster, endpoint).await?;
+    ctx.h2.borrow_mut().conns.insert(key(endpoint), sender.clone());
+    Ok(sender)
+}
+
+/// Sends `req` and waits for the response head (within `timeouts.response_header`).
+pub(crate) async fn exchange(
+    mut sender: SendRequest<UpBody>,
+    req: Request<UpBody>,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+) -> Result<Response<Incoming>, UpstreamFailure> {
+    let exchange = async {
+        // Waits while the connection has as many streams open as the upstream allows.
+        sender.ready().await?;
+        sender.send_request(req).await
+    };
+    match timeout(cluster.settings.response_header_timeout, exchange).await {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) => {
+            tracing::debug!(endpoint = %endpoint.configured, "HTTP/2 upstream request failed: {e}");
+            Err(UpstreamFailure::upstream(502, "upstream HTTP/2 request failed"))
+        }
+        Err(_) => Err(UpstreamFailure {
+            timed_out: true,
+            ..UpstreamFailure::upstream(504, "upstream timed out before responding")
+        }),
+    }
+}
+
+/// Opens an HTTP/2 connection within the cluster's connection limit and connect timeout.
+async fn connect(
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+) -> Result<SendRequest<UpBody>, UpstreamFailure> {
+    let counters = slot(&cluster.stats.slots, ctx.index);
+    if counters.connections.get() >= cluster.settings.max_connections_per_worker {
+        counters.breaker_rejections.inc();
+        return Err(UpstreamFailure::breaker("upstream connection limit reached (circuit breaker)"));
+    }
+    let deadline = Instant::now() + cluster.settings.connect_timeout;
+    let stream = crate::upstream::open(endpoint, deadline).await?;
+    if let Stream::UpstreamTls(tls) = &stream {
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(UpstreamFailure::upstream(502, "upstream did not agree to HTTP/2 (ALPN)"));
+        }
+    }
+    let mut builder = hyper::client::conn::http2::Builder::new(LocalExec);
+    builder.timer(TokioTimer::new()).keep_alive_interval(Duration::from_secs(30)).keep_alive_while_idle(true);
+    let handshake = tokio::time::timeout_at(deadline, builder.handshake(TokioIo::new(stream)));
+    let (sender, conn) = match handshake.await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(_)) => return Err(UpstreamFailure::upstream(502, "upstream HTTP/2 handshake failed")),
+        Err(_) => {
+            return Err(UpstreamFailure {
+                timed_out: true,
+                ..UpstreamFailure::upstream(504, "upstream connect timed out")
+            })
+        }
+    };
+    if let Some(s) = endpoint.stats.slots.get(ctx.index) {
+        s.0.connections_opened.inc();
+    }
+    counters.connections.add(1);
+    let gauge = cluster.stats.clone();
+    let worker = ctx.index;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+        slot(&gauge.slots, worker).connections.add(-1);
+    });
+    Ok(sender)
+}
+
+/// Turns a client's request into the upstream request: target and `:authority` for the endpoint (or the
+/// client's host with `preserve_host`), hop-by-hop fields dropped, the `x-forwarded-*` fields and `via` set.
+pub(crate) fn prepare(
+    parts: &mut hyper::http::request::Parts,
+    head: &RequestHead,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    client: &ClientFacts,
+) {
+    let authority = match head.host() {
+        Some(h) if cluster.settings.preserve_host => String::from_utf8_lossy(h).into_owned(),
+        _ => endpoint.authority.clone(),
+    };
+    let scheme = if endpoint.tls.is_some() { "https" } else { "http" };
+    let target = format!("{scheme}://{authority}{}", String::from_utf8_lossy(head.origin_form()));
+    parts.uri = target.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = hyper::Version::HTTP_2;
+
+    let headers = &mut parts.headers;
+    let forwarded_for: Vec<HeaderValue> = headers.get_all("x-forwarded-for").iter().cloned().collect();
+    let via: Vec<HeaderValue> = headers.get_all(header::VIA).iter().cloned().collect();
+    let te_trailers = headers.get_all(header::TE).iter().any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    // Drop what the client sent under names Portico owns or that do not cross a hop.
+    let names: Vec<HeaderName> = headers.keys().cloned().collect();
+    for name in names {
+        let kind = crate::codec::classify(name.as_str().as_bytes());
+        let reserved = cluster
+            .settings
+            .reserved_headers
+            .iter()
+            .any(|r| crate::upstream::same_header_name(name.as_str().as_bytes(), r.as_bytes()));
+        if reserved || !matches!(kind, Known::Other | Known::Cookie | Known::ContentLength) {
+            headers.remove(&name);
+        }
+    }
+    for name in head.connection.iter().flat_map(|c| c.get(&head.buf).split(|&b| b == b',')) {
+        if let Ok(name) = HeaderName::from_bytes(crate::codec::trim(name)) {
+            headers.remove(name);
+        }
+    }
+    if te_trailers {
+        // The one TE value HTTP/2 allows, and gRPC needs.
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    let mut chain = forwarded_for.iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(", ");
+    if !chain.is_empty() {
+        chain.push_str(", ");
+    }
+    chain.push_str(&String::from_utf8_lossy(client.ip.as_bytes()));
+    if let Ok(v) = HeaderValue::from_str(&chain) {
+        headers.insert("x-forwarded-for", v);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(if client.https { "https" } else { "http" }));
+    if let Some(host) = head.host().and_then(|h| HeaderValue::from_bytes(h).ok()) {
+        headers.insert("x-forwarded-host", host);
+    }
+    let mut via_chain = via.iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(", ");
+    if !via_chain.is_empty() {
+        via_chain.push_str(", ");
+    }
+    via_chain.push_str(if client.http2 {
+        "2 portico"
+    } else if head.http10 {
+        "1.0 portico"
+    } else {
+        "1.1 portico"
+    });
+    if let Ok(v) = HeaderValue::from_str(&via_chain) {
+        headers.insert(header::VIA, v);
+    }
+    if let (Some(name), Some(subject)) = (&client.cert_header, &client.cert_subject) {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(subject)) {
+            headers.insert(name, value);
+        }
+    }
+}
