@@ -4,23 +4,29 @@
 //! counters and the access log work as they do for HTTP/1; the request is recorded when its response body
 //! ends.
 
-use crate::balancer::{NoPick, PickInput};
+use crate::balancer::{NoPick, Pick, PickInput};
+use crate::codec::Known;
 use crate::codec::{self, Parsed, RequestHead};
 use crate::http2::Connection;
-use crate::proxy::{another_endpoint, may_retry, record, Next, Outcome};
-use crate::snapshot::Snapshot;
+use crate::proxy::{another_endpoint, answer, may_retry, record, Client, InflightGuard, Next, Outcome, ReqBody};
+use crate::relay::{relay_body, write_timed};
+use crate::snapshot::ListenerSettings;
+use crate::snapshot::{Cluster, Snapshot};
 use crate::stats::{class_index, slot};
-use crate::upstream::{observe, Observed, UpstreamFailure};
+use crate::upstream::push_u64;
+use crate::upstream::{observe, Fault, Observed, UpstreamFailure};
 use crate::upstream_h2::{BoxError, UpBody};
 use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::header::{self, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::client::conn::http2::SendRequest;
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -132,39 +138,10 @@ pub(crate) async fn forward(
         return fail(503, "too many requests in flight to the cluster (circuit breaker)", None, 0);
     }
 
-    let input = PickInput { req: &head, client_ip: peer, worker };
-    let policy = &cluster.settings.retries;
-    let mut tried = Vec::new();
-    let mut retries = 0u32;
-    let mut last = UpstreamFailure::upstream(502, "no upstream endpoint could be reached");
-    let mut last_upstream = None;
-    // Only opening a connection is retried: once sent, a streamed request cannot be sent again.
-    let (pick, sender) = loop {
-        let pick = match cluster.balancer.pick(&cluster.endpoints, &input, &tried, cluster.settings.panic_mode) {
-            Ok(p) => p,
-            Err(NoPick::NoneHealthy) if tried.is_empty() => {
-                counters.no_healthy_endpoint.inc();
-                return fail(503, "no healthy upstream endpoint", None, retries);
-            }
-            Err(_) => return fail(last.status, last.reason, last_upstream, retries),
-        };
-        let endpoint = &cluster.endpoints[pick.index];
-        last_upstream = Some(endpoint.addr);
-        match crate::upstream_h2::sender(ctx, cluster, endpoint).await {
-            Ok(sender) => break (pick, sender),
-            Err(failure) => {
-                if failure.fault == crate::upstream::Fault::Upstream {
-                    observe(cluster, endpoint, worker, Observed::GatewayFailure);
-                }
-                last = failure;
-                tried.push(pick.index);
-                if another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
-                    retries += 1;
-                    counters.retries.inc();
-                    continue;
-                }
-                return fail(last.status, last.reason, last_upstream, retries);
-            }
+    let (pick, sender, retries) = match connect_any(ctx, cluster, &head, peer).await {
+        Ok(connected) => connected,
+        Err(NotConnected { failure, upstream, retries }) => {
+            return fail(failure.status, failure.reason, upstream, retries)
         }
     };
     let endpoint = &cluster.endpoints[pick.index];
@@ -210,6 +187,60 @@ pub(crate) async fn forward(
             finish.status = failure.status;
             finish.done(failure.reason.len() as u64 + 1);
             local(StatusCode::from_u16(failure.status).unwrap_or(StatusCode::BAD_GATEWAY), failure.reason)
+        }
+    }
+}
+
+/// Why no connection could be had: the last failure, the last endpoint tried, the retries spent.
+pub(crate) struct NotConnected {
+    pub failure: UpstreamFailure,
+    pub upstream: Option<SocketAddr>,
+    pub retries: u32,
+}
+
+/// Picks an endpoint and gets a connection to it, trying others (within the retry policy) while connections
+/// cannot be opened. Only this is retried: once sent, a streamed request cannot be sent again.
+async fn connect_any(
+    ctx: &WorkerCtx,
+    cluster: &Cluster,
+    head: &RequestHead,
+    peer: IpAddr,
+) -> Result<(Pick, SendRequest<UpBody>, u32), NotConnected> {
+    let worker = ctx.index;
+    let counters = slot(&cluster.stats.slots, worker);
+    let input = PickInput { req: head, client_ip: peer, worker };
+    let policy = &cluster.settings.retries;
+    let mut tried = Vec::new();
+    let mut retries = 0u32;
+    let mut failure = UpstreamFailure::upstream(502, "no upstream endpoint could be reached");
+    let mut upstream = None;
+    loop {
+        let pick = match cluster.balancer.pick(&cluster.endpoints, &input, &tried, cluster.settings.panic_mode) {
+            Ok(p) => p,
+            Err(NoPick::NoneHealthy) if tried.is_empty() => {
+                counters.no_healthy_endpoint.inc();
+                let failure = UpstreamFailure::breaker("no healthy upstream endpoint");
+                return Err(NotConnected { failure: UpstreamFailure { status: 503, ..failure }, upstream, retries });
+            }
+            Err(_) => return Err(NotConnected { failure, upstream, retries }),
+        };
+        let endpoint = &cluster.endpoints[pick.index];
+        upstream = Some(endpoint.addr);
+        match crate::upstream_h2::sender(ctx, cluster, endpoint).await {
+            Ok(sender) => return Ok((pick, sender, retries)),
+            Err(f) => {
+                if f.fault == Fault::Upstream {
+                    observe(cluster, endpoint, worker, Observed::GatewayFailure);
+                }
+                failure = f;
+                tried.push(pick.index);
+                if another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
+                    retries += 1;
+                    counters.retries.inc();
+                    continue;
+                }
+                return Err(NotConnected { failure, upstream, retries });
+            }
         }
     }
 }
@@ -291,5 +322,235 @@ impl Recorded {
 impl Drop for Recorded {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+/// A request from an HTTP/1 client for a `protocol: h2` cluster: the head becomes an HTTP/2 request, a body
+/// still streaming from the client is decoded and fed to the stream as it arrives, and the response goes back
+/// as HTTP/1.1 (Content-Length when the upstream gave one, else chunked; trailers are dropped, HTTP/1 clients
+/// have no use for them).
+pub(crate) async fn from_http1(
+    client: &mut Client,
+    head: &RequestHead,
+    cluster: &Cluster,
+    body: ReqBody,
+    settings: &ListenerSettings,
+    ctx: &WorkerCtx,
+) -> Outcome {
+    let worker = ctx.index;
+    let body_done = body.consumed();
+    let (pick, sender, retries) = match connect_any(ctx, cluster, head, client.peer.ip()).await {
+        Ok(connected) => connected,
+        Err(NotConnected { failure, upstream, retries }) => {
+            let mut outcome = answer(client, head, failure.status, failure.reason, body_done).await;
+            outcome.upstream = upstream;
+            outcome.retries = retries;
+            return outcome;
+        }
+    };
+    let endpoint = &cluster.endpoints[pick.index];
+    endpoint.begin(worker);
+    let _inflight = InflightGuard { endpoint, worker };
+    let started = Instant::now();
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.method = Method::from_bytes(head.method()).unwrap_or(Method::GET);
+    for (h, _) in &head.headers {
+        let name = HeaderName::from_bytes(head.header_name(h));
+        let value = HeaderValue::from_bytes(head.header_value(h));
+        if let (Ok(name), Ok(value)) = (name, value) {
+            parts.headers.append(name, value);
+        }
+    }
+    crate::upstream_h2::prepare(&mut parts, head, cluster, endpoint, &client.facts);
+
+    let exchanged = match body {
+        ReqBody::InHand(bytes) => {
+            let req = Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
+            crate::upstream_h2::exchange(sender, req, cluster, endpoint).await
+        }
+        ReqBody::Sent => Err(UpstreamFailure::upstream(502, "request body already sent")),
+        ReqBody::Streaming(framing) => {
+            let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+            let broken = Arc::new(AtomicBool::new(false));
+            let body = PipeBody { reader, buf: bytes::BytesMut::new(), broken: broken.clone() };
+            let req = Request::from_parts(parts, body.boxed_unsync());
+            client.out.clear();
+            let timeouts = (settings.body_read_timeout, cluster.settings.send_timeout);
+            let pump = async {
+                let relayed =
+                    relay_body(&mut client.io, &mut client.buf, framing, &mut writer, false, timeouts, &mut client.out)
+                        .await;
+                if relayed.is_err() {
+                    // A cut-off body must not reach the upstream as a complete one: the stream is reset.
+                    broken.store(true, Ordering::Relaxed);
+                }
+                drop(writer);
+                relayed.is_ok()
+            };
+            let (complete, exchanged) =
+                tokio::join!(pump, crate::upstream_h2::exchange(sender, req, cluster, endpoint));
+            if !complete {
+                return Outcome { upstream: Some(endpoint.addr), retries, ..Outcome::local(Next::Close, 499, 0) };
+            }
+            exchanged
+        }
+    };
+    let endpoint_slot = slot(&endpoint.stats.slots, worker);
+    let resp = match exchanged {
+        Ok(resp) => resp,
+        Err(failure) => {
+            observe(cluster, endpoint, worker, Observed::GatewayFailure);
+            endpoint_slot.by_class[4].inc();
+            let mut outcome = answer(client, head, failure.status, failure.reason, true).await;
+            outcome.upstream = Some(endpoint.addr);
+            outcome.upstream_time = Some(started.elapsed());
+            outcome.retries = retries;
+            return outcome;
+        }
+    };
+    let status = resp.status().as_u16();
+    observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
+    let (next, bytes) = write_response(client, head, resp, cluster, endpoint, pick.set_cookie, settings, ctx).await;
+    let upstream_time = started.elapsed();
+    endpoint_slot.by_class[class_index(status)].inc();
+    endpoint_slot.duration.observe(upstream_time);
+    Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
+}
+
+/// Writes an HTTP/2 upstream's response to an HTTP/1 client; returns what the connection does next and the
+/// body bytes sent.
+#[allow(clippy::too_many_arguments)]
+async fn write_response(
+    client: &mut Client,
+    head: &RequestHead,
+    resp: Response<Incoming>,
+    cluster: &Cluster,
+    endpoint: &crate::snapshot::Endpoint,
+    set_cookie: bool,
+    settings: &ListenerSettings,
+    ctx: &WorkerCtx,
+) -> (Next, u64) {
+    let status = resp.status().as_u16();
+    let (parts, mut body) = resp.into_parts();
+    let bodiless = head.method() == b"HEAD" || status == 204 || status == 304 || status < 200;
+    let length = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .or_else(|| body.size_hint().exact().filter(|_| body.is_end_stream()));
+    let chunked = !bodiless && length.is_none() && !head.http10;
+    let ends_by_close = !bodiless && length.is_none() && head.http10;
+    let keep_alive = head.keep_alive && !ends_by_close && !*ctx.shutdown.borrow();
+    let out = &mut client.out;
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_u64(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if matches!(crate::codec::classify(name.as_str().as_bytes()), Known::HopByHop | Known::ContentLength) {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(n) = length {
+        out.extend_from_slice(b"content-length: ");
+        push_u64(out, n);
+        out.extend_from_slice(b"\r\n");
+    } else if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if set_cookie {
+        use std::io::Write;
+        let _ = write!(out, "set-cookie: {}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
+        if let Some(age) = cluster.balancer.sticky_max_age {
+            let _ = write!(out, "; Max-Age={age}");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if head.http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    let send = settings.send_timeout;
+    if bodiless {
+        let written = write_timed(&mut client.io, &client.out, send).await;
+        return (if written.is_ok() && keep_alive { Next::KeepAlive } else { Next::Close }, 0);
+    }
+    let mut sent = 0u64;
+    loop {
+        let frame = tokio::time::timeout(cluster.settings.read_timeout, body.frame()).await;
+        let data = match frame {
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue, // trailers: HTTP/1.1 clients get none
+            },
+            Ok(None) => break,
+            // A reset or a stall inside the body: the client gets an incomplete response, then a close.
+            Ok(Some(Err(_))) | Err(_) => {
+                observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
+                let _ = write_timed(&mut client.io, &client.out, send).await;
+                return (Next::Close, sent);
+            }
+        };
+        if data.is_empty() {
+            continue;
+        }
+        sent += data.len() as u64;
+        if chunked {
+            crate::codec::chunk_header(&mut client.out, data.len());
+            client.out.extend_from_slice(&data);
+            client.out.extend_from_slice(b"\r\n");
+        } else {
+            client.out.extend_from_slice(&data);
+        }
+        // Gather small frames; write before waiting for more.
+        if client.out.len() >= 16 * 1024 || body.is_end_stream() {
+            if write_timed(&mut client.io, &client.out, send).await.is_err() {
+                return (Next::Close, sent);
+            }
+            client.out.clear();
+        }
+    }
+    if chunked {
+        client.out.extend_from_slice(crate::codec::LAST_CHUNK);
+    }
+    if write_timed(&mut client.io, &client.out, send).await.is_err() {
+        return (Next::Close, sent);
+    }
+    client.out.clear();
+    (if keep_alive { Next::KeepAlive } else { Next::Close }, sent)
+}
+
+/// A request body fed from a pipe that the client's decoded body is written into.
+struct PipeBody {
+    reader: tokio::io::DuplexStream,
+    buf: bytes::BytesMut,
+    /// The client's body broke off: end the stream with an error (a reset), not as complete.
+    broken: Arc<AtomicBool>,
+}
+
+impl Body for PipeBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        this.buf.reserve(16 * 1024);
+        match tokio_util::io::poll_read_buf(Pin::new(&mut this.reader), cx, &mut this.buf) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(0)) if this.broken.load(Ordering::Relaxed) => {
+                Poll::Ready(Some(Err("the client's request body broke off".into())))
+            }
+            Poll::Ready(Ok(0)) => Poll::Ready(None),
+            Poll::Ready(Ok(_)) => Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze())))),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+        }
     }
 }

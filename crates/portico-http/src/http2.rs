@@ -75,7 +75,7 @@ pub(crate) async fn serve(
     let mut shutdown = ctx.shutdown.clone();
     let state = Rc::new(Connection {
         peer,
-        facts,
+        facts: ClientFacts { http2: true, ..facts },
         listener,
         ctx,
         last_request: Cell::new(Instant::now()),
@@ -157,7 +157,7 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
         io: Stream::Pipe(far),
         buf: BytesMut::new(),
         peer: conn.peer,
-        facts: ClientFacts { http2: true, ..conn.facts.clone() },
+        facts: conn.facts.clone(),
         out: Vec::new(),
     };
     tokio::task::spawn_local(serve_http1(client, conn.listener.clone(), conn.ctx.clone()));

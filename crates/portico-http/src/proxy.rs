@@ -368,9 +368,9 @@ impl Drop for GaugeGuard<'_> {
     }
 }
 
-struct InflightGuard<'a> {
-    endpoint: &'a Endpoint,
-    worker: usize,
+pub(crate) struct InflightGuard<'a> {
+    pub endpoint: &'a Endpoint,
+    pub worker: usize,
 }
 
 impl Drop for InflightGuard<'_> {
@@ -380,7 +380,13 @@ impl Drop for InflightGuard<'_> {
 }
 
 /// Answers locally, keeping the connection when the request was complete and the client wants it.
-async fn answer(client: &mut Client, head: &RequestHead, status: u16, reason: &str, body_done: bool) -> Outcome {
+pub(crate) async fn answer(
+    client: &mut Client,
+    head: &RequestHead,
+    status: u16,
+    reason: &str,
+    body_done: bool,
+) -> Outcome {
     let close = !body_done || !head.keep_alive;
     let bytes = respond(client, status, reason, close, head.http10).await.unwrap_or(0);
     Outcome::local(if close { Next::Close } else { Next::KeepAlive }, status, bytes)
@@ -440,6 +446,9 @@ async fn handle_request(
         framing => ReqBody::Streaming(framing),
     };
 
+    if cluster.settings.http2 {
+        return Box::pin(crate::forward_h2::from_http1(client, head, cluster, body, settings, ctx)).await;
+    }
     let input = PickInput { req: head, client_ip: client.peer.ip(), worker: ctx.index };
     let policy = &cluster.settings.retries;
     let idempotent = head.is_idempotent();

@@ -61,17 +61,33 @@ impl Backend {
     }
 
     pub fn start_on(addr: SocketAddr, name: &str) -> std::io::Result<Backend> {
-        Backend::launch(addr, name, None)
+        Backend::launch(addr, name, None, false)
+    }
+
+    /// A backend that speaks HTTP/2 only (prior knowledge), like a gRPC server.
+    pub fn start_h2(name: &str) -> std::io::Result<Backend> {
+        Backend::launch("127.0.0.1:0".parse().expect("literal address"), name, None, true)
     }
 
     /// A backend that speaks HTTPS with the certificate chain and key in these PEM files; with `client_ca`, it
     /// requires client certificates signed by that CA.
     pub fn start_tls(name: &str, cert: &Path, key: &Path, client_ca: Option<&Path>) -> std::io::Result<Backend> {
-        let acceptor = tls_acceptor(cert, key, client_ca).map_err(std::io::Error::other)?;
-        Backend::launch("127.0.0.1:0".parse().expect("literal address"), name, Some(acceptor))
+        let acceptor = tls_acceptor(cert, key, client_ca, false).map_err(std::io::Error::other)?;
+        Backend::launch("127.0.0.1:0".parse().expect("literal address"), name, Some(acceptor), false)
     }
 
-    fn launch(addr: SocketAddr, name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io::Result<Backend> {
+    /// An HTTPS backend that speaks HTTP/2 only (ALPN `h2`).
+    pub fn start_tls_h2(name: &str, cert: &Path, key: &Path) -> std::io::Result<Backend> {
+        let acceptor = tls_acceptor(cert, key, None, true).map_err(std::io::Error::other)?;
+        Backend::launch("127.0.0.1:0".parse().expect("literal address"), name, Some(acceptor), true)
+    }
+
+    fn launch(
+        addr: SocketAddr,
+        name: &str,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        h2: bool,
+    ) -> std::io::Result<Backend> {
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -86,7 +102,7 @@ impl Backend {
                     return;
                 };
                 tokio::select! {
-                    _ = serve(listener, Arc::from(n.as_str()), c, tls) => {}
+                    _ = serve(listener, Arc::from(n.as_str()), c, tls, h2) => {}
                     _ = stop_rx => {}
                 }
             });
@@ -146,6 +162,7 @@ async fn serve(
     name: Arc<str>,
     counters: Arc<Counters>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    h2: bool,
 ) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -161,15 +178,15 @@ async fn serve(
                     c.tls_failures.fetch_add(1, Ordering::SeqCst);
                     return;
                 };
-                serve_one(hyper_util::rt::TokioIo::new(stream), name, counters).await;
+                serve_one(hyper_util::rt::TokioIo::new(stream), name, counters, h2).await;
             });
             continue;
         }
-        tokio::spawn(serve_one(hyper_util::rt::TokioIo::new(stream), name, counters));
+        tokio::spawn(serve_one(hyper_util::rt::TokioIo::new(stream), name, counters, h2));
     }
 }
 
-async fn serve_one<I>(io: I, name: Arc<str>, counters: Arc<Counters>)
+async fn serve_one<I>(io: I, name: Arc<str>, counters: Arc<Counters>, h2: bool)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -178,10 +195,20 @@ where
         let forced = (counters.forced_status.load(Ordering::SeqCst), counters.health_status.load(Ordering::SeqCst));
         handle(req, name.clone(), forced)
     });
-    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).with_upgrades().await;
+    if h2 {
+        let builder = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        let _ = builder.serve_connection(io, svc).await;
+    } else {
+        let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).with_upgrades().await;
+    }
 }
 
-fn tls_acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<tokio_rustls::TlsAcceptor, String> {
+fn tls_acceptor(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+    h2: bool,
+) -> Result<tokio_rustls::TlsAcceptor, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -207,7 +234,7 @@ fn tls_acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<tok
         }
     };
     let mut config = builder.with_single_cert(chain, key).map_err(|e| e.to_string())?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![if h2 { b"h2".to_vec() } else { b"http/1.1".to_vec() }];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
