@@ -367,6 +367,8 @@ pub enum HealthCheckKind {
     #[default]
     Http,
     Tcp,
+    /// The gRPC health protocol (`grpc.health.v1.Health/Check` over HTTP/2): healthy when `SERVING`.
+    Grpc,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -382,6 +384,9 @@ pub struct HealthCheck {
     pub expected_status: String,
     /// The response body must contain this text.
     pub body_contains: Option<String>,
+    /// For `type: grpc`: the service name asked about (`grpc.health.v1.Health/Check`); empty for the server
+    /// as a whole.
+    pub grpc_service: String,
     pub interval: HumanDuration,
     pub timeout: HumanDuration,
     pub healthy_after: u32,
@@ -407,6 +412,7 @@ impl Default for HealthCheck {
             host: None,
             expected_status: "200-399".into(),
             body_contains: None,
+            grpc_service: String::new(),
             interval: HumanDuration::secs(5),
             timeout: HumanDuration::secs(2),
             healthy_after: 2,

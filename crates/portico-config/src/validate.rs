@@ -390,6 +390,15 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 );
             }
         }
+        if c.health_check.as_ref().is_some_and(|h| h.kind == crate::schema::HealthCheckKind::Grpc)
+            && c.protocol != crate::schema::UpstreamProtocol::H2
+        {
+            err(
+                &format!("{base}.health_check.type"),
+                "gRPC health checks need `protocol: h2`".into(),
+                Some("gRPC runs over HTTP/2: set `protocol: h2` on the cluster"),
+            );
+        }
         if c.timeouts.tunnel.0.is_zero() {
             err(&format!("{base}.timeouts.tunnel"), "tunnel must be above 0".into(), Some("the default is 1h"));
         }

@@ -121,8 +121,10 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
             tls.connector.connect(tls.server_name.clone(), tcp).await.map_err(|e| format!("TLS handshake: {e}"))?,
         )),
     };
-    if check.kind == HealthCheckKind::Tcp {
-        return Ok(());
+    match check.kind {
+        HealthCheckKind::Tcp => return Ok(()),
+        HealthCheckKind::Grpc => return grpc_probe(io, check, endpoint).await,
+        HealthCheckKind::Http => {}
     }
     let host = check.host.as_deref().unwrap_or(&endpoint.authority);
     let request = format!(
@@ -167,4 +169,128 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
         }
     }
     Ok(())
+}
+
+/// `grpc.health.v1.Health/Check` over HTTP/2 (prior knowledge, or TLS with ALPN h2): healthy when the answer
+/// is `SERVING` with `grpc-status: 0`.
+async fn grpc_probe(io: crate::io::Stream, check: &HealthCheck, endpoint: &Endpoint) -> Result<(), String> {
+    use http_body_util::BodyExt;
+    let builder = hyper::client::conn::http2::Builder::new(crate::http2::LocalExec);
+    let (mut sender, conn) =
+        builder.handshake(hyper_util::rt::TokioIo::new(io)).await.map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    let authority = check.host.as_deref().unwrap_or(&endpoint.authority);
+    let scheme = if endpoint.tls.is_some() { "https" } else { "http" };
+    let request = hyper::Request::post(format!("{scheme}://{authority}/grpc.health.v1.Health/Check"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("user-agent", "portico-health-check")
+        .body(http_body_util::Full::new(bytes::Bytes::from(grpc_health_request(&check.grpc_service))))
+        .map_err(|e| format!("request: {e}"))?;
+    let resp = sender.send_request(request).await.map_err(|e| format!("request: {e}"))?;
+    if resp.status() != hyper::StatusCode::OK {
+        return Err(format!("HTTP status {}", resp.status().as_u16()));
+    }
+    let status_of =
+        |h: &hyper::HeaderMap| h.get("grpc-status").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if let Some(code) = status_of(resp.headers()).filter(|c| c != "0") {
+        return Err(format!("grpc-status {code}"));
+    }
+    let collected = resp.into_body().collect().await.map_err(|e| format!("read: {e}"))?;
+    if let Some(code) = collected.trailers().and_then(status_of).filter(|c| c != "0") {
+        return Err(format!("grpc-status {code}"));
+    }
+    let data = collected.to_bytes();
+    match grpc_serving_status(&data) {
+        Some(1) => Ok(()),
+        Some(2) => Err("NOT_SERVING".into()),
+        Some(3) => Err(format!("SERVICE_UNKNOWN ({:?})", check.grpc_service)),
+        Some(other) => Err(format!("serving status {other}")),
+        None => Err("invalid HealthCheckResponse".into()),
+    }
+}
+
+// The health protocol's two messages have one field each; encoding them by hand spares a protobuf code
+// generator (and protoc) at build time.
+
+/// A gRPC message frame holding `HealthCheckRequest { service }`.
+fn grpc_health_request(service: &str) -> Vec<u8> {
+    let mut message = Vec::with_capacity(service.len() + 8);
+    if !service.is_empty() {
+        message.push(0x0a); // field 1, length-delimited
+        push_varint(&mut message, service.len() as u64);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = Vec::with_capacity(5 + message.len());
+    frame.push(0); // not compressed
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    frame
+}
+
+fn push_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn read_varint(data: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = data.split_first()?;
+        *data = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The `status` of the `HealthCheckResponse` in a gRPC message frame (0, UNKNOWN, when absent).
+fn grpc_serving_status(frame: &[u8]) -> Option<u64> {
+    let (header, rest) = frame.split_at_checked(5)?;
+    if header[0] != 0 {
+        return None; // compressed: never asked for
+    }
+    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    let mut message = rest.get(..len)?;
+    let mut status = 0;
+    while !message.is_empty() {
+        let tag = read_varint(&mut message)?;
+        match (tag >> 3, tag & 7) {
+            (1, 0) => status = read_varint(&mut message)?,
+            (_, 0) => {
+                read_varint(&mut message)?;
+            }
+            (_, 1) => message = message.get(8..)?,
+            (_, 2) => {
+                let n = read_varint(&mut message)? as usize;
+                message = message.get(n..)?;
+            }
+            (_, 5) => message = message.get(4..)?,
+            _ => return None,
+        }
+    }
+    Some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_messages_round_trip() {
+        assert_eq!(grpc_health_request(""), vec![0, 0, 0, 0, 0]);
+        assert_eq!(grpc_health_request("a.B"), vec![0, 0, 0, 0, 5, 0x0a, 3, b'a', b'.', b'B']);
+        assert_eq!(grpc_serving_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(grpc_serving_status(&[0, 0, 0, 0, 0]), Some(0));
+        assert_eq!(grpc_serving_status(&[0, 0, 0, 0, 9, 0x12, 2, b'x', b'y', 0x08, 2, 0x18, 0xff, 0x01]), Some(2));
+        assert_eq!(grpc_serving_status(&[0, 0, 0, 0, 3, 0x08]), None);
+        assert_eq!(grpc_serving_status(&[1, 0, 0, 0, 2, 0x08, 1]), None);
+    }
 }

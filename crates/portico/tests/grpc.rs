@@ -102,20 +102,25 @@ where
     }
 }
 
-/// Starts the tonic server on a thread of its own; returns its address.
-fn start_server() -> SocketAddr {
+/// Starts the tonic server (with the standard health service) on a thread of its own; returns its address
+/// and the health reporter.
+fn start_server() -> (SocketAddr, tonic_health::server::HealthReporter) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
+            let (reporter, health) = tonic_health::server::health_reporter();
+            tx.send(reporter).unwrap();
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             let incoming = tonic::transport::server::TcpIncoming::from_listener(listener, true, None).unwrap();
-            tonic::transport::Server::builder().add_service(Echo).serve_with_incoming(incoming).await.unwrap();
+            let server = tonic::transport::Server::builder().add_service(health).add_service(Echo);
+            server.serve_with_incoming(incoming).await.unwrap();
         });
     });
-    addr
+    (addr, rx.recv().unwrap())
 }
 
 async fn client(addr: SocketAddr) -> tonic::client::Grpc<tonic::transport::Channel> {
@@ -130,7 +135,7 @@ async fn client(addr: SocketAddr) -> tonic::client::Grpc<tonic::transport::Chann
 
 #[test]
 fn grpc_unary_bidirectional_and_errors_pass_through() {
-    let server = start_server();
+    let (server, _) = start_server();
     let p = Portico::start(&format!(
         "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: grpc\n    address: \"{{listen}}\"\nroutes:\n  - match: {{ path_prefix: /echo.Echo/ }}\n    cluster: echo\nclusters:\n  echo:\n    protocol: h2\n    endpoints: [ {{ address: \"{server}\" }} ]\n"
     ));
@@ -184,4 +189,25 @@ fn grpc_unary_bidirectional_and_errors_pass_through() {
     let opened =
         p.metric(&format!("portico_upstream_connections_opened_total{{cluster=\"echo\",endpoint=\"{server}\"}}"));
     assert!((1.0..=2.0).contains(&opened), "{opened} upstream HTTP/2 connections for 202 calls");
+}
+
+#[test]
+fn grpc_health_checks_follow_the_serving_status() {
+    let (server, mut reporter) = start_server();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(reporter.set_service_status("echo.Echo", tonic_health::ServingStatus::NotServing));
+    let p = Portico::start(&format!(
+        "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: grpc\n    address: \"{{listen}}\"\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: echo\nclusters:\n  echo:\n    protocol: h2\n    health_check: {{ type: grpc, grpc_service: echo.Echo, interval: 100ms, healthy_after: 1, unhealthy_after: 1 }}\n    endpoints: [ {{ address: \"{server}\" }} ]\n"
+    ));
+    let healthy = || p.metric(&format!("portico_endpoint_healthy{{cluster=\"echo\",endpoint=\"{server}\"}}"));
+    wait_until("NOT_SERVING marks the endpoint unhealthy", Duration::from_secs(5), || healthy() == 0.0);
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 503);
+    rt.block_on(reporter.set_service_status("echo.Echo", tonic_health::ServingStatus::Serving));
+    wait_until("SERVING brings it back", Duration::from_secs(5), || healthy() == 1.0);
+    // An unknown service is not healthy either.
+    let path = p.config.clone();
+    let text = std::fs::read_to_string(&path).unwrap().replace("grpc_service: echo.Echo", "grpc_service: no.Such");
+    std::fs::write(&path, text).unwrap();
+    p.signal(libc::SIGHUP);
+    wait_until("SERVICE_UNKNOWN marks it unhealthy", Duration::from_secs(5), || healthy() == 0.0);
 }
