@@ -54,6 +54,13 @@ SCENARIOS = {
     # limit. Latency is measured per request from h2load's log.
     "rate15k": dict(path="/small", conns=50, endpoints=2, rate=15000,
                     desc="100 B response, 15,000 req/s offered over 50 connections (h2load)"),
+    # TLS terminated by the proxy (ECDSA P-256 certificate, TLS 1.3), plain HTTP/1.1 to the backends.
+    "tls": dict(path="/small", conns=50, endpoints=2, tls=True, desc="100 B response over TLS, keep-alive"),
+    "tls-newconn": dict(path="/small", conns=50, endpoints=2, tls=True, close=True,
+                        desc="a new TLS connection (full handshake) per request"),
+    # HTTP/2 from the client over TLS (ALPN h2): 10 connections with 10 concurrent streams each (h2load).
+    "h2": dict(path="/small", conns=10, streams=10, endpoints=2, tls=True, h2=True,
+               desc="100 B response over HTTP/2 + TLS, 10 connections x 10 streams (h2load)"),
 }
 QUICK = ["small", "rate15k"]
 
@@ -64,7 +71,7 @@ def log(msg):
 
 def ensure_tools():
     missing = [pkg for tool, pkg in (("nginx", "nginx-light"), ("haproxy", "haproxy"), ("wrk", "wrk"),
-                                                ("h2load", "nghttp2-client"))
+                                                ("h2load", "nghttp2-client"), ("openssl", "openssl"))
                if not (shutil.which(tool) or os.path.exists(f"/usr/sbin/{tool}"))]
     if missing:
         log(f"installing {' '.join(missing)}")
@@ -129,6 +136,16 @@ class Bench:
         for name in os.listdir(www):
             os.chmod(os.path.join(www, name), 0o644)
         os.chmod(www, 0o755)
+        # A throw-away certificate for the TLS scenarios, shared by every proxy.
+        self.cert, self.key = os.path.join(self.work, "cert.pem"), os.path.join(self.work, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", self.key, "-out", self.cert, "-days", "2", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True, capture_output=True)
+        self.combined = os.path.join(self.work, "combined.pem")  # HAProxy wants both in one file
+        with open(self.combined, "w") as f:
+            f.write(open(self.cert).read() + open(self.key).read())
+        for path in (self.cert, self.key, self.combined):
+            os.chmod(path, 0o644)
         with open(os.path.join(self.work, "post.lua"), "w") as f:
             f.write('wrk.method = "POST"\nwrk.body = string.rep("p", 4096)\n'
                     'wrk.headers["Content-Type"] = "application/octet-stream"\n')
@@ -188,7 +205,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         return int(text.splitlines()[2].split()[0]) - 1  # minus this status request's own connection
 
     # -- proxies
-    def start_proxy(self, name, endpoints):
+    def start_proxy(self, name, endpoints, tls=False):
         port = PROXY_PORTS[name]
         d = os.path.join(self.work, name)
         os.makedirs(d, exist_ok=True)
@@ -197,7 +214,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             conf = f"""workers: {self.workers}
 log: {{ level: error }}
 admin: {{ address: "127.0.0.1:{port + 100}" }}
-listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }} }} ]
+listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
 routes: [ {{ cluster: be }} ]
 {f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
@@ -222,7 +239,8 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 {servers}
     keepalive 64;
   }}
-  server {{ listen 127.0.0.1:{port} reuseport backlog=4096;
+  server {{ listen 127.0.0.1:{port} reuseport backlog=4096{" ssl http2" if tls else ""};
+    {f"ssl_certificate {self.cert}; ssl_certificate_key {self.key}; ssl_session_cache shared:tls:10m;" if tls else ""}
     location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }}
 }}"""
             path = os.path.join(d, "nginx.conf")
@@ -239,7 +257,7 @@ defaults
   timeout server 60s
   http-reuse always
 frontend fe
-  bind 127.0.0.1:{port}
+  bind 127.0.0.1:{port}{f" ssl crt {self.combined} alpn h2,http/1.1" if tls else ""}
   default_backend be
 backend be
   balance roundrobin
@@ -325,14 +343,17 @@ backend be
         return total("portico_upstream_pipelined_requests_total"), total("portico_upstream_pipeline_writes_total")
 
     def h2load(self, url, scenario, duration):
-        """A fixed request rate (`rate` requests per second over `conns` connections); latencies from the
-        per-request log."""
+        """HTTP/1.1 at a fixed request rate (`rate` requests per second over `conns` connections), or HTTP/2
+        with `streams` concurrent streams per connection; latencies from the per-request log."""
         log_path = os.path.join(self.work, "h2load.log")
         if os.path.exists(log_path):
             os.remove(log_path)  # h2load appends
-        per_conn = max(1, scenario["rate"] // scenario["conns"])
-        args = ["h2load", "--h1", "-c", str(scenario["conns"]), "--rps", str(per_conn), "-D", str(duration),
-                "--log-file", log_path, url]
+        args = ["h2load", "-c", str(scenario["conns"]), "-D", str(duration), "--log-file", log_path]
+        if scenario.get("h2"):
+            args += ["-m", str(scenario.get("streams", 1))]
+        else:
+            args += ["--h1", "--rps", str(max(1, scenario["rate"] // scenario["conns"]))]
+        args.append(url)
         out = subprocess.run(["taskset", "-c", self.load_cpu, *args], capture_output=True, text=True,
                              timeout=duration + 30).stdout
         latencies, non2xx = [], 0
@@ -350,14 +371,16 @@ backend be
                     non2xx=non2xx, socket_errors=failed.group(0) if failed and failed.group(0) != "0 failed, 0 errored, 0 timeout" else "")
 
     def run_cell(self, name, proxy_proc, scenario):
-        url = f"http://127.0.0.1:{PROXY_PORTS[name]}{scenario['path']}"
+        scheme = "https" if scenario.get("tls") else "http"
+        url = f"{scheme}://127.0.0.1:{PROXY_PORTS[name]}{scenario['path']}"
         self.wrk(url, dict(scenario, conns=min(scenario["conns"], 10)), 1)  # warm pools
         pids = self.tree_pids(proxy_proc.pid)
         accepts0 = self.backend_accepts()
         batches0 = self.pipeline_counters(name)
         cpu0 = self.cpu_ticks(pids)
         started = time.time()
-        result = (self.h2load if scenario.get("rate") else self.wrk)(url, scenario, self.duration)
+        use_h2load = scenario.get("rate") or scenario.get("h2")
+        result = (self.h2load if use_h2load else self.wrk)(url, scenario, self.duration)
         elapsed = time.time() - started
         cpu1 = self.cpu_ticks(pids)
         batches1 = self.pipeline_counters(name)
@@ -443,7 +466,7 @@ def main():
             sc = SCENARIOS[sc_name]
             eps = bench.endpoints(sc["endpoints"], sc.get("v6_half", False))
             bench.start_backend(eps)
-            running = {p: bench.start_proxy(p, eps) for p in proxies}
+            running = {p: bench.start_proxy(p, eps, tls=sc.get("tls", False)) for p in proxies}
             log(f"scenario {sc_name}: {sc['desc']}")
             cells = {p: [] for p in proxies}
             for run in range(args.runs):
