@@ -413,25 +413,19 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                 EndpointScheme::Unspecified => c.tls.is_some(),
             };
             let tls = if uses_tls {
-                if connector.is_none() {
-                    match crate::upstream_tls::client_config(loaded, name, c.tls.as_ref(), c.protocol) {
-                        Ok(made) => connector = Some(made),
-                        Err((path, message, hint)) => {
-                            problems.push(loaded.diagnostic(&path, message, hint));
-                            continue;
-                        }
-                    }
-                }
+                // Built once per cluster; a failure is reported once, not once per endpoint.
+                let built = connector.get_or_insert_with(|| {
+                    crate::upstream_tls::client_config(loaded, name, c.tls.as_ref(), c.protocol)
+                        .map_err(|(path, message, hint)| problems.push(loaded.diagnostic(&path, message, hint)))
+                });
+                let Ok(connector) = built.clone() else { continue };
                 let configured_name = c.tls.as_ref().and_then(|t| t.server_name.as_deref());
-                match (connector.clone(), crate::upstream_tls::server_name(configured_name, &hp.host)) {
-                    (Some(connector), Ok(server_name)) => {
-                        Some(crate::upstream_tls::EndpointTls { connector, server_name })
-                    }
-                    (_, Err(message)) => {
+                match crate::upstream_tls::server_name(configured_name, &hp.host) {
+                    Ok(server_name) => Some(crate::upstream_tls::EndpointTls { connector, server_name }),
+                    Err(message) => {
                         problems.push(loaded.diagnostic(&format!("clusters.{name}.tls.server_name"), message, None));
                         continue;
                     }
-                    (None, _) => continue,
                 }
             } else {
                 None
