@@ -9,7 +9,7 @@ use crate::codec::Known;
 use crate::codec::{self, Parsed, RequestHead};
 use crate::http2::Connection;
 use crate::proxy::{another_endpoint, answer, may_retry, record, Client, InflightGuard, Next, Outcome, ReqBody};
-use crate::relay::{relay_body, write_timed};
+use crate::relay::{relay_body, write_timed, RelayError};
 use crate::snapshot::ListenerSettings;
 use crate::snapshot::{Cluster, Snapshot};
 use crate::stats::{class_index, slot};
@@ -146,11 +146,18 @@ pub(crate) async fn forward(
     };
     let endpoint = &cluster.endpoints[pick.index];
     let (mut parts, body) = req.into_parts();
-    crate::upstream_h2::prepare(&mut parts, &head, cluster, endpoint, &conn.facts);
-    let body: UpBody = body.map_err(BoxError::from).boxed_unsync();
+    if let Err(reason) = crate::upstream_h2::prepare(&mut parts, &head, cluster, endpoint, &conn.facts) {
+        return fail(400, reason, None, retries);
+    }
+    // The response-head timeout starts when the request body has been sent (a client-streaming call may
+    // send for a long time first).
+    let sent = Arc::new(tokio::sync::Notify::new());
+    let body: UpBody = Watched { body, sent: Some(sent.clone()) }.boxed_unsync();
     counters.requests.add(1);
     endpoint.begin(worker);
     let upstream_started = Instant::now();
+    // From here the guard counts the request down and logs it, however it ends (a client that resets the
+    // stream drops this future: 499).
     let mut finish = Finish {
         ctx: conn.ctx.clone(),
         snapshot: snapshot.clone(),
@@ -159,12 +166,15 @@ pub(crate) async fn forward(
         endpoint: pick.index,
         head,
         peer,
-        status: 0,
+        status: 499,
+        bytes: 0,
+        done: false,
         retries,
         started,
         upstream_started,
     };
-    match crate::upstream_h2::exchange(sender, Request::from_parts(parts, body), cluster, endpoint).await {
+    let req = Request::from_parts(parts, body);
+    match crate::upstream_h2::exchange(sender, req, cluster, endpoint, Some(&sent)).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
@@ -179,13 +189,15 @@ pub(crate) async fn forward(
                 }
             }
             finish.status = status;
-            let recorded = Recorded { body, bytes: 0, finish: Some(finish) };
+            let recorded = Recorded { body, finish };
             Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)))
         }
         Err(failure) => {
-            observe(cluster, endpoint, worker, Observed::GatewayFailure);
+            if failure.fault == Fault::Upstream {
+                observe(cluster, endpoint, worker, Observed::GatewayFailure);
+            }
             finish.status = failure.status;
-            finish.done(failure.reason.len() as u64 + 1);
+            finish.bytes = failure.reason.len() as u64 + 1;
             local(StatusCode::from_u16(failure.status).unwrap_or(StatusCode::BAD_GATEWAY), failure.reason)
         }
     }
@@ -255,13 +267,20 @@ struct Finish {
     head: RequestHead,
     peer: IpAddr,
     status: u16,
+    /// Response body bytes sent.
+    bytes: u64,
+    done: bool,
     retries: u32,
     started: Instant,
     upstream_started: Instant,
 }
 
 impl Finish {
-    fn done(&self, bytes: u64) {
+    fn done(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let bytes = self.bytes;
         let worker = self.ctx.index;
         let cluster = &self.snapshot.clusters[self.cluster];
         let endpoint = &cluster.endpoints[self.endpoint];
@@ -284,11 +303,16 @@ impl Finish {
     }
 }
 
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
 /// A forwarded response body that counts its bytes and records the request when it ends.
 pub(crate) struct Recorded {
     body: Incoming,
-    bytes: u64,
-    finish: Option<Finish>,
+    finish: Finish,
 }
 
 impl Body for Recorded {
@@ -301,34 +325,52 @@ impl Body for Recorded {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    this.bytes += data.len() as u64;
+                    this.finish.bytes += data.len() as u64;
                 }
             }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.end(),
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.finish.done(),
             Poll::Pending => {}
         }
         polled.map_err(Into::into)
     }
 }
 
-impl Recorded {
-    fn end(&mut self) {
-        if let Some(finish) = self.finish.take() {
-            finish.done(self.bytes);
-        }
-    }
+/// A request body that says when it has been sent in full.
+struct Watched {
+    body: Incoming,
+    sent: Option<Arc<tokio::sync::Notify>>,
 }
 
-impl Drop for Recorded {
-    fn drop(&mut self) {
-        self.end();
+impl Body for Watched {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            if let Some(sent) = this.sent.take() {
+                sent.notify_one();
+            }
+        }
+        polled.map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
 /// A request from an HTTP/1 client for a `protocol: h2` cluster: the head becomes an HTTP/2 request, a body
 /// still streaming from the client is decoded and fed to the stream as it arrives, and the response goes back
 /// as HTTP/1.1 (Content-Length when the upstream gave one, else chunked; trailers are dropped, HTTP/1 clients
-/// have no use for them).
+/// have no use for them). An upstream that answers before the body is in (413, 401) is answered at once and
+/// the connection closed after; so is the rare full-duplex exchange (an HTTP/1 client streaming up while the
+/// upstream streams down), which HTTP/1 proxies cannot carry either.
 pub(crate) async fn from_http1(
     client: &mut Client,
     head: &RequestHead,
@@ -339,6 +381,19 @@ pub(crate) async fn from_http1(
 ) -> Outcome {
     let worker = ctx.index;
     let body_done = body.consumed();
+    let (mut parts, ()) = Request::new(()).into_parts();
+    let Ok(method) = Method::from_bytes(head.method()) else {
+        return answer(client, head, 400, "invalid method", body_done).await;
+    };
+    parts.method = method;
+    for (h, _) in &head.headers {
+        let name = HeaderName::from_bytes(head.header_name(h));
+        let value = HeaderValue::from_bytes(head.header_value(h));
+        let (Ok(name), Ok(value)) = (name, value) else {
+            return answer(client, head, 400, "a header cannot be sent over HTTP/2", body_done).await;
+        };
+        parts.headers.append(name, value);
+    }
     let (pick, sender, retries) = match connect_any(ctx, cluster, head, client.peer.ip()).await {
         Ok(connected) => connected,
         Err(NotConnected { failure, upstream, retries }) => {
@@ -349,30 +404,32 @@ pub(crate) async fn from_http1(
         }
     };
     let endpoint = &cluster.endpoints[pick.index];
+    if let Err(reason) = crate::upstream_h2::prepare(&mut parts, head, cluster, endpoint, &client.facts) {
+        return answer(client, head, 400, reason, body_done).await;
+    }
     endpoint.begin(worker);
     let _inflight = InflightGuard { endpoint, worker };
     let started = Instant::now();
-    let (mut parts, ()) = Request::new(()).into_parts();
-    parts.method = Method::from_bytes(head.method()).unwrap_or(Method::GET);
-    for (h, _) in &head.headers {
-        let name = HeaderName::from_bytes(head.header_name(h));
-        let value = HeaderValue::from_bytes(head.header_value(h));
-        if let (Ok(name), Ok(value)) = (name, value) {
-            parts.headers.append(name, value);
-        }
-    }
-    crate::upstream_h2::prepare(&mut parts, head, cluster, endpoint, &client.facts);
 
-    let exchanged = match body {
+    // `close`: the client's body was not read to its end, so its connection cannot carry another request.
+    let (exchanged, close) = match body {
         ReqBody::InHand(bytes) => {
             let req = Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
-            crate::upstream_h2::exchange(sender, req, cluster, endpoint).await
+            (crate::upstream_h2::exchange(sender, req, cluster, endpoint, None).await, false)
         }
-        ReqBody::Sent => Err(UpstreamFailure::upstream(502, "request body already sent")),
+        ReqBody::Sent => (Err(UpstreamFailure::upstream(502, "request body already sent")), true),
         ReqBody::Streaming(framing) => {
+            if head.expect_continue && !head.http10 {
+                let continued = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout);
+                if continued.await.is_err() {
+                    return Outcome { upstream: Some(endpoint.addr), retries, ..Outcome::local(Next::Close, 499, 0) };
+                }
+            }
             let (mut writer, reader) = tokio::io::duplex(64 * 1024);
-            let broken = Arc::new(AtomicBool::new(false));
-            let body = PipeBody { reader, buf: bytes::BytesMut::new(), broken: broken.clone() };
+            let complete = Arc::new(AtomicBool::new(false));
+            let sent = Arc::new(tokio::sync::Notify::new());
+            let body =
+                PipeBody { reader, buf: bytes::BytesMut::new(), complete: complete.clone(), sent: Some(sent.clone()) };
             let req = Request::from_parts(parts, body.boxed_unsync());
             client.out.clear();
             let timeouts = (settings.body_read_timeout, cluster.settings.send_timeout);
@@ -380,28 +437,35 @@ pub(crate) async fn from_http1(
                 let relayed =
                     relay_body(&mut client.io, &mut client.buf, framing, &mut writer, false, timeouts, &mut client.out)
                         .await;
-                if relayed.is_err() {
-                    // A cut-off body must not reach the upstream as a complete one: the stream is reset.
-                    broken.store(true, Ordering::Relaxed);
-                }
+                // Only a body read to its end may end the stream cleanly; anything else resets it.
+                complete.store(relayed.is_ok(), Ordering::Relaxed);
                 drop(writer);
-                relayed.is_ok()
+                relayed
             };
-            let (complete, exchanged) =
-                tokio::join!(pump, crate::upstream_h2::exchange(sender, req, cluster, endpoint));
-            if !complete {
-                return Outcome { upstream: Some(endpoint.addr), retries, ..Outcome::local(Next::Close, 499, 0) };
+            let exchange = crate::upstream_h2::exchange(sender, req, cluster, endpoint, Some(&sent));
+            let (mut pump, mut exchange) = (std::pin::pin!(pump), std::pin::pin!(exchange));
+            tokio::select! {
+                relayed = &mut pump => match relayed {
+                    Ok(_) => (exchange.await, false),
+                    Err(RelayError::Source(_)) => {
+                        return Outcome { upstream: Some(endpoint.addr), retries, ..Outcome::local(Next::Close, 499, 0) };
+                    }
+                    // The upstream stopped taking the body: its answer (or failure) is what the client gets.
+                    Err(RelayError::Dest) => (exchange.await, true),
+                },
+                early = &mut exchange => (early, true),
             }
-            exchanged
         }
     };
     let endpoint_slot = slot(&endpoint.stats.slots, worker);
     let resp = match exchanged {
         Ok(resp) => resp,
         Err(failure) => {
-            observe(cluster, endpoint, worker, Observed::GatewayFailure);
-            endpoint_slot.by_class[4].inc();
-            let mut outcome = answer(client, head, failure.status, failure.reason, true).await;
+            if failure.fault == Fault::Upstream {
+                observe(cluster, endpoint, worker, Observed::GatewayFailure);
+            }
+            endpoint_slot.by_class[class_index(failure.status)].inc();
+            let mut outcome = answer(client, head, failure.status, failure.reason, !close).await;
             outcome.upstream = Some(endpoint.addr);
             outcome.upstream_time = Some(started.elapsed());
             outcome.retries = retries;
@@ -410,11 +474,20 @@ pub(crate) async fn from_http1(
     };
     let status = resp.status().as_u16();
     observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
-    let (next, bytes) = write_response(client, head, resp, cluster, endpoint, pick.set_cookie, settings, ctx).await;
+    let response = Upstream { resp, set_cookie: pick.set_cookie, close };
+    let (next, bytes) = write_response(client, head, response, cluster, endpoint, settings, ctx).await;
     let upstream_time = started.elapsed();
     endpoint_slot.by_class[class_index(status)].inc();
     endpoint_slot.duration.observe(upstream_time);
     Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
+}
+
+/// An HTTP/2 upstream's response on its way to an HTTP/1 client.
+struct Upstream {
+    resp: hyper::Response<Incoming>,
+    set_cookie: bool,
+    /// Close the client connection after it.
+    close: bool,
 }
 
 /// Writes an HTTP/2 upstream's response to an HTTP/1 client; returns what the connection does next and the
@@ -423,24 +496,26 @@ pub(crate) async fn from_http1(
 async fn write_response(
     client: &mut Client,
     head: &RequestHead,
-    resp: Response<Incoming>,
+    response: Upstream,
     cluster: &Cluster,
     endpoint: &crate::snapshot::Endpoint,
-    set_cookie: bool,
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
 ) -> (Next, u64) {
+    let Upstream { resp, set_cookie, close } = response;
     let status = resp.status().as_u16();
     let (parts, mut body) = resp.into_parts();
     let bodiless = head.method() == b"HEAD" || status == 204 || status == 304 || status < 200;
-    let length = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .or_else(|| body.size_hint().exact().filter(|_| body.is_end_stream()));
+    // 1xx and 204 never carry a length; HEAD and 304 carry the upstream's, which describes the would-be body.
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let length = match status {
+        _ if status < 200 || status == 204 => None,
+        _ if bodiless => declared,
+        _ => declared.or_else(|| body.size_hint().exact().filter(|_| body.is_end_stream())),
+    };
     let chunked = !bodiless && length.is_none() && !head.http10;
     let ends_by_close = !bodiless && length.is_none() && head.http10;
-    let keep_alive = head.keep_alive && !ends_by_close && !*ctx.shutdown.borrow();
+    let keep_alive = head.keep_alive && !close && !ends_by_close && !*ctx.shutdown.borrow();
     let out = &mut client.out;
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -532,8 +607,11 @@ async fn write_response(
 struct PipeBody {
     reader: tokio::io::DuplexStream,
     buf: bytes::BytesMut,
-    /// The client's body broke off: end the stream with an error (a reset), not as complete.
-    broken: Arc<AtomicBool>,
+    /// The client's body was read to its end: only then does the pipe's end end the stream cleanly; otherwise
+    /// the stream is reset, so a cut-off body never reaches the upstream as a complete one.
+    complete: Arc<AtomicBool>,
+    /// Told when the body has been sent in full (the response-head timeout starts then).
+    sent: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Body for PipeBody {
@@ -545,10 +623,15 @@ impl Body for PipeBody {
         this.buf.reserve(16 * 1024);
         match tokio_util::io::poll_read_buf(Pin::new(&mut this.reader), cx, &mut this.buf) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(0)) if this.broken.load(Ordering::Relaxed) => {
+            Poll::Ready(Ok(0)) if !this.complete.load(Ordering::Relaxed) => {
                 Poll::Ready(Some(Err("the client's request body broke off".into())))
             }
-            Poll::Ready(Ok(0)) => Poll::Ready(None),
+            Poll::Ready(Ok(0)) => {
+                if let Some(sent) = this.sent.take() {
+                    sent.notify_one();
+                }
+                Poll::Ready(None)
+            }
             Poll::Ready(Ok(_)) => Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze())))),
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
         }

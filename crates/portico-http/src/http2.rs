@@ -12,7 +12,7 @@ use crate::snapshot::Http2Settings;
 use crate::upstream::ClientFacts;
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -87,7 +87,12 @@ pub(crate) async fn serve(
     let mut conn = std::pin::pin!(conn);
     let mut closing = false;
     loop {
-        let idle_deadline = state.last_request.get() + keepalive;
+        // Idle means no stream in progress: while one is, look again a keep-alive period later (a stream
+        // ending counts as activity), instead of waking up for a deadline already past.
+        let idle_deadline = match state.active.get() {
+            0 => state.last_request.get() + keepalive,
+            _ => Instant::now() + keepalive,
+        };
         tokio::select! {
             _ = conn.as_mut() => break,
             _ = shutdown.changed(), if !closing => {
@@ -119,11 +124,12 @@ fn builder(settings: &Http2Settings) -> hyper::server::conn::http2::Builder<Loca
 }
 
 /// Counts a request as being answered while it lives.
-struct Active<'a>(&'a Cell<usize>);
+struct Active<'a>(&'a Connection);
 
 impl Drop for Active<'_> {
     fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
+        self.0.active.set(self.0.active.get() - 1);
+        self.0.last_request.set(Instant::now());
     }
 }
 
@@ -131,7 +137,7 @@ impl Drop for Active<'_> {
 async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response<ProxyBody>, Infallible> {
     conn.last_request.set(Instant::now());
     conn.active.set(conn.active.get() + 1);
-    let _active = Active(&conn.active);
+    let _active = Active(&conn);
     if req.method() == Method::CONNECT {
         return Ok(local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported"));
     }
@@ -187,6 +193,11 @@ fn to_http1(req: Request<Incoming>) -> Request<Incoming> {
     parts.version = Version::HTTP_11;
     // `te: trailers` is the only TE allowed in HTTP/2 and means nothing to an HTTP/1.1 hop.
     parts.headers.remove(header::TE);
+    // A body of unknown length must be framed as chunked: hyper's HTTP/1 client would otherwise send a GET's or
+    // HEAD's body as empty.
+    if !body.is_end_stream() && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+        parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
     Request::from_parts(parts, body)
 }
 

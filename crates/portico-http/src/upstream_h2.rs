@@ -13,14 +13,14 @@ use crate::upstream::{ClientFacts, UpstreamFailure};
 use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::HashMap;
 use std::time::Duration;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A request body on its way upstream.
@@ -47,25 +47,40 @@ pub(crate) async fn sender(
     Ok(sender)
 }
 
-/// Sends `req` and waits for the response head (within `timeouts.response_header`).
+/// Sends `req` and waits for the response head: within `timeouts.response_header` from the moment the request
+/// body has been sent (`sent` is notified then; without it, or for a request without a body, from now).
 pub(crate) async fn exchange(
     mut sender: SendRequest<UpBody>,
     req: Request<UpBody>,
     cluster: &Cluster,
     endpoint: &Endpoint,
+    sent: Option<&tokio::sync::Notify>,
 ) -> Result<Response<Incoming>, UpstreamFailure> {
+    let wait_for_body = if req.body().is_end_stream() { None } else { sent };
     let exchange = async {
         // Waits while the connection has as many streams open as the upstream allows.
         sender.ready().await?;
         sender.send_request(req).await
     };
-    match timeout(cluster.settings.response_header_timeout, exchange).await {
-        Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(e)) => {
-            tracing::debug!(endpoint = %endpoint.configured, "HTTP/2 upstream request failed: {e}");
-            Err(UpstreamFailure::upstream(502, "upstream HTTP/2 request failed"))
+    let limit = cluster.settings.response_header_timeout;
+    let timer = async {
+        if let Some(sent) = wait_for_body {
+            sent.notified().await;
         }
-        Err(_) => Err(UpstreamFailure {
+        tokio::time::sleep(limit).await;
+    };
+    tokio::select! {
+        r = exchange => match r {
+            Ok(resp) => Ok(resp),
+            // The request itself could not be sent (its body broke off, a field HTTP/2 refuses): not the
+            // upstream's fault.
+            Err(e) if e.is_user() => Err(UpstreamFailure::client(400, "the request could not be sent upstream")),
+            Err(e) => {
+                tracing::debug!(endpoint = %endpoint.configured, "HTTP/2 upstream request failed: {e}");
+                Err(UpstreamFailure::upstream(502, "upstream HTTP/2 request failed"))
+            }
+        },
+        _ = timer => Err(UpstreamFailure {
             timed_out: true,
             ..UpstreamFailure::upstream(504, "upstream timed out before responding")
         }),
@@ -124,14 +139,23 @@ pub(crate) fn prepare(
     cluster: &Cluster,
     endpoint: &Endpoint,
     client: &ClientFacts,
-) {
+) -> Result<(), &'static str> {
     let authority = match head.host() {
         Some(h) if cluster.settings.preserve_host => String::from_utf8_lossy(h).into_owned(),
         _ => endpoint.authority.clone(),
     };
     let scheme = if endpoint.tls.is_some() { "https" } else { "http" };
-    let target = format!("{scheme}://{authority}{}", String::from_utf8_lossy(head.origin_form()));
-    parts.uri = target.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    let mut target = format!("{scheme}://{authority}");
+    // HTTP/1 targets may hold bytes a URI may not (`"`, `<`, `{`...), which most servers accept; HTTP/2 goes by
+    // the URI grammar, so those are percent-encoded rather than refused.
+    for &b in head.origin_form() {
+        if b.is_ascii_graphic() && !matches!(b, b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}') {
+            target.push(b as char);
+        } else {
+            target.push_str(&format!("%{b:02X}"));
+        }
+    }
+    parts.uri = target.parse::<Uri>().map_err(|_| "the request target cannot be sent over HTTP/2")?;
     parts.version = hyper::Version::HTTP_2;
 
     let headers = &mut parts.headers;
@@ -191,4 +215,5 @@ pub(crate) fn prepare(
             headers.insert(name, value);
         }
     }
+    Ok(())
 }

@@ -190,3 +190,28 @@ fn http2_can_be_turned_off_and_idle_connections_are_closed() {
         assert!(sender.is_closed() || sender.ready().await.is_err(), "an idle HTTP/2 connection stayed open");
     });
 }
+
+#[test]
+fn a_get_body_of_unknown_length_survives_the_bridge() {
+    // Review finding: hyper's HTTP/1 client wrote a GET's body of unknown length as empty.
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&yaml(b.addr, ""));
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let frames = futures_util::stream::iter(
+            ["abc", "defg"].map(|s| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(s)))),
+        );
+        let req = hyper::Request::get("http://localhost/echo").body(http_body_util::StreamBody::new(frames)).unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("\"body_len\":7"), "{text}");
+    });
+}

@@ -88,3 +88,136 @@ fn http2_clients_and_tls_upstreams_negotiate_h2() {
     let r = Conn::open(p2.addr).get("/", "");
     assert_eq!(r.status, 502, "{}", r.text());
 }
+
+fn h2_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// hyper's HTTP/2 client on a plain connection (prior knowledge).
+async fn h2c(
+    addr: std::net::SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+#[test]
+fn streams_reset_by_the_client_are_counted_down() {
+    // Review finding: a stream reset before its response head left the cluster's in-flight gauge up for good,
+    // until the circuit breaker refused everything.
+    let b = Backend::start_h2("h2-b0").unwrap();
+    let p = Portico::start(&yaml(&b.addr.to_string(), "    circuit_breaker: { max_requests: 4 }\n"));
+    h2_runtime().block_on(async {
+        let sender = h2c(p.addr).await;
+        for _ in 0..6 {
+            let mut s = sender.clone();
+            let req =
+                hyper::Request::get("http://a/slow/2000").body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+            // Given up after 200 ms: the future is dropped and hyper resets the stream.
+            let _ = tokio::time::timeout(Duration::from_millis(200), s.send_request(req)).await;
+        }
+    });
+    wait_until("the in-flight gauge is back to 0", Duration::from_secs(5), || {
+        p.metric("portico_cluster_requests_active{cluster=\"app\"}") == 0.0
+    });
+    for _ in 0..5 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
+}
+
+#[test]
+fn odd_targets_are_encoded_not_blamed_on_the_upstream() {
+    // Review finding: a target with `"` failed to become an HTTP/2 URI, and each such request counted as an
+    // upstream failure until the endpoint was ejected.
+    let b = Backend::start_h2("h2-b0").unwrap();
+    let p = Portico::start(&yaml(&b.addr.to_string(), ""));
+    let mut conn = Conn::open(p.addr);
+    for _ in 0..5 {
+        let r = conn.get("/echo?q=\"1\"&x=<a>", "");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("q=%221%22&x=%3Ca%3E"), "{}", r.text());
+    }
+    assert_eq!(conn.get("/", "").status, 200, "the endpoint is still in");
+    let status = conn.get("/status/204", "");
+    assert_eq!((status.status, status.header("content-length")), (204, None));
+}
+
+#[test]
+fn uploads_to_http2_upstreams_get_continue_early_answers_and_their_own_timeout() {
+    let b = Backend::start_h2("h2-b0").unwrap();
+    let p = Portico::start(&yaml(&b.addr.to_string(), "    timeouts: { response_header: 1s }\n"));
+
+    // Expect: 100-continue on a streamed body is answered before the body is sent.
+    let mut conn = Conn::open(p.addr);
+    conn.send(b"PUT /upload HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n");
+    let interim = conn.read_response(true);
+    assert_eq!(interim.status, 100);
+    let body = vec![b'c'; 100_000];
+    conn.stream.write_all(&body).unwrap();
+    assert_eq!(conn.read_response(false).text(), format!("100000 {}", portico_testkit::body_hash(&body)));
+
+    // An upload slower than response_header: the timeout starts once it is sent.
+    conn.send(b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for _ in 0..5 {
+        conn.send(b"3e8\r\n");
+        conn.send(&[b's'; 1000]);
+        conn.send(b"\r\n");
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    conn.send(b"0\r\n\r\n");
+    let r = conn.read_response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("5000 "), "{}", r.text());
+
+    // An upstream that answers before the body is in: the client gets that answer, then a close.
+    let mut early = Conn::open(p.addr);
+    early.send(b"POST /status/413 HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000\r\n\r\n");
+    let writer = {
+        let mut s = early.stream.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let chunk = vec![b'x'; 65536];
+            for _ in 0..152 {
+                if s.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let r = early.read_response(false);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.header("connection").as_deref(), Some("close"));
+    drop(early);
+    let _ = writer.join();
+}
+
+#[test]
+fn a_slow_http2_response_does_not_spin_the_worker() {
+    // Review finding: a stream waiting longer than the keep-alive timeout for its response head made the
+    // connection's idle timer fire in a loop.
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(
+        &yaml(&b.addr.to_string(), "")
+            .replace("    protocol: h2\n", "")
+            .replace("    address: \"{listen}\"\n", "    address: \"{listen}\"\n    timeouts: { keepalive: 300ms }\n"),
+    );
+    let ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.pid())).unwrap();
+        let fields: Vec<u64> =
+            stat.rsplit(')').next().unwrap().split_whitespace().skip(11).take(2).map(|f| f.parse().unwrap()).collect();
+        fields[0] + fields[1]
+    };
+    let before = ticks();
+    h2_runtime().block_on(async {
+        let mut sender = h2c(p.addr).await;
+        let req =
+            hyper::Request::get("http://a/slow/2000").body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+        assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
+    });
+    let used = ticks() - before;
+    assert!(used < 50, "{used} clock ticks of CPU for one slow request");
+}
