@@ -266,6 +266,38 @@ pub struct Route {
     #[serde(rename = "match", default)]
     pub matcher: RouteMatch,
     pub cluster: String,
+    /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
+    /// those on a TLS listener are proxied to `cluster`.
+    #[serde(default)]
+    pub redirect_https: Option<RedirectHttps>,
+}
+
+/// `redirect_https: true`, or with settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RedirectHttps {
+    Enabled(bool),
+    With(RedirectSettings),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectSettings {
+    /// The HTTPS port in the `Location`. Default: the port of the only TLS listener, else 443.
+    pub port: Option<u16>,
+    /// 301, 302, 307 or 308. Default: 301 for GET and HEAD, 308 (which keeps the method and body) otherwise.
+    pub status: Option<u16>,
+}
+
+impl RedirectHttps {
+    /// The settings when the redirect is on.
+    pub fn settings(&self) -> Option<RedirectSettings> {
+        match self {
+            RedirectHttps::Enabled(true) => Some(RedirectSettings::default()),
+            RedirectHttps::Enabled(false) => None,
+            RedirectHttps::With(s) => Some(s.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -285,6 +285,25 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
 
     for (i, r) in cfg.routes.iter().enumerate() {
         let base = format!("routes[{i}]");
+        if let Some(redirect) = r.redirect_https.as_ref().and_then(|r| r.settings()) {
+            if redirect.status.is_some_and(|st| ![301, 302, 307, 308].contains(&st)) {
+                err(
+                    &format!("{base}.redirect_https.status"),
+                    "a redirect status must be 301, 302, 307 or 308".into(),
+                    Some("308 keeps the method and body; 301 is what browsers cache"),
+                );
+            }
+            if redirect.port == Some(0) {
+                err(&format!("{base}.redirect_https.port"), "port 0 is not a port".into(), None);
+            }
+            if !cfg.listeners.iter().any(|l| l.tls.is_some()) && redirect.port.is_none() {
+                err(
+                    &format!("{base}.redirect_https"),
+                    "redirect_https sends clients to HTTPS, but no listener has `tls:`".into(),
+                    Some("add a TLS listener, or give the HTTPS server's port: `redirect_https: { port: 443 }`"),
+                );
+            }
+        }
         if !cfg.clusters.contains_key(&r.cluster) {
             let known: Vec<&str> = cfg.clusters.keys().map(String::as_str).collect();
             let hint = if known.is_empty() {

@@ -152,8 +152,10 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
             Err(reason) => return Ok(local(StatusCode::BAD_REQUEST, reason)),
         };
         if let Some(route) = snapshot.router.find_index(&head) {
-            let cluster = snapshot.router.get(route).map(|r| r.cluster);
-            if cluster.is_some_and(|c| snapshot.clusters[c].settings.http2) {
+            // A plain-HTTP request to a route that redirects to HTTPS is answered by the engine.
+            let redirects = !conn.facts.https && snapshot.router.get(route).is_some_and(|r| r.redirect_https.is_some());
+            let cluster = snapshot.router.get(route).map(|r| r.cluster).filter(|_| !redirects);
+            if cluster.is_some_and(|c| snapshot.clusters.get(c).is_some_and(|c| c.settings.http2)) {
                 return Ok(crate::forward_h2::forward(req, head, snapshot, route, &conn).await);
             }
         }

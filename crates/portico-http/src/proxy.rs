@@ -379,6 +379,43 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
+/// Sends a plain-HTTP client to the same URL over HTTPS.
+async fn redirect_to_https(
+    client: &mut Client,
+    head: &RequestHead,
+    redirect: crate::router::HttpsRedirect,
+    body_done: bool,
+) -> Outcome {
+    let Some(host) = head.host_name() else {
+        return answer(client, head, 400, "a redirect to HTTPS needs the Host header", body_done).await;
+    };
+    let status = redirect.status_for(head.method());
+    let close = !body_done || !head.keep_alive;
+    let out = &mut client.out;
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_u64(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(status_text(status).as_bytes());
+    out.extend_from_slice(b"\r\nlocation: https://");
+    out.extend_from_slice(host);
+    if redirect.port != 443 {
+        out.push(b':');
+        push_u64(out, u64::from(redirect.port));
+    }
+    out.extend_from_slice(head.origin_form());
+    out.extend_from_slice(b"\r\ncontent-length: 0\r\n");
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if head.http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    let written = write_timed(&mut client.io, &client.out, Duration::from_secs(5)).await;
+    let next = if close || written.is_err() { Next::Close } else { Next::KeepAlive };
+    Outcome::local(next, status, 0)
+}
+
 /// Answers locally, keeping the connection when the request was complete and the client wants it.
 pub(crate) async fn answer(
     client: &mut Client,
@@ -404,6 +441,12 @@ async fn handle_request(
         let body_done = discard_body(client, head) == Next::KeepAlive;
         return answer(client, head, 404, "no route matches this request", body_done).await;
     };
+    if let Some(redirect) = route.redirect_https {
+        if !client.facts.https {
+            let body_done = discard_body(client, head) == Next::KeepAlive;
+            return redirect_to_https(client, head, redirect, body_done).await;
+        }
+    }
     let cluster = &snapshot.clusters[route.cluster];
     if head.body == BodyFraming::Chunked {
         // Catch a broken chunked body that already arrived before anything goes upstream.
@@ -831,6 +874,10 @@ async fn forward_response(
 
 pub(crate) fn status_text(status: u16) -> &'static str {
     match status {
+        301 => "Moved Permanently",
+        302 => "Found",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",

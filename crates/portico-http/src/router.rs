@@ -29,6 +29,8 @@ enum PathMatch {
 pub struct CompiledRoute {
     pub name: String,
     pub cluster: usize,
+    /// Plain-HTTP clients are redirected to HTTPS.
+    pub redirect_https: Option<HttpsRedirect>,
     pub stats: Arc<RouteStats>,
     host: HostMatch,
     path: PathMatch,
@@ -79,13 +81,34 @@ impl CompiledRoute {
     }
 }
 
+/// Where and how a plain-HTTP request is sent to HTTPS.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpsRedirect {
+    /// Omitted from the `Location` when 443.
+    pub port: u16,
+    pub status: Option<u16>,
+}
+
+impl HttpsRedirect {
+    /// The status for a request with this method: as configured, else 301 for GET and HEAD and 308 otherwise.
+    pub fn status_for(&self, method: &[u8]) -> u16 {
+        self.status.unwrap_or(if matches!(method, b"GET" | b"HEAD") { 301 } else { 308 })
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Router {
     routes: Vec<CompiledRoute>,
 }
 
 impl Router {
-    pub fn build(routes: &[Route], cluster_index: &HashMap<String, usize>, registry: &Registry) -> Router {
+    /// `https_port`: the port redirects go to when a route does not say (the only TLS listener's, else 443).
+    pub fn build(
+        routes: &[Route],
+        cluster_index: &HashMap<String, usize>,
+        registry: &Registry,
+        https_port: u16,
+    ) -> Router {
         let mut compiled: Vec<CompiledRoute> = routes
             .iter()
             .enumerate()
@@ -107,6 +130,11 @@ impl Router {
                 let name = r.name.clone().unwrap_or_else(|| format!("route-{i}"));
                 Some(CompiledRoute {
                     cluster: *cluster_index.get(&r.cluster)?,
+                    redirect_https: r
+                        .redirect_https
+                        .as_ref()
+                        .and_then(|r| r.settings())
+                        .map(|s| HttpsRedirect { port: s.port.unwrap_or(https_port), status: s.status }),
                     stats: registry.route_stats(&name, &r.cluster),
                     name,
                     host,

@@ -484,7 +484,15 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             stats: registry.cluster_stats(name),
         });
     }
-    let router = Router::build(&cfg.routes, &cluster_index, registry);
+    let tls_ports: Vec<u16> = cfg
+        .listeners
+        .iter()
+        .filter(|l| l.tls.is_some())
+        .filter_map(|l| l.address.parse::<SocketAddr>().ok())
+        .map(|a| a.port())
+        .collect();
+    let https_port = if tls_ports.len() == 1 { tls_ports[0] } else { 443 };
+    let router = Router::build(&cfg.routes, &cluster_index, registry, https_port);
     let listeners = cfg
         .listeners
         .iter()

@@ -291,6 +291,16 @@ fn bad_tls_settings_are_reported_with_their_position() {
         ca.pem.display()
     ));
     assert!(err.contains("manages"), "{err}");
+    let no_tls = tls_yaml("127.0.0.1:9".parse().unwrap(), "      certificates: [{ cert: a.pem, key: a.key }]")
+        .replace("    tls:\n      certificates: [{ cert: a.pem, key: a.key }]\n", "")
+        .replace("    cluster: app\n", "    cluster: app\n    redirect_https: true\n")
+        .replace("{listen}", "127.0.0.1:1")
+        .replace("{admin}", "127.0.0.1:2");
+    let path = dir.join("no-tls.yaml");
+    std::fs::write(&path, no_tls).unwrap();
+    let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no listener has `tls:`"), "{err}");
     let err = check("      certificates: []");
     assert!(err.contains("at least one certificate"), "{err}");
     let err = check(&format!("      certificates: [{}]\n      min_version: \"1.1\"", pair(&site)));
@@ -377,4 +387,42 @@ fn watch_follows_a_config_that_moves_to_new_certificate_files() {
     wait_until("the new files are served", Duration::from_secs(10), || {
         pki::connect(p.addr, "localhost", &ca.pem, None, &[]).is_ok_and(|s| pki::served_leaf(&s) == next.der)
     });
+}
+
+#[test]
+fn plain_http_clients_are_redirected_to_https_by_route() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let b = Backend::start("b0").unwrap();
+    let plain_port = free_port();
+    let yaml = tls_yaml(b.addr, &format!("      certificates: [{}]", pair(&site)))
+        .replace("routes:", &format!("  - name: plain\n    address: \"127.0.0.1:{plain_port}\"\nroutes:"))
+        .replace("    cluster: app\n", "    cluster: app\n    redirect_https: true\n")
+        .replace("routes:\n", "routes:\n  - match: { path_prefix: /legacy/ }\n    cluster: app\n    redirect_https: { port: 443, status: 302 }\n");
+    let p = Portico::start(&yaml);
+    let plain: SocketAddr = format!("127.0.0.1:{plain_port}").parse().unwrap();
+    let mut conn = Conn::open(plain);
+    let r = conn.get("/path/x?q=1", "");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some(format!("https://test.local:{}/path/x?q=1", p.addr.port())));
+    conn.send(b"POST /form HTTP/1.1\r\nHost: shop.example:8080\r\nContent-Length: 3\r\n\r\nabc");
+    let r = conn.read_response(false);
+    assert_eq!(r.status, 308, "a POST keeps its method and body");
+    assert_eq!(r.header("location"), Some(format!("https://shop.example:{}/form", p.addr.port())));
+    let r = conn.get("/legacy/a", "");
+    assert_eq!((r.status, r.header("location").as_deref()), (302, Some("https://test.local/legacy/a")));
+    // HTTP/2 in cleartext is redirected the same way; over TLS the route is proxied.
+    let (ok, out) = curl(&[
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{redirect_url}",
+        &format!("http://127.0.0.1:{plain_port}/h2"),
+    ]);
+    assert!(ok && out.starts_with("301 https://127.0.0.1:"), "{out}");
+    let (ok, body, err) = curl_tls(&p, "localhost", &ca.pem, &[], "/echo");
+    assert!(ok && body.contains("\"backend\":\"b0\""), "{err}");
+    assert_eq!(b.requests(), 1, "only the HTTPS request was proxied");
 }
