@@ -215,3 +215,35 @@ fn a_get_body_of_unknown_length_survives_the_bridge() {
         assert!(text.contains("\"body_len\":7"), "{text}");
     });
 }
+
+#[test]
+fn http2_settings_reach_the_client() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&yaml(
+        b.addr,
+        "    http2: { max_concurrent_streams: 5, initial_stream_window: 128KiB, max_header_list_size: 4KiB }\n",
+    ));
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let request = hyper::Request::get("http://localhost/echo").body(()).unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        let mut response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        // The server's SETTINGS have arrived by now.
+        assert_eq!(client.current_max_send_streams(), 5);
+        while let Some(chunk) = response.body_mut().data().await {
+            chunk.unwrap();
+        }
+        // A header list over the limit is refused.
+        let mut client = client.ready().await.unwrap();
+        let big = hyper::Request::get("http://localhost/echo").header("x-big", "v".repeat(8000)).body(()).unwrap();
+        let refused = match client.send_request(big, true) {
+            Ok((response, _)) => response.await.map(|r| r.status().as_u16()).unwrap_or(0),
+            Err(_) => 0,
+        };
+        assert!(refused == 431 || refused == 0, "an 8 KiB header got {refused}");
+    });
+}
