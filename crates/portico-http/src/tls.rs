@@ -43,8 +43,19 @@ pub struct CertificateInfo {
 
 /// The crypto provider for every TLS connection: ring, which builds with a C compiler only (aws-lc-rs
 /// would also need cmake and NASM on the build machine).
+///
+/// Cipher suites with SHA-256 come first: a TLS 1.3 handshake hashes its transcript and derives its keys with
+/// the suite's hash, and SHA-256 runs on the CPU's SHA extensions where SHA-384 does not. That is a measured
+/// part of a full handshake's CPU (bench/RESULTS.md); AES-128-GCM is as strong as anyone needs.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.sort_by_key(|suite| match suite.suite() {
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 0,
+        rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 => 1,
+        rustls::CipherSuite::TLS13_AES_256_GCM_SHA384 => 2,
+        _ => 3, // TLS 1.2 suites keep their order
+    });
+    Arc::new(provider)
 }
 
 fn ticketer() -> Option<Arc<dyn rustls::server::ProducesTickets>> {
@@ -128,6 +139,8 @@ pub fn build_terminator(
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    // The server's order of cipher suites, not the client's (see `provider`).
+    config.ignore_client_order = true;
     config.alpn_protocols = match &tls.alpn {
         Some(offered) => offered.iter().map(|p| p.as_bytes().to_vec()).collect(),
         None if listener.http2.enabled => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
