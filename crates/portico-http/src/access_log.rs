@@ -157,7 +157,8 @@ pub struct Entry<'a> {
     pub client: IpAddr,
     pub method: &'a [u8],
     pub target: &'a [u8],
-    pub http10: bool,
+    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`: what the client spoke.
+    pub protocol: &'static str,
     pub host: Option<&'a [u8]>,
     pub status: u16,
     pub bytes: u64,
@@ -243,7 +244,7 @@ fn json_line(out: &mut Vec<u8>, e: &Entry, iso: &str, ms: u32) {
     let _ = write!(
         out,
         ",\"protocol\":\"{}\",\"status\":{},\"bytes\":{},\"duration_ms\":{:.3},\"route\":",
-        if e.http10 { "HTTP/1.0" } else { "HTTP/1.1" },
+        e.protocol,
         e.status,
         e.bytes,
         millis(e.duration)
@@ -293,7 +294,8 @@ fn combined_line(out: &mut Vec<u8>, e: &Entry, time: &str) {
     request.extend_from_slice(e.method);
     request.push(b' ');
     request.extend_from_slice(e.target);
-    request.extend_from_slice(if e.http10 { b" HTTP/1.0" } else { b" HTTP/1.1" });
+    request.push(b' ');
+    request.extend_from_slice(e.protocol.as_bytes());
     quoted(out, &request);
     let _ = write!(out, " {} {} ", e.status, e.bytes);
     quoted(out, e.referer.unwrap_or(b"-"));

@@ -130,7 +130,7 @@ pub(crate) async fn forward(
     let peer = conn.peer.ip();
     let fail = |status: u16, reason: &str, upstream: Option<SocketAddr>, retries: u32| {
         let outcome = Outcome { upstream, retries, ..Outcome::local(Next::KeepAlive, status, reason.len() as u64 + 1) };
-        record(ctx, &snapshot, Some(compiled), &head, peer, &outcome, started.elapsed());
+        record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
         local(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), reason)
     };
     if counters.requests.get() >= cluster.settings.max_requests_per_worker {
@@ -299,7 +299,7 @@ impl Finish {
             retries: self.retries,
         };
         let route = self.snapshot.router.get(self.route);
-        record(&self.ctx, &self.snapshot, route, &self.head, self.peer, &outcome, self.started.elapsed());
+        record(&self.ctx, &self.snapshot, route, &self.head, (self.peer, true), &outcome, self.started.elapsed());
     }
 }
 

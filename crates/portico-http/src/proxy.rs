@@ -165,7 +165,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         let route = snapshot.router.find(&head);
         // Boxed: the request's state machine is large and only needed while a request runs.
         let outcome = Box::pin(handle_request(&mut client, &head, route, &snapshot, settings, &ctx)).await;
-        record(&ctx, &snapshot, route, &head, client.peer.ip(), &outcome, started.elapsed());
+        record(&ctx, &snapshot, route, &head, (client.peer.ip(), client.facts.http2), &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
             if !head.keep_alive && outcome.status < 400 && client.buf.is_empty() {
                 // The client asked to close after this request and has sent nothing more (a client that sent
@@ -228,7 +228,7 @@ fn record_refused(ctx: &WorkerCtx, snapshot: &Snapshot, client: &Client, status:
             client: client.peer.ip(),
             method: b"-",
             target: b"-",
-            http10: false,
+            protocol: if client.facts.http2 { "HTTP/2.0" } else { "HTTP/1.1" },
             host: None,
             status,
             bytes,
@@ -250,7 +250,7 @@ pub(crate) fn record(
     snapshot: &Snapshot,
     route: Option<&CompiledRoute>,
     head: &RequestHead,
-    client: std::net::IpAddr,
+    (client, http2): (std::net::IpAddr, bool),
     outcome: &Outcome,
     elapsed: Duration,
 ) {
@@ -263,7 +263,11 @@ pub(crate) fn record(
             client,
             method: head.method(),
             target: head.target(),
-            http10: head.http10,
+            protocol: match (http2, head.http10) {
+                (true, _) => "HTTP/2.0",
+                (false, true) => "HTTP/1.0",
+                (false, false) => "HTTP/1.1",
+            },
             host: head.host(),
             status: outcome.status,
             bytes: outcome.bytes,

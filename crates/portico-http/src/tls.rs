@@ -143,8 +143,9 @@ pub fn build_terminator(
     config.ignore_client_order = true;
     config.alpn_protocols = match &tls.alpn {
         Some(offered) => offered.iter().map(|p| p.as_bytes().to_vec()).collect(),
-        None if listener.http2.enabled => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-        None => vec![b"http/1.1".to_vec()],
+        // `http/1.0` last: a client that offers only that (curl -0) is served rather than refused.
+        None if listener.http2.enabled => vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()],
+        None => vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()],
     };
     // Stateless resumption tickets work across every worker, and across reloads: one ticketer per process
     // (it rotates its own keys).

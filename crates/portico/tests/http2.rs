@@ -84,7 +84,12 @@ fn http2_over_tls_and_cleartext_reaches_the_same_routes() {
     assert!(ok && out.ends_with("\n1.1"), "{out}");
 
     // Cleartext: prior knowledge, and HTTP/1.1 on the same port.
-    let plain = Portico::start(&yaml(b.addr, ""));
+    let log = dir.join("access.log");
+    let plain = Portico::start(&format!(
+        "access_log: {{ path: \"{}\", format: combined }}\n{}",
+        log.display(),
+        yaml(b.addr, "")
+    ));
     let echo = format!("http://127.0.0.1:{}/echo", plain.addr.port());
     let (ok, out) = curl_version(&["--http2-prior-knowledge", &echo, "-d", "hello"]);
     assert!(ok && out.ends_with("\n2") && out.contains("\"body_len\":5"), "{out}");
@@ -103,6 +108,10 @@ fn http2_over_tls_and_cleartext_reaches_the_same_routes() {
     ]);
     assert!(out.starts_with("404"), "{out}");
     assert!(plain.metric("portico_requests_total{route=\"none\",cluster=\"none\",status_class=\"4xx\"}") >= 1.0);
+    wait_until("the access log names the protocol", Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("\"POST /echo HTTP/2.0\"") && text.contains("\"GET /echo HTTP/1.1\"")
+    });
 }
 
 #[test]
