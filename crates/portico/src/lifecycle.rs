@@ -110,6 +110,29 @@ impl Reloader {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit, and warns when even that is below what the
+/// listeners' connection limits need (a descriptor per client connection, plus pooled upstream connections).
+fn raise_fd_limit(loaded: &LoadedConfig) {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!("cannot read or raise the open-file limit: {e}");
+            return;
+        }
+    };
+    let connections: u64 = loaded.config.listeners.iter().map(|l| l.limits.max_connections as u64).sum();
+    // Upstream connections are pooled and usually far fewer than client connections: a margin, not a double.
+    let needed = connections.saturating_add(1024);
+    if limit < needed {
+        tracing::warn!(
+            "the open-file limit is {limit}, but the listeners allow {connections} client connections, which with \
+             upstream connections need about {needed} descriptors; raise the hard limit (LimitNOFILE= in the \
+             systemd unit, or `ulimit -Hn` as root) or lower limits.max_connections. Past the limit, new \
+             connections wait in the kernel's queue"
+        );
+    }
+}
+
 /// Size and modification time: what `watch: true` compares every second.
 fn file_stamp(path: &Path) -> Option<(u64, SystemTime)> {
     let meta = std::fs::metadata(path).ok()?;
@@ -134,6 +157,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let workers = loaded.config.workers.resolve();
     let registry = Arc::new(Registry::new(workers));
     let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+    raise_fd_limit(&loaded);
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();

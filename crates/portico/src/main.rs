@@ -7,10 +7,18 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `portico --version`: the release, the commit it was built from, and what this build can do.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PORTICO_GIT_COMMIT"),
+    ")\nfeatures: http1, http2 (clients and upstreams), tls (rustls, ring), mtls, websocket, grpc, pipelining"
+);
+
 #[derive(Parser)]
 #[command(
     name = "portico",
-    version,
+    version = VERSION,
     about = "Portico: an edge gateway that load-balances and proxies HTTP",
     long_about = "Portico: an edge gateway that load-balances and proxies HTTP.\n\n\
                   Start with `portico demo`, then `curl http://127.0.0.1:8080/`.\n\

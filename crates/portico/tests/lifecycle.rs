@@ -203,3 +203,42 @@ fn sighup_reloads_routes_and_keeps_the_old_config_when_the_new_one_is_invalid() 
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(backend_of(&mut conn, "/", ""), "b", "an invalid reload changed the running config");
 }
+
+#[test]
+fn the_open_file_limit_is_raised_and_a_short_one_is_reported() {
+    // Started with a soft limit of 1024 under a higher hard limit: Portico raises the soft limit itself.
+    let hard = std::fs::read_to_string("/proc/self/limits")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4)?.parse::<u64>().ok())
+        .expect("hard open-file limit");
+    let dir = temp_dir();
+    let config = dir.join("portico.yaml");
+    let port = free_port();
+    let yaml = format!(
+        "listeners: [ {{ name: web, address: \"127.0.0.1:{port}\", limits: {{ max_connections: {} }} }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"127.0.0.1:9\" }} ] }} }}\n",
+        hard * 2
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let mut child = Command::new("prlimit")
+        .arg(format!("--nofile=1024:{hard}"))
+        .arg(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("prlimit (util-linux)");
+    wait_until("portico listens", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let soft =
+        limits.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(3)).unwrap();
+    assert_eq!(soft, hard.to_string(), "{limits}");
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the open-file limit is") && err.contains("LimitNOFILE="), "{err}");
+}
