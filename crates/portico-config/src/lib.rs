@@ -1,11 +1,13 @@
 //! Portico's configuration: one YAML file, parsed strictly, validated fully, every error located at
 //! `file:line:col` with a hint. Loading never has side effects, so a reload can validate before anything changes.
 
+mod diff;
 mod schema;
 mod spans;
 mod units;
 mod validate;
 
+pub use diff::{diff, Change};
 pub use schema::*;
 pub use spans::{Position, SpanIndex};
 pub use units::{parse_size, ByteSize, HumanDuration};

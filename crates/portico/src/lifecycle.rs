@@ -15,8 +15,10 @@ use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
-/// `portico check`: prints every problem as FILE:LINE:COL and exits 1, or says the file is valid.
-pub fn check(path: &Path) -> ExitCode {
+/// `portico check`: prints every problem as FILE:LINE:COL and exits 1, or says the file is valid and what a
+/// reload would change compared with `against` (a file, or a running Portico's admin URL; by default the admin
+/// address in the file, when something answers there).
+pub fn check(path: &Path, against: Option<&str>) -> ExitCode {
     let result = portico_config::load_file(path).and_then(|loaded| {
         let snapshot = portico_http::build(&loaded, &Registry::new(1))?;
         Ok((loaded, snapshot))
@@ -30,6 +32,26 @@ pub fn check(path: &Path) -> ExitCode {
                 loaded.config.routes.len(),
                 snapshot.clusters.len()
             );
+            let target = against.map(str::to_string).or_else(|| {
+                loaded.config.admin.as_ref().map(|a| format!("http://{}", a.address)).filter(|_| against.is_none())
+            });
+            match target.map(|t| running_config(&t, against.is_some()).map(|c| (t, c))) {
+                Some(Ok((from, Some(running)))) => {
+                    let changes = portico_config::diff(&running, &loaded.config);
+                    println!("compared with {from}:");
+                    if changes.is_empty() {
+                        println!("  no listener, route, cluster or endpoint changes");
+                    }
+                    for change in changes {
+                        println!("  {change}");
+                    }
+                }
+                Some(Ok((_, None))) | None => {}
+                Some(Err(e)) => {
+                    eprintln!("cannot compare: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -37,6 +59,35 @@ pub fn check(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The configuration to compare with: a file, or the one a running Portico reports on `/admin/config`.
+/// `Ok(None)` when an admin address taken from the file itself does not answer (nothing is running there).
+fn running_config(target: &str, asked: bool) -> anyhow::Result<Option<portico_config::Config>> {
+    let Some(authority) = target.strip_prefix("http://") else {
+        let loaded = portico_config::load_file(Path::new(target)).map_err(|e| anyhow!("{target} is invalid\n{e}"))?;
+        return Ok(Some(loaded.config));
+    };
+    let authority = authority.trim_end_matches('/');
+    let addr: std::net::SocketAddr =
+        authority.parse().with_context(|| format!("{target}: give the admin address as http://IP:PORT"))?;
+    let mut stream = match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+        Ok(s) => s,
+        Err(_) if !asked => return Ok(None),
+        Err(e) => return Err(anyhow!("cannot reach the admin API at {target}: {e}")),
+    };
+    use std::io::{Read, Write};
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET /admin/config HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let json: serde_json::Value = serde_json::from_str(body).with_context(|| format!("{target}/admin/config"))?;
+    let yaml = json["yaml"].as_str().ok_or_else(|| anyhow!("{target}/admin/config has no configuration"))?;
+    let loaded = portico_config::load_str(yaml, "running configuration")
+        .map_err(|e| anyhow!("the running configuration does not parse here\n{e}"))?;
+    Ok(Some(loaded.config))
 }
 
 pub fn run_file(path: &Path) -> anyhow::Result<()> {

@@ -39,9 +39,15 @@ enum Command {
         config: PathBuf,
     },
     /// Validate a configuration file: exit 0 when valid, 1 with every error as FILE:LINE:COL otherwise.
+    ///
+    /// When valid, also lists what a reload would change (listeners, routes, clusters, endpoints) compared with
+    /// the running Portico at the file's admin address, if one answers there, or with --against.
     Check {
         #[arg(short, long, value_name = "FILE", default_value = "portico.yaml")]
         config: PathBuf,
+        /// Compare with this configuration file, or a running Portico's admin API (http://IP:PORT).
+        #[arg(long, value_name = "FILE|URL")]
+        against: Option<String>,
     },
     /// Start three built-in demo backends behind a round-robin load balancer, ready for curl.
     Demo {
@@ -58,7 +64,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => lifecycle::run_file(&config),
-        Command::Check { config } => return lifecycle::check(&config),
+        Command::Check { config, against } => return lifecycle::check(&config, against.as_deref()),
         Command::Demo { listen, workers } => demo::run(&listen, &workers),
     };
     match result {

@@ -242,3 +242,44 @@ fn the_open_file_limit_is_raised_and_a_short_one_is_reported() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the open-file limit is") && err.contains("LimitNOFILE="), "{err}");
 }
+
+#[test]
+fn check_lists_what_a_reload_would_change() {
+    let b = portico_testkit::Backend::start("b0").unwrap();
+    let yaml = format!(
+        "admin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes:\n  - {{ name: api, match: {{ path_prefix: /api/ }}, cluster: api }}\n  - {{ name: rest, cluster: app }}\nclusters:\n  app: {{ endpoints: [ {{ address: \"{0}\" }}, {{ address: \"127.0.0.1:9\" }} ] }}\n  api: {{ endpoints: [ {{ address: \"{0}\" }} ] }}\n",
+        b.addr
+    );
+    let p = Portico::start(&yaml);
+    let running = std::fs::read_to_string(&p.config).unwrap();
+    let next = running
+        .replace("127.0.0.1:9\" }", "127.0.0.1:10\" }")
+        .replace("  api: {", "  web: { endpoints: [ { address: \"127.0.0.1:11\" } ] }\n  api: { balancer: random,")
+        .replace("  - { name: rest, cluster: app }", "  - { name: rest, cluster: web }");
+    let path = p.config.with_file_name("next.yaml");
+    std::fs::write(&path, &next).unwrap();
+    // Against the running Portico (the admin address in the file).
+    let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "compared with http://",
+        "+ cluster web",
+        "~ route rest: settings changed",
+        "~ cluster api: settings changed",
+        "+ endpoint 127.0.0.1:10 in cluster app",
+        "- endpoint 127.0.0.1:9 in cluster app",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(!text.contains("route api"), "{text}");
+    // Against a file.
+    let out =
+        Command::new(portico_bin()).args(["check", "-c"]).arg(&p.config).arg("--against").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("- cluster web") && text.contains("+ endpoint 127.0.0.1:9 in cluster app"), "{text}");
+    // Nothing to compare with: just valid.
+    drop(p);
+    let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("compared"));
+}
