@@ -43,22 +43,29 @@ impl Portico {
     }
 
     /// Like `start`, with the configuration file written in `dir` (for files named relative to it).
+    ///
+    /// A port found free can be taken by another test's outgoing connection before Portico binds it: when the
+    /// process exits before it listens, it is started again on other ports.
     pub fn start_in(dir: &std::path::Path, yaml: &str) -> Portico {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let config = dir.join("portico.yaml");
-        std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
-        let child = Command::new(portico_bin())
-            .args(["run", "-c"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start portico");
-        let p = Portico { child, addr, admin, config };
-        p.wait_ready();
-        p
+        for _ in 0..5 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let config = dir.join("portico.yaml");
+            std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
+            let child = Command::new(portico_bin())
+                .args(["run", "-c"])
+                .arg(&config)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start portico");
+            let mut p = Portico { child, addr, admin, config };
+            if p.wait_ready() {
+                return p;
+            }
+        }
+        panic!("portico did not start (see its error above)");
     }
 
     /// A configuration with one listener, one catch-all route and one cluster over `endpoints`.
@@ -66,11 +73,15 @@ impl Portico {
         Portico::start(&simple_yaml(balancer, endpoints, extra_cluster))
     }
 
-    fn wait_ready(&self) {
+    /// True once it listens; false when the process ended first.
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
             if TcpStream::connect(self.addr).is_ok() {
-                return;
+                return true;
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
