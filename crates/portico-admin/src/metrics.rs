@@ -199,6 +199,16 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
     }
     header(
         &mut out,
+        "portico_panics_total",
+        "counter",
+        "Requests or connections ended by a panic (a bug), by listener.",
+    );
+    for l in registry.all_listeners() {
+        let n: u64 = l.slots.iter().map(|s| s.0.panics.get()).sum();
+        let _ = writeln!(out, "portico_panics_total{{listener=\"{}\"}} {n}", escape(&l.listener));
+    }
+    header(
+        &mut out,
         "portico_tls_certificate_expiry_timestamp_seconds",
         "gauge",
         "When a served certificate expires (notAfter, Unix seconds).",

@@ -516,6 +516,7 @@ async fn write_response(
     let chunked = !bodiless && length.is_none() && !head.http10;
     let ends_by_close = !bodiless && length.is_none() && head.http10;
     let keep_alive = head.keep_alive && !close && !ends_by_close && !*ctx.shutdown.borrow();
+    client.response_started = true;
     let out = &mut client.out;
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");

@@ -167,6 +167,7 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
         peer: conn.peer,
         facts: conn.facts.clone(),
         out: Vec::new(),
+        response_started: false,
     };
     tokio::task::spawn_local(serve_http1(client, conn.listener.clone(), conn.ctx.clone()));
     let Ok((mut sender, h1)) = hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(near)).await else {

@@ -16,8 +16,10 @@ use crate::stats::{class_index, slot};
 use crate::upstream::{self, push_u64, Failed, Fault, Observed, Source, UpstreamFailure};
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
+use futures_util::FutureExt;
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +53,9 @@ pub(crate) struct Client {
     pub facts: upstream::ClientFacts,
     /// Scratch space for heads written to either side, reused across requests.
     pub out: Vec<u8>,
+    /// The current request's response has begun (its head was written, or is being): a failure now can only
+    /// close the connection, not answer with an error.
+    pub response_started: bool,
 }
 
 /// The request body as the proxy holds it.
@@ -124,7 +129,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             return;
         }
     }
-    let client = Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new() };
+    let client = Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new(), response_started: false };
     serve_http1(client, listener, ctx).await;
 }
 
@@ -163,8 +168,30 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
             return;
         };
         let route = snapshot.router.find(&head);
-        // Boxed: the request's state machine is large and only needed while a request runs.
-        let outcome = Box::pin(handle_request(&mut client, &head, route, &snapshot, settings, &ctx)).await;
+        client.response_started = false;
+        // Boxed: the request's state machine is large and only needed while a request runs. A panic in it (a
+        // bug) costs this request and this connection, never the worker: it is answered 500 when nothing was
+        // sent yet, counted and logged.
+        let handled = AssertUnwindSafe(handle_request(&mut client, &head, route, &snapshot, settings, &ctx));
+        let outcome = match Box::pin(handled.catch_unwind()).await {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                slot(&settings.stats.slots, ctx.index).panics.inc();
+                tracing::error!(
+                    listener = %listener,
+                    client = %client.peer,
+                    request = %String::from_utf8_lossy(&[head.method(), b" ", head.target()].concat()),
+                    "request handling panicked at {}: {}; the connection is closed",
+                    crate::worker::last_panic_location(),
+                    panic_message(panic.as_ref())
+                );
+                let bytes = match client.response_started {
+                    true => 0,
+                    false => respond_error(&mut client, 500, "internal error", true).await.unwrap_or(0),
+                };
+                Outcome::local(Next::Close, 500, bytes)
+            }
+        };
         record(&ctx, &snapshot, route, &head, (client.peer.ip(), client.facts.http2), &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
             if !head.keep_alive && outcome.status < 400 && client.buf.is_empty() {
@@ -283,6 +310,26 @@ pub(crate) fn record(
     }
 }
 
+/// The text a panic was raised with, if it has one.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// In debug builds, a request for the path in `PORTICO_DEBUG_PANIC_PATH` panics: the tests' way to show that a
+/// panic costs one request, not the worker.
+#[cfg(debug_assertions)]
+fn debug_panic_hook(head: &RequestHead) {
+    static PATH: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| std::env::var_os("PORTICO_DEBUG_PANIC_PATH").map(|p| p.into_encoded_bytes()));
+    if path.as_deref().is_some_and(|p| head.path() == p) {
+        panic!("PORTICO_DEBUG_PANIC_PATH requested");
+    }
+}
+
 /// What opened a request.
 enum Arrived {
     Request(RequestHead),
@@ -395,6 +442,7 @@ async fn redirect_to_https(
     };
     let status = redirect.status_for(head.method());
     let close = !body_done || !head.keep_alive;
+    client.response_started = true;
     let out = &mut client.out;
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -441,6 +489,8 @@ async fn handle_request(
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
 ) -> Outcome {
+    #[cfg(debug_assertions)]
+    debug_panic_hook(head);
     let Some(route) = route else {
         let body_done = discard_body(client, head) == Next::KeepAlive;
         return answer(client, head, 404, "no route matches this request", body_done).await;
@@ -777,6 +827,7 @@ async fn forward_response(
         return (Next::Close, bytes);
     }
 
+    client.response_started = true;
     let out = &mut client.out;
     out.clear();
     buffers::reserve_vec(out, 1024);
@@ -907,6 +958,7 @@ async fn respond_error(client: &mut Client, status: u16, reason: &str, close: bo
 async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, http10: bool) -> io::Result<u64> {
     use std::io::Write;
     let body_len = reason.len() + 1;
+    client.response_started = true;
     let out = &mut client.out;
     out.clear();
     let _ = write!(

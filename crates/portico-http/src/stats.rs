@@ -167,6 +167,8 @@ pub struct ListenerSlot {
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
     pub tls_handshake_timeouts: Counter,
+    /// Requests or connections that ended in a panic (a bug, contained to that connection).
+    pub panics: Counter,
 }
 
 /// Per-listener counters.

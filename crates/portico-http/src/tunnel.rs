@@ -29,6 +29,7 @@ pub(crate) async fn relay(
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
 ) -> u64 {
+    client.response_started = true;
     let out = &mut client.out;
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 101 ");

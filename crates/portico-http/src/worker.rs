@@ -6,10 +6,12 @@ use crate::access_log::{AccessLogSink, LocalLog};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
+use futures_util::FutureExt;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -30,6 +32,31 @@ pub struct WorkerCtx {
     pub access_log: Option<LocalLog>,
     open_connections: Cell<usize>,
     connection_closed: Notify,
+}
+
+thread_local! {
+    /// Where the last panic on this thread was raised, for the one log line that reports it.
+    static PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Panics on worker threads are caught and logged once, with their request's context, where they are caught;
+/// this hook only notes where they were raised. Other threads keep the default report.
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let on_worker = std::thread::current().name().is_some_and(|n| n.starts_with("portico-worker-"));
+        if on_worker {
+            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+            PANIC_LOCATION.with(|p| *p.borrow_mut() = location);
+        } else {
+            default(info);
+        }
+    }));
+}
+
+/// Where the last panic on this thread was raised (taken).
+pub(crate) fn last_panic_location() -> String {
+    PANIC_LOCATION.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "unknown location".into())
 }
 
 /// A listening socket bound for one worker.
@@ -158,7 +185,17 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::T
                 let name = name.clone();
                 tokio::task::spawn_local(async move {
                     let guard = ConnectionGuard(conn_ctx.clone());
-                    crate::proxy::serve_connection(io, peer, name, conn_ctx).await;
+                    // Panics inside a request are answered and counted there; this catches the rest (the
+                    // handshake, reading a head) so that they are counted and logged too.
+                    let served = crate::proxy::serve_connection(io, peer, name.clone(), conn_ctx.clone());
+                    if let Err(panic) = AssertUnwindSafe(served).catch_unwind().await {
+                        if let Some(l) = conn_ctx.snapshot.load().listener(&name) {
+                            crate::stats::slot(&l.stats.slots, conn_ctx.index).panics.inc();
+                        }
+                        let message = crate::proxy::panic_message(panic.as_ref());
+                        let at = last_panic_location();
+                        tracing::error!(listener = %name, client = %peer, "connection panicked at {at}: {message}");
+                    }
                     drop(guard);
                 });
             }

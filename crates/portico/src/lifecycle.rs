@@ -209,6 +209,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let registry = Arc::new(Registry::new(workers));
     let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
     raise_fd_limit(&loaded);
+    portico_http::worker::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();

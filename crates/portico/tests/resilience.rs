@@ -221,3 +221,21 @@ fn a_backend_killed_under_load_costs_no_idempotent_request() {
     );
     assert!(backends.iter().all(|b| b.requests() > 0), "the surviving backends served nothing");
 }
+
+#[test]
+fn a_panic_costs_one_request_not_the_worker() {
+    let b = portico_testkit::Backend::start("b0").unwrap();
+    let p = Portico::simple("round_robin", &[b.addr], "");
+    // One worker keeps a connection open across the panic of another request on the same worker.
+    let mut bystander = Conn::open(p.addr);
+    assert_eq!(bystander.get("/", "").status, 200);
+    let mut victim = Conn::open(p.addr);
+    let r = victim.get("/__panic", "");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(victim.is_closed(), "the connection that panicked is closed");
+    for _ in 0..20 {
+        assert_eq!(bystander.get("/", "").status, 200, "the worker kept serving");
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
+    assert_eq!(p.metric("portico_panics_total{listener=\"web\"}"), 1.0);
+}

@@ -56,6 +56,8 @@ impl Portico {
                 .args(["run", "-c"])
                 .arg(&config)
                 .env("RUST_LOG", "warn")
+                // Debug builds panic on requests for this path (the crash-containment tests use it).
+                .env("PORTICO_DEBUG_PANIC_PATH", "/__panic")
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
