@@ -540,20 +540,7 @@ async fn write_response(
     } else if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
-    if set_cookie {
-        use std::io::Write;
-        let _ = write!(out, "set-cookie: {}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
-        if let Some(age) = cluster.balancer.sticky_max_age {
-            let _ = write!(out, "; Max-Age={age}");
-        }
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep_alive {
-        out.extend_from_slice(b"connection: close\r\n");
-    } else if head.http10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    crate::proxy::end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
     let send = settings.send_timeout;
     if bodiless {
         let written = write_timed(&mut client.io, &client.out, send).await;

@@ -868,20 +868,7 @@ async fn forward_response(
         },
         _ => {}
     }
-    if set_cookie {
-        use std::io::Write;
-        let _ = write!(out, "set-cookie: {}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
-        if let Some(age) = cluster.balancer.sticky_max_age {
-            let _ = write!(out, "; Max-Age={age}");
-        }
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep_alive {
-        out.extend_from_slice(b"connection: close\r\n");
-    } else if head.http10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
     // The head stays in `client.out`: relay_body sends it with the first body bytes.
     let timeouts = (cluster.settings.read_timeout, settings.send_timeout);
     let relayed = match &mut source {
@@ -925,6 +912,32 @@ async fn forward_response(
             (Next::Close, 0)
         }
     }
+}
+
+/// The last fields of a proxied response head: the sticky cookie when the balancer set one, and what the
+/// connection does next (an HTTP/1.0 client kept alive must be told, or it closes).
+pub(crate) fn end_response_head(
+    out: &mut Vec<u8>,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    set_cookie: bool,
+    keep_alive: bool,
+    http10: bool,
+) {
+    if set_cookie {
+        use std::io::Write;
+        let _ = write!(out, "set-cookie: {}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
+        if let Some(age) = cluster.balancer.sticky_max_age {
+            let _ = write!(out, "; Max-Age={age}");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 pub(crate) fn status_text(status: u16) -> &'static str {
