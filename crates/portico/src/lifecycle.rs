@@ -117,6 +117,7 @@ struct Reloader {
 impl Reloader {
     fn reload(&self, trigger: &str) -> Result<(), String> {
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        crate::systemd::reloading();
         let result = portico_config::load_file(&self.path)
             .and_then(|loaded| portico_http::build(&loaded, &self.registry))
             .map_err(|e| e.to_string());
@@ -157,6 +158,7 @@ impl Reloader {
         if let Some(admin) = self.admin.get() {
             admin.record_reload(&outcome);
         }
+        crate::systemd::ready(if outcome.is_ok() { "serving (reloaded)" } else { "serving (last reload failed)" });
         outcome
     }
 }
@@ -274,6 +276,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         a.ready.store(true, Ordering::SeqCst);
     }
     tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", "));
+    crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -321,6 +324,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     if let Some(a) = &admin {
         a.ready.store(false, Ordering::SeqCst);
     }
+    crate::systemd::stopping();
     let grace = shared.load().shutdown_grace;
     tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     let _ = shutdown_tx.send(true);

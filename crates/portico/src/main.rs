@@ -2,6 +2,7 @@
 
 mod demo;
 mod lifecycle;
+mod systemd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -283,3 +283,42 @@ fn check_lists_what_a_reload_would_change() {
     let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
     assert!(out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("compared"));
 }
+
+#[test]
+fn systemd_is_told_ready_reloading_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = temp_dir();
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let port = free_port();
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!("listeners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"127.0.0.1:9\" }} ] }} }}\n"),
+    )
+    .unwrap();
+    let mut child = Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut next = || {
+        let mut buf = [0u8; 512];
+        let n = socket.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let ready = next();
+    assert!(ready.contains("READY=1") && ready.contains(&format!("STATUS=serving on 127.0.0.1:{port}")), "{ready}");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "READY came before the listener");
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let reloading = next();
+    assert!(reloading.contains("RELOADING=1") && reloading.contains("MONOTONIC_USEC="), "{reloading}");
+    assert!(next().contains("READY=1"));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(next().contains("STOPPING=1"));
+    let _ = child.wait();
+}
