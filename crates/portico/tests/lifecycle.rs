@@ -306,7 +306,7 @@ fn systemd_is_told_ready_reloading_and_stopping() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut next = || {
+    let next = || {
         let mut buf = [0u8; 512];
         let n = socket.recv(&mut buf).expect("a notification");
         String::from_utf8_lossy(&buf[..n]).into_owned()
