@@ -173,6 +173,13 @@ pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, St
 }
 
 pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    if std::fs::read_to_string(path).is_ok_and(|text| text.contains("ENCRYPTED")) {
+        return Err(format!(
+            "{0} holds an encrypted private key, and Portico reads unencrypted keys only; decrypt it with \
+             `openssl pkey -in {0} -out {0}.plain` and make that file readable by Portico alone",
+            path.display()
+        ));
+    }
     PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => {
             format!("{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)", path.display())
@@ -208,13 +215,66 @@ fn describe(file: &str, leaf: &CertificateDer<'_>) -> Result<CertificateInfo, St
     Ok(CertificateInfo { file: file.to_string(), not_after, names })
 }
 
-/// The subject of a verified client certificate, as one header-safe line (`CN=client,O=Example`).
+/// The subject of a verified client certificate as an RFC 4514 string (`CN=alice,O=Example`, most specific
+/// first, as nginx's `$ssl_client_s_dn`), in ASCII: special characters are escaped and any other byte goes
+/// as `\XX`, so an attribute value can never pass for another attribute, and nothing can end a header line.
 pub fn client_subject(conn: &rustls::ServerConnection) -> Option<Box<str>> {
     let leaf = conn.peer_certificates()?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
-    // Attribute values may hold any character: nothing that could end or fold a header line goes upstream.
-    let subject: String = cert.subject().to_string().chars().map(|c| if c.is_control() { '?' } else { c }).collect();
-    Some(subject.into_boxed_str())
+    let mut out = String::new();
+    for (i, rdn) in cert.subject().iter().collect::<Vec<_>>().into_iter().rev().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        for (j, attr) in rdn.iter().enumerate() {
+            if j > 0 {
+                out.push('+');
+            }
+            let oid = attr.attr_type().to_id_string();
+            out.push_str(match oid.as_str() {
+                "2.5.4.3" => "CN",
+                "2.5.4.6" => "C",
+                "2.5.4.7" => "L",
+                "2.5.4.8" => "ST",
+                "2.5.4.9" => "STREET",
+                "2.5.4.10" => "O",
+                "2.5.4.11" => "OU",
+                "0.9.2342.19200300.100.1.1" => "UID",
+                "0.9.2342.19200300.100.1.25" => "DC",
+                other => other,
+            });
+            out.push('=');
+            match attr.as_str() {
+                Ok(value) => escape_rdn_value(&mut out, value),
+                // Not a string type: the DER value in hex (RFC 4514 2.4).
+                Err(_) => {
+                    out.push('#');
+                    for b in attr.attr_value().data.iter() {
+                        out.push_str(&format!("{b:02x}"));
+                    }
+                }
+            }
+        }
+    }
+    Some(out.into_boxed_str())
+}
+
+/// RFC 4514 2.4 escaping, plus `\XX` for every byte that is not printable ASCII.
+fn escape_rdn_value(out: &mut String, value: &str) {
+    let bytes = value.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let edge_space = b == b' ' && (i == 0 || i == bytes.len() - 1);
+        match b {
+            b'"' | b'+' | b',' | b';' | b'<' | b'>' | b'\\' | b'=' => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            b'#' if i == 0 => out.push_str("\\#"),
+            _ if edge_space => out.push_str("\\ "),
+            0x21..=0x7e | b' ' => out.push(b as char),
+            _ => out.push_str(&format!("\\{b:02X}")),
+        }
+    }
 }
 
 /// Picks the certificate for a client hello's SNI name: the first whose names cover it (exactly, or by a
@@ -250,6 +310,20 @@ fn name_covers(pattern: &str, host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::name_covers;
+
+    #[test]
+    fn subject_values_are_escaped() {
+        let escaped = |v: &str| {
+            let mut out = String::new();
+            super::escape_rdn_value(&mut out, v);
+            out
+        };
+        assert_eq!(escaped("alice"), "alice");
+        assert_eq!(escaped("eve, O=Admin"), "eve\\, O\\=Admin");
+        assert_eq!(escaped("#x y "), "\\#x y\\ ");
+        assert_eq!(escaped("a\"b+c;d<e>f\\"), "a\\\"b\\+c\\;d\\<e\\>f\\\\");
+        assert_eq!(escaped("Zoë\r\n"), "Zo\\C3\\AB\\0D\\0A");
+    }
 
     #[test]
     fn wildcards_cover_one_label() {

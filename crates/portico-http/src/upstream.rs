@@ -116,9 +116,10 @@ pub(crate) async fn open(endpoint: &Endpoint, deadline: Instant) -> Result<Strea
         Ok(Ok(stream)) => Ok(Stream::UpstreamTls(Box::new(stream))),
         Ok(Err(e)) => {
             // Worth an operator's attention (an expired or misnamed certificate), but once a minute at most.
-            let now = crate::snapshot::now_ms();
+            // 0 means never warned (the clock starts at 0 when the process does, so 1 stands for that moment).
+            let now = crate::snapshot::now_ms().max(1);
             let last = endpoint.tls_warned_ms.load(Ordering::Relaxed);
-            if now.saturating_sub(last) >= 60_000
+            if (last == 0 || now.saturating_sub(last) >= 60_000)
                 && endpoint.tls_warned_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
             {
                 tracing::warn!(endpoint = %endpoint.configured, "TLS handshake with the upstream failed: {e}");

@@ -19,7 +19,9 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -29,22 +31,72 @@ pub(crate) type UpBody = UnsyncBoxBody<Bytes, BoxError>;
 /// A worker's HTTP/2 connections, one per endpoint.
 #[derive(Default)]
 pub struct H2Pool {
-    conns: HashMap<PoolKey, SendRequest<UpBody>>,
+    conns: HashMap<PoolKey, Slot>,
 }
 
-/// The worker's connection to `endpoint`, opened when there is none (or it closed).
+enum Slot {
+    Open(SendRequest<UpBody>),
+    /// A request is opening the connection; the others wait for it rather than open their own.
+    Opening(Rc<Notify>),
+}
+
+/// The worker's connection to `endpoint`, opened when there is none (or it closed). Requests that arrive
+/// while it is being opened wait for that one connection.
 pub(crate) async fn sender(
     ctx: &WorkerCtx,
     cluster: &Cluster,
     endpoint: &Endpoint,
 ) -> Result<SendRequest<UpBody>, UpstreamFailure> {
-    let pooled = ctx.h2.borrow().conns.get(&key(endpoint)).filter(|s| !s.is_closed()).cloned();
-    if let Some(sender) = pooled {
-        return Ok(sender);
+    let key = key(endpoint);
+    loop {
+        let waiting = match ctx.h2.borrow().conns.get(&key) {
+            Some(Slot::Open(sender)) if !sender.is_closed() => return Ok(sender.clone()),
+            Some(Slot::Opening(done)) => Some(done.clone()),
+            _ => None,
+        };
+        match waiting {
+            Some(done) => {
+                // Registered before anything can notify it (single thread: nothing runs in between).
+                done.notified().await;
+                if ctx.h2.borrow().conns.contains_key(&key) {
+                    continue;
+                }
+                // The attempt failed: this request tries for itself.
+            }
+            None => {}
+        }
+        let done = Rc::new(Notify::new());
+        ctx.h2.borrow_mut().conns.insert(key, Slot::Opening(done.clone()));
+        // Whatever happens to this attempt (failure, or the request being dropped), the waiters are woken.
+        let opening = Opening { ctx, key, done };
+        let opened = connect(ctx, cluster, endpoint).await;
+        let mut pool = ctx.h2.borrow_mut();
+        match &opened {
+            Ok(sender) => pool.conns.insert(key, Slot::Open(sender.clone())),
+            Err(_) => pool.conns.remove(&key),
+        };
+        drop(pool);
+        drop(opening);
+        return opened;
     }
-    let sender = connect(ctx, cluster, endpoint).await?;
-    ctx.h2.borrow_mut().conns.insert(key(endpoint), sender.clone());
-    Ok(sender)
+}
+
+/// Wakes the requests waiting for a connection; if the attempt never finished, clears it first.
+struct Opening<'a> {
+    ctx: &'a WorkerCtx,
+    key: PoolKey,
+    done: Rc<Notify>,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut pool) = self.ctx.h2.try_borrow_mut() {
+            if matches!(pool.conns.get(&self.key), Some(Slot::Opening(d)) if Rc::ptr_eq(d, &self.done)) {
+                pool.conns.remove(&self.key);
+            }
+        }
+        self.done.notify_waiters();
+    }
 }
 
 /// Sends `req` and waits for the response head: within `timeouts.response_header` from the moment the request

@@ -67,12 +67,17 @@ pub fn client_config(
         builder.with_root_certificates(roots)
     };
     let mut config = match (&tls.cert, &tls.key) {
-        (Some(cert), Some(key)) => {
+        (Some(cert), Some(key_file)) => {
             let chain = read_chain(&config_relative(loaded, cert)).map_err(|m| (format!("{base}.cert"), m, None))?;
-            let key = read_key(&config_relative(loaded, key)).map_err(|m| (format!("{base}.key"), m, None))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| (format!("{base}.key"), format!("unusable client certificate or key: {e}"), None))?
+            let key = read_key(&config_relative(loaded, key_file)).map_err(|m| (format!("{base}.key"), m, None))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| match e {
+                rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => (
+                    format!("{base}.key"),
+                    format!("the key in {key_file} does not belong to the certificate in {cert}"),
+                    Some("pair the client certificate with the key it was issued for".to_string()),
+                ),
+                e => (format!("{base}.key"), format!("unusable client certificate or key: {e}"), None),
+            })?
         }
         _ => builder.with_no_client_auth(),
     };

@@ -32,6 +32,18 @@ pub fn check(path: &Path, against: Option<&str>) -> ExitCode {
                 loaded.config.routes.len(),
                 snapshot.clusters.len()
             );
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+            for l in &snapshot.listeners {
+                for c in l.tls.iter().flat_map(|t| &t.certificates) {
+                    let days = (c.not_after - now) / 86_400;
+                    if c.not_after < now {
+                        println!("warning: {} (listener {}) expired {} day(s) ago", c.file, l.name, -days);
+                    } else if days < 14 {
+                        println!("warning: {} (listener {}) expires in {days} day(s)", c.file, l.name);
+                    }
+                }
+            }
             let target = against.map(str::to_string).or_else(|| {
                 loaded.config.admin.as_ref().map(|a| format!("http://{}", a.address)).filter(|_| against.is_none())
             });

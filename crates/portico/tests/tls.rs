@@ -301,6 +301,15 @@ fn bad_tls_settings_are_reported_with_their_position() {
     let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("no listener has `tls:`"), "{err}");
+    let encrypted = dir.join("encrypted.key");
+    std::fs::write(&encrypted, "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n")
+        .unwrap();
+    let err = check(&format!(
+        "      certificates: [{{ cert: \"{}\", key: \"{}\" }}]",
+        site.cert.display(),
+        encrypted.display()
+    ));
+    assert!(err.contains("encrypted private key") && err.contains("openssl pkey"), "{err}");
     let err = check("      certificates: []");
     assert!(err.contains("at least one certificate"), "{err}");
     let err = check(&format!("      certificates: [{}]\n      min_version: \"1.1\"", pair(&site)));
@@ -425,4 +434,20 @@ fn plain_http_clients_are_redirected_to_https_by_route() {
     let (ok, body, err) = curl_tls(&p, "localhost", &ca.pem, &[], "/echo");
     assert!(ok && body.contains("\"backend\":\"b0\""), "{err}");
     assert_eq!(b.requests(), 1, "only the HTTPS request was proxied");
+}
+
+#[test]
+fn check_warns_about_expired_certificates() {
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let old = ca.server(&dir, "old", "expired-site", &["localhost"]);
+    let path = dir.join("expired.yaml");
+    let yaml = tls_yaml("127.0.0.1:9".parse().unwrap(), &format!("      certificates: [{}]", pair(&old)))
+        .replace("{listen}", "127.0.0.1:1")
+        .replace("{admin}", "127.0.0.1:2");
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(portico_bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "an expired certificate is served with a warning, not refused");
+    assert!(text.contains("warning:") && text.contains("old.pem") && text.contains("expired"), "{text}");
 }

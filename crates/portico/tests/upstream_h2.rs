@@ -221,3 +221,26 @@ fn a_slow_http2_response_does_not_spin_the_worker() {
     let used = ticks() - before;
     assert!(used < 50, "{used} clock ticks of CPU for one slow request");
 }
+
+#[test]
+fn a_burst_on_a_fresh_worker_opens_one_connection() {
+    // Audit finding: every request that found no connection opened its own (160 for a 20 x 20 burst).
+    let b = Backend::start_h2("h2-b0").unwrap();
+    let p = Portico::start(&yaml(&b.addr.to_string(), ""));
+    h2_runtime().block_on(async {
+        let sender = h2c(p.addr).await;
+        let mut burst = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let mut s = sender.clone();
+            burst.spawn(async move {
+                let req =
+                    hyper::Request::get("http://a/").body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+                s.send_request(req).await.map(|r| r.status().as_u16())
+            });
+        }
+        while let Some(done) = burst.join_next().await {
+            assert_eq!(done.unwrap().unwrap(), 200);
+        }
+    });
+    assert_eq!(b.connections(), 1, "one worker, one endpoint: one HTTP/2 connection");
+}

@@ -44,6 +44,10 @@ impl Ca {
     ) -> Issued {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        if common_name.starts_with("expired") {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
         params.distinguished_name.push(DnType::CommonName, common_name);
         params.distinguished_name.push(DnType::OrganizationName, "Portico Tests");
         params.extended_key_usages = vec![usage];
@@ -58,7 +62,8 @@ impl Ca {
         issued
     }
 
-    /// A server certificate for `names` (DNS names), with `common_name` as its subject.
+    /// A server certificate for `names` (DNS names), with `common_name` as its subject (one whose common name
+    /// starts with `expired` expired in 2021).
     pub fn server(&self, dir: &Path, file: &str, common_name: &str, names: &[&str]) -> Issued {
         self.issue(dir, file, common_name, names, ExtendedKeyUsagePurpose::ServerAuth)
     }
