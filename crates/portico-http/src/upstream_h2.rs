@@ -54,16 +54,13 @@ pub(crate) async fn sender(
             Some(Slot::Opening(done)) => Some(done.clone()),
             _ => None,
         };
-        match waiting {
-            Some(done) => {
-                // Registered before anything can notify it (single thread: nothing runs in between).
-                done.notified().await;
-                if ctx.h2.borrow().conns.contains_key(&key) {
-                    continue;
-                }
-                // The attempt failed: this request tries for itself.
+        if let Some(done) = waiting {
+            // Registered before anything can notify it (single thread: nothing runs in between).
+            done.notified().await;
+            if ctx.h2.borrow().conns.contains_key(&key) {
+                continue;
             }
-            None => {}
+            // The attempt failed: this request tries for itself.
         }
         let done = Rc::new(Notify::new());
         ctx.h2.borrow_mut().conns.insert(key, Slot::Opening(done.clone()));
