@@ -226,12 +226,20 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     portico_http::worker::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
+    // Sockets passed by systemd (socket activation) are used for the listeners with their address.
+    let inherited = crate::systemd::Inherited::from_env();
+    inherited.warn_unused(&snapshot.listeners.iter().map(|l| l.address).collect::<Vec<_>>());
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
     for l in &snapshot.listeners {
         for slot in per_worker.iter_mut() {
-            let socket = worker::bind(l.address).with_context(|| {
-                format!("cannot listen on {} (listener {:?}); is another process using it?", l.address, l.name)
-            })?;
+            let socket = match inherited.socket_for(l.address) {
+                Some(socket) => {
+                    socket.with_context(|| format!("cannot use the socket systemd passed for {}", l.address))?
+                }
+                None => worker::bind(l.address).with_context(|| {
+                    format!("cannot listen on {} (listener {:?}); is another process using it?", l.address, l.name)
+                })?,
+            };
             slot.push(BoundListener { name: Arc::from(l.name.as_str()), socket });
         }
     }

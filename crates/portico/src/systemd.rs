@@ -1,7 +1,47 @@
-//! systemd's `Type=notify` protocol: READY once listening, RELOADING around a reload, STOPPING on shutdown.
-//! Without `$NOTIFY_SOCKET` (not started by systemd) every call does nothing.
+//! systemd's `Type=notify` protocol (READY once listening, RELOADING around a reload, STOPPING on shutdown) and
+//! socket activation (listening sockets passed in `LISTEN_FDS`). Without systemd, both do nothing.
 
 use sd_notify::NotifyState;
+use std::net::{SocketAddr, TcpListener};
+
+/// Listening sockets passed by systemd (or `systemd-socket-activate`), by the address they are bound to.
+pub struct Inherited(Vec<(SocketAddr, TcpListener)>);
+
+impl Inherited {
+    pub fn from_env() -> Inherited {
+        let mut fds = listenfd::ListenFd::from_env();
+        let mut sockets = Vec::new();
+        for i in 0..fds.len() {
+            match fds.take_tcp_listener(i) {
+                Ok(Some(listener)) => match listener.local_addr() {
+                    Ok(addr) => sockets.push((addr, listener)),
+                    Err(e) => tracing::warn!("socket {i} passed by systemd has no address: {e}"),
+                },
+                Ok(None) => {}
+                Err(e) => tracing::warn!("socket {i} passed by systemd is not a TCP listener: {e}"),
+            }
+        }
+        Inherited(sockets)
+    }
+
+    /// The socket systemd bound to `addr`, ready for a worker: non-blocking, with TCP_NODELAY for the
+    /// connections it accepts. Every worker gets a duplicate of the one socket (one accept queue).
+    pub fn socket_for(&self, addr: SocketAddr) -> Option<std::io::Result<TcpListener>> {
+        let (_, listener) = self.0.iter().find(|(a, _)| *a == addr)?;
+        Some(listener.try_clone().and_then(|socket| {
+            socket.set_nonblocking(true)?;
+            socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
+            Ok(socket)
+        }))
+    }
+
+    /// Warns about passed sockets no listener uses.
+    pub fn warn_unused(&self, used: &[SocketAddr]) {
+        for (addr, _) in self.0.iter().filter(|(a, _)| !used.contains(a)) {
+            tracing::warn!("systemd passed a socket for {addr}, which no listener has as its address; it is ignored");
+        }
+    }
+}
 
 fn send(states: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(false, states) {

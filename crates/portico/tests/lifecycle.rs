@@ -322,3 +322,36 @@ fn systemd_is_told_ready_reloading_and_stopping() {
     assert!(next().contains("STOPPING=1"));
     let _ = child.wait();
 }
+
+#[test]
+fn listeners_take_sockets_passed_by_systemd() {
+    // systemd-socket-activate binds the port, then starts Portico on the first connection with the socket in
+    // LISTEN_FDS, as systemd does with a .socket unit.
+    let b = Backend::start("b0").unwrap();
+    let dir = temp_dir();
+    let port = free_port();
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!("workers: 2\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
+    )
+    .unwrap();
+    let mut activator = Command::new("systemd-socket-activate")
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .arg(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate (systemd)");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until("the socket is bound", Duration::from_secs(5), || std::net::TcpStream::connect(addr).is_ok());
+    // The first connection started Portico; it and the next ones are served on the passed socket.
+    for _ in 0..20 {
+        let r = Conn::open(addr).get("/", "");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    unsafe { libc::kill(activator.id() as i32, libc::SIGTERM) };
+    let _ = activator.wait();
+}
