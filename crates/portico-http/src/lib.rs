@@ -23,4 +23,5 @@ pub mod upstream_h2;
 pub mod upstream_tls;
 pub mod worker;
 
+pub use proxy::panic_message;
 pub use snapshot::{build, Registry, Snapshot};

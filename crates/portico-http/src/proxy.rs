@@ -311,7 +311,7 @@ pub(crate) fn record(
 }
 
 /// The text a panic was raised with, if it has one.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()
@@ -321,12 +321,20 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 
 /// In debug builds, a request for the path in `PORTICO_DEBUG_PANIC_PATH` panics: the tests' way to show that a
 /// panic costs one request, not the worker.
+/// `PORTICO_DEBUG_KILL_WORKER_PATH` takes the whole worker runtime down instead (the supervisor restarts it).
 #[cfg(debug_assertions)]
-fn debug_panic_hook(head: &RequestHead) {
-    static PATH: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
-    let path = PATH.get_or_init(|| std::env::var_os("PORTICO_DEBUG_PANIC_PATH").map(|p| p.into_encoded_bytes()));
-    if path.as_deref().is_some_and(|p| head.path() == p) {
+fn debug_panic_hook(head: &RequestHead, ctx: &WorkerCtx) {
+    type Paths = (Option<Vec<u8>>, Option<Vec<u8>>);
+    static PATHS: std::sync::OnceLock<Paths> = std::sync::OnceLock::new();
+    let (panic_path, kill_path) = PATHS.get_or_init(|| {
+        let var = |name| std::env::var_os(name).map(|p: std::ffi::OsString| p.into_encoded_bytes());
+        (var("PORTICO_DEBUG_PANIC_PATH"), var("PORTICO_DEBUG_KILL_WORKER_PATH"))
+    });
+    if panic_path.as_deref().is_some_and(|p| head.path() == p) {
         panic!("PORTICO_DEBUG_PANIC_PATH requested");
+    }
+    if kill_path.as_deref().is_some_and(|p| head.path() == p) {
+        ctx.debug_kill.notify_one();
     }
 }
 
@@ -490,7 +498,7 @@ async fn handle_request(
     ctx: &WorkerCtx,
 ) -> Outcome {
     #[cfg(debug_assertions)]
-    debug_panic_hook(head);
+    debug_panic_hook(head, ctx);
     let Some(route) = route else {
         let body_done = discard_body(client, head) == Next::KeepAlive;
         return answer(client, head, 404, "no route matches this request", body_done).await;

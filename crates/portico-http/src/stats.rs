@@ -184,6 +184,8 @@ pub struct Global {
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
     pub access_log_dropped: AtomicU64,
+    /// Worker threads restarted after their runtime died.
+    pub worker_restarts: AtomicU64,
 }
 
 /// This worker's slot. Slots are sized to the worker count, which is fixed for the process.

@@ -32,6 +32,9 @@ pub struct WorkerCtx {
     pub access_log: Option<LocalLog>,
     open_connections: Cell<usize>,
     connection_closed: Notify,
+    /// Debug builds: notified to make this worker's runtime die (the supervisor test's hook).
+    #[cfg(debug_assertions)]
+    pub debug_kill: Notify,
 }
 
 thread_local! {
@@ -121,6 +124,8 @@ async fn run(
         access_log: access_log.map(LocalLog::new),
         open_connections: Cell::new(0),
         connection_closed: Notify::new(),
+        #[cfg(debug_assertions)]
+        debug_kill: Notify::new(),
     });
     for l in listeners {
         match tokio::net::TcpListener::from_std(l.socket) {
@@ -137,8 +142,14 @@ async fn run(
         tokio::task::spawn_local(flush_access_log(ctx.clone()));
     }
     while !*shutdown.borrow() {
-        if shutdown.changed().await.is_err() {
-            break;
+        #[cfg(debug_assertions)]
+        let killed = ctx.debug_kill.notified();
+        #[cfg(not(debug_assertions))]
+        let killed = std::future::pending::<()>();
+        tokio::select! {
+            changed = shutdown.changed() => if changed.is_err() { break },
+            // Outside any task, so it takes the whole runtime down, as a bug in the runtime itself would.
+            _ = killed => panic!("worker runtime killed through PORTICO_DEBUG_KILL_WORKER_PATH"),
         }
     }
     let grace = ctx.snapshot.load().shutdown_grace;

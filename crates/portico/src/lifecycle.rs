@@ -175,6 +175,66 @@ impl Reloader {
     }
 }
 
+/// Keeps the workers running: a worker thread whose runtime died (a bug outside any connection's task) is
+/// started again on the same listening sockets, after a back-off that grows with repeated deaths.
+struct Supervisor {
+    threads: Vec<Option<std::thread::JoinHandle<()>>>,
+    /// Each worker's listening sockets, kept so a new thread gets duplicates of the same sockets (connections
+    /// wait in their queues meanwhile, none is refused).
+    sockets: Vec<Vec<BoundListener>>,
+    /// Per worker: deaths in a row, when it was last started, when it is due to start again.
+    deaths: Vec<(u32, std::time::Instant, Option<std::time::Instant>)>,
+    snapshot: Arc<ArcSwap<portico_http::Snapshot>>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    access_log: Option<Arc<AccessLogSink>>,
+    registry: Arc<Registry>,
+}
+
+impl Supervisor {
+    fn spawn(&mut self, index: usize) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let listeners = self.sockets[index]
+            .iter()
+            .map(|l| Ok(BoundListener { name: l.name.clone(), socket: l.socket.try_clone()? }))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        self.deaths[index].1 = std::time::Instant::now();
+        worker::spawn(index, listeners, self.snapshot.clone(), self.shutdown.clone(), self.access_log.clone())
+    }
+
+    fn check(&mut self) {
+        if *self.shutdown.borrow() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        for index in 0..self.threads.len() {
+            if self.threads[index].as_ref().is_some_and(|t| t.is_finished()) {
+                let why = match self.threads[index].take().map(|t| t.join()) {
+                    Some(Err(panic)) => portico_http::panic_message(panic.as_ref()).to_string(),
+                    _ => "its runtime stopped".to_string(),
+                };
+                let (in_a_row, started, _) = self.deaths[index];
+                // A worker that ran for a minute starts the count again.
+                let in_a_row = if started.elapsed() > Duration::from_secs(60) { 1 } else { in_a_row + 1 };
+                let backoff = Duration::from_millis(100 << in_a_row.min(6)).min(Duration::from_secs(5));
+                self.deaths[index] = (in_a_row, started, Some(now + backoff));
+                self.registry.global.worker_restarts.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(worker = index, "worker died ({why}); starting it again in {backoff:?}");
+            }
+            if self.threads[index].is_none() && self.deaths[index].2.is_some_and(|due| due <= now) {
+                match self.spawn(index) {
+                    Ok(thread) => {
+                        self.threads[index] = Some(thread);
+                        self.deaths[index].2 = None;
+                    }
+                    Err(e) => {
+                        tracing::error!(worker = index, "cannot start the worker again: {e}");
+                        self.deaths[index].2 = Some(now + Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Raises the soft limit on open files to the hard limit, and warns when even that is below what the
 /// listeners' connection limits need (a descriptor per client connection, plus pooled upstream connections).
 fn raise_fd_limit(loaded: &LoadedConfig) {
@@ -285,11 +345,18 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     };
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let mut threads = Vec::with_capacity(workers);
-    for (index, listeners) in per_worker.into_iter().enumerate() {
-        let thread = worker::spawn(index, listeners, shared.clone(), shutdown_rx.clone(), access_log.clone())
-            .context("cannot start a worker thread")?;
-        threads.push(thread);
+    let mut supervisor = Supervisor {
+        threads: Vec::with_capacity(workers),
+        sockets: per_worker,
+        deaths: vec![(0, std::time::Instant::now(), None); workers],
+        snapshot: shared.clone(),
+        shutdown: shutdown_rx.clone(),
+        access_log: access_log.clone(),
+        registry: registry.clone(),
+    };
+    for index in 0..workers {
+        let thread = supervisor.spawn(index).context("cannot start a worker thread")?;
+        supervisor.threads.push(Some(thread));
     }
     portico_http::health::spawn(shared.clone(), shutdown_rx.clone()).context("cannot start the health checker")?;
     if let Some(a) = &admin {
@@ -305,6 +372,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         let mut hup = signal(SignalKind::hangup())?;
         let mut usr1 = signal(SignalKind::user_defined1())?;
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
+        let mut supervise_tick = tokio::time::interval(Duration::from_millis(200));
         let mut stamps = reloader.as_ref().map(|r| watched_stamps(&r.path, &shared.load()));
         loop {
             tokio::select! {
@@ -315,6 +383,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     Some(r) => { let r = r.clone(); tokio::task::spawn_blocking(move || r.reload("SIGHUP")); }
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
                 },
+                _ = supervise_tick.tick() => supervisor.check(),
                 _ = usr1.recv() => {
                     if let Some(log) = &access_log {
                         log.reopen();
@@ -350,7 +419,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let _ = shutdown_tx.send(true);
     // Workers end on their own within the grace period; the extra second covers their last writes.
     let deadline = std::time::Instant::now() + grace + Duration::from_secs(1);
-    for t in threads {
+    for t in supervisor.threads.into_iter().flatten() {
         while !t.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -239,3 +239,31 @@ fn a_panic_costs_one_request_not_the_worker() {
     }
     assert_eq!(p.metric("portico_panics_total{listener=\"web\"}"), 1.0);
 }
+
+#[test]
+fn a_worker_whose_runtime_dies_is_started_again() {
+    let b = portico_testkit::Backend::start("b0").unwrap();
+    let p = Portico::start(&simple_yaml("round_robin", &[b.addr], "").replacen("workers: 1", "workers: 2", 1));
+    // Connections spread over both workers by the kernel.
+    let mut kept: Vec<Conn> = (0..20).map(|_| Conn::open(p.addr)).collect();
+    for c in &mut kept {
+        assert_eq!(c.get("/", "").status, 200);
+    }
+    let mut killer = Conn::open(p.addr);
+    killer.send(b"GET /__kill_worker HTTP/1.1\r\nHost: a\r\n\r\n");
+    wait_until("the death is counted", Duration::from_secs(5), || p.metric("portico_worker_restarts_total") == 1.0);
+    // The other worker's connections never noticed.
+    let mut survivors = 0;
+    for c in &mut kept {
+        let _ = std::io::Write::write_all(&mut c.stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        if std::io::Read::read(&mut c.stream, &mut [0u8; 1]).is_ok_and(|n| n > 0) {
+            survivors += 1;
+        }
+    }
+    assert!(survivors >= 1, "every kept connection was on the dead worker");
+    // The restarted worker serves again: every new connection is answered, whichever worker the kernel picks.
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..40 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200, "new connection {i}");
+    }
+}

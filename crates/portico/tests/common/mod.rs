@@ -58,6 +58,7 @@ impl Portico {
                 .env("RUST_LOG", "warn")
                 // Debug builds panic on requests for this path (the crash-containment tests use it).
                 .env("PORTICO_DEBUG_PANIC_PATH", "/__panic")
+                .env("PORTICO_DEBUG_KILL_WORKER_PATH", "/__kill_worker")
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
