@@ -344,6 +344,17 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         None => None,
     };
 
+    // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
+    // soon as the port answers must reload or drain, not kill the process.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (mut term, mut int, mut hup, mut usr1) = runtime.block_on(async {
+        anyhow::Ok((
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::user_defined1())?,
+        ))
+    })?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut supervisor = Supervisor {
         threads: Vec::with_capacity(workers),
@@ -363,14 +374,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         a.ready.store(true, Ordering::SeqCst);
     }
     tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", "));
-    crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
     runtime.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut usr1 = signal(SignalKind::user_defined1())?;
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
         let mut supervise_tick = tokio::time::interval(Duration::from_millis(200));
         let mut stamps = reloader.as_ref().map(|r| watched_stamps(&r.path, &shared.load()));
@@ -417,6 +423,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let grace = shared.load().shutdown_grace;
     tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     let _ = shutdown_tx.send(true);
+    // The supervisor's copies of the listening sockets go too, so the kernel stops accepting at once.
+    drop(std::mem::take(&mut supervisor.sockets));
     // Workers end on their own within the grace period; the extra second covers their last writes.
     let deadline = std::time::Instant::now() + grace + Duration::from_secs(1);
     for t in supervisor.threads.into_iter().flatten() {
