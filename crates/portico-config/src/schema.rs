@@ -29,6 +29,11 @@ pub struct Config {
     /// Reload when the configuration file changes (checked every second).
     #[serde(default)]
     pub watch: bool,
+    /// Started as root: switch to this user (and its primary group, or `group`) once every socket is bound.
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

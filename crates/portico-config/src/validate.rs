@@ -100,6 +100,9 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         out.push(loaded.diagnostic(path, msg, hint.map(str::to_string)));
     };
 
+    if cfg.group.is_some() && cfg.user.is_none() {
+        err("group", "`group` without `user`".into(), Some("give the user to switch to as well"));
+    }
     if cfg.listeners.is_empty() {
         err(
             "listeners",

@@ -148,6 +148,7 @@ impl Reloader {
                     ("admin", format!("{:?}", old.admin) != format!("{:?}", new.admin)),
                     ("watch", old.watch != new.watch),
                     ("log", old.log.level != new.log.level),
+                    ("user", old.user != new.user || old.group != new.group),
                 ];
                 for (key, changed) in startup_only {
                     if changed {
@@ -233,6 +234,33 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// `user:` (and `group:`): once the sockets are bound and the logs open, a process started as root goes on as
+/// that user, so a bug cannot use root's rights. Reloads then read the configuration and certificates as that
+/// user.
+fn drop_privileges(config: &portico_config::Config) -> anyhow::Result<()> {
+    let Some(user) = &config.user else { return Ok(()) };
+    if !privdrop_needed() {
+        tracing::warn!(user, "`user` is set but Portico was not started as root: it keeps running as it is");
+        return Ok(());
+    }
+    let mut drop = privdrop::PrivDrop::default().user(user);
+    if let Some(group) = &config.group {
+        drop = drop.group(group);
+    }
+    drop.apply().with_context(|| format!("cannot switch to user {user:?}; check that it exists"))?;
+    tracing::info!(user, "running as {user}");
+    Ok(())
+}
+
+fn privdrop_needed() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
 }
 
 /// Raises the soft limit on open files to the hard limit, and warns when even that is below what the
@@ -344,6 +372,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         None => None,
     };
 
+    drop_privileges(&loaded.config)?;
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

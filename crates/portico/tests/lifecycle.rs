@@ -355,3 +355,25 @@ fn listeners_take_sockets_passed_by_systemd() {
     unsafe { libc::kill(activator.id() as i32, libc::SIGTERM) };
     let _ = activator.wait();
 }
+
+#[test]
+fn started_as_root_it_goes_on_as_the_configured_user() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        eprintln!("not root: nothing to drop (CI runs as root)");
+        return;
+    }
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&format!(
+        "user: nobody\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n",
+        b.addr
+    ));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid.split_whitespace().skip(1).all(|u| u == "65534"), "{uid}");
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    assert_eq!(p.admin_get("/ready").status, 200);
+}
