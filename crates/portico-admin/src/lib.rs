@@ -53,7 +53,11 @@ impl AdminState {
 
 /// Binds the admin address now (so a taken port fails start-up) and serves it on a new thread.
 pub fn start(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let listener = std::net::TcpListener::bind(addr)?;
+    serve(std::net::TcpListener::bind(addr)?, state)
+}
+
+/// Serves the admin API on a socket already bound (passed by systemd, or by the Portico being upgraded).
+pub fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     std::thread::Builder::new().name("portico-admin".into()).spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {

@@ -316,19 +316,33 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
     // Sockets passed by systemd (socket activation) are used for the listeners with their address.
     let inherited = crate::systemd::Inherited::from_env();
-    inherited.warn_unused(&snapshot.listeners.iter().map(|l| l.address).collect::<Vec<_>>());
+    let admin_addr = loaded.config.admin.as_ref().and_then(|a| a.address.parse::<std::net::SocketAddr>().ok());
+    let claimed: Vec<std::net::SocketAddr> = snapshot.listeners.iter().map(|l| l.address).chain(admin_addr).collect();
+    inherited.warn_unused(&claimed);
+    let mut admin_socket: Option<std::net::TcpListener> = None;
     let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
     for l in &snapshot.listeners {
-        for slot in per_worker.iter_mut() {
-            let socket = match inherited.socket_for(l.address) {
-                Some(socket) => {
-                    socket.with_context(|| format!("cannot use the socket systemd passed for {}", l.address))?
-                }
-                None => worker::bind(l.address).with_context(|| {
+        let name: Arc<str> = Arc::from(l.name.as_str());
+        let passed = inherited
+            .sockets_for(l.address)
+            .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
+        if passed.is_empty() {
+            for slot in per_worker.iter_mut() {
+                let socket = worker::bind(l.address).with_context(|| {
                     format!("cannot listen on {} (listener {:?}); is another process using it?", l.address, l.name)
-                })?,
-            };
-            slot.push(BoundListener { name: Arc::from(l.name.as_str()), socket });
+                })?;
+                slot.push(BoundListener { name: name.clone(), socket });
+            }
+            continue;
+        }
+        // Every passed socket is served (each may hold queued connections): spread over the workers, and a
+        // worker without one shares a duplicate.
+        let count = passed.len();
+        for (i, socket) in passed.iter().enumerate() {
+            per_worker[i % workers].push(BoundListener { name: name.clone(), socket: socket.try_clone()? });
+        }
+        for (w, slot) in per_worker.iter_mut().enumerate().skip(count) {
+            slot.push(BoundListener { name: name.clone(), socket: passed[w % count].try_clone()? });
         }
     }
     let access_log = match &loaded.config.access_log {
@@ -362,8 +376,16 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 last_reload: Mutex::new(ReloadStatus::default()),
             });
             let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
-            portico_admin::start(addr, state.clone())
-                .with_context(|| format!("cannot serve the admin API on {address}; is another process using it?"))?;
+            let passed =
+                inherited.sockets_for(addr).with_context(|| format!("cannot use the socket passed for {address}"))?;
+            let listener = match passed.into_iter().next() {
+                Some(socket) => socket,
+                None => std::net::TcpListener::bind(addr).with_context(|| {
+                    format!("cannot serve the admin API on {address}; is another process using it?")
+                })?,
+            };
+            admin_socket = Some(listener.try_clone()?);
+            portico_admin::serve(listener, state.clone())?;
             if let Some(r) = &reloader {
                 let _ = r.admin.set(state.clone());
             }
@@ -376,12 +398,13 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (mut term, mut int, mut hup, mut usr1) = runtime.block_on(async {
+    let (mut term, mut int, mut hup, mut usr1, mut usr2) = runtime.block_on(async {
         anyhow::Ok((
             signal(SignalKind::terminate())?,
             signal(SignalKind::interrupt())?,
             signal(SignalKind::hangup())?,
             signal(SignalKind::user_defined1())?,
+            signal(SignalKind::user_defined2())?,
         ))
     })?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -419,6 +442,21 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
                 },
                 _ = supervise_tick.tick() => supervisor.check(),
+                _ = usr2.recv() => {
+                    // Zero-downtime upgrade: the binary now on disk takes over the same sockets; once it says it
+                    // is ready, this process drains like on SIGTERM. If it fails, this one keeps serving.
+                    // Every worker's socket: each has its own queue of connections waiting to be accepted.
+                    let mut sockets: Vec<&std::net::TcpListener> =
+                        supervisor.sockets.iter().flatten().map(|l| &l.socket).collect();
+                    sockets.extend(admin_socket.as_ref());
+                    match crate::upgrade::hand_over(&sockets) {
+                        Ok(pid) => {
+                            tracing::info!(new_pid = pid, "upgrade: the new process is ready; draining this one");
+                            break;
+                        }
+                        Err(e) => tracing::error!("upgrade failed, this process keeps serving: {e:#}"),
+                    }
+                }
                 _ = usr1.recv() => {
                     if let Some(log) = &access_log {
                         log.reopen();

@@ -3,6 +3,7 @@
 mod demo;
 mod lifecycle;
 mod systemd;
+mod upgrade;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

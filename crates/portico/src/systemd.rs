@@ -24,15 +24,19 @@ impl Inherited {
         Inherited(sockets)
     }
 
-    /// The socket systemd bound to `addr`, ready for a worker: non-blocking, with TCP_NODELAY for the
-    /// connections it accepts. Every worker gets a duplicate of the one socket (one accept queue).
-    pub fn socket_for(&self, addr: SocketAddr) -> Option<std::io::Result<TcpListener>> {
-        let (_, listener) = self.0.iter().find(|(a, _)| *a == addr)?;
-        Some(listener.try_clone().and_then(|socket| {
-            socket.set_nonblocking(true)?;
-            socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
-            Ok(socket)
-        }))
+    /// The sockets passed for `addr` (one from systemd; one per worker of the process being upgraded), ready for
+    /// a worker: non-blocking, with TCP_NODELAY for the connections they accept.
+    pub fn sockets_for(&self, addr: SocketAddr) -> std::io::Result<Vec<TcpListener>> {
+        self.0
+            .iter()
+            .filter(|(a, _)| *a == addr)
+            .map(|(_, listener)| {
+                let socket = listener.try_clone()?;
+                socket.set_nonblocking(true)?;
+                socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
+                Ok(socket)
+            })
+            .collect()
     }
 
     /// Warns about passed sockets no listener uses.

@@ -377,3 +377,116 @@ fn started_as_root_it_goes_on_as_the_configured_user() {
     assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
     assert_eq!(p.admin_get("/ready").status, 200);
 }
+
+/// Requests in a loop on keep-alive connections, as an HTTP client library sends them: a connection closed
+/// before any byte of its response is opened again and the request sent again (what clients do for idempotent
+/// requests); anything else that is not a 200 is a failure.
+fn client_loop(
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (usize, Vec<String>) {
+    use std::io::{Read, Write};
+    let (mut ok, mut failed) = (0usize, Vec::new());
+    let mut stream: Option<std::net::TcpStream> = None;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let s = match &mut stream {
+            Some(s) => s,
+            None => match std::net::TcpStream::connect(addr) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    stream.insert(s)
+                }
+                Err(e) => {
+                    failed.push(format!("connect: {e}"));
+                    continue;
+                }
+            },
+        };
+        let mut response = Vec::new();
+        let sent = s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").is_ok();
+        let mut buf = [0u8; 4096];
+        while sent && !(response.windows(4).any(|w| w == b"\r\n\r\n") && response.ends_with(b"\n")) {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => response.extend_from_slice(&buf[..n]),
+            }
+        }
+        let text = String::from_utf8_lossy(&response).to_string();
+        if response.is_empty() {
+            stream = None; // closed while idle: send again on a new connection
+            continue;
+        }
+        if text.starts_with("HTTP/1.1 200") {
+            ok += 1;
+        } else {
+            failed.push(text.lines().next().unwrap_or("").to_string());
+        }
+        if text.to_ascii_lowercase().contains("connection: close") {
+            stream = None;
+        }
+    }
+    (ok, failed)
+}
+
+#[test]
+fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&format!(
+        "workers: 2\nshutdown: {{ grace: 10s }}\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n",
+        b.addr
+    ));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, stop) = (p.addr, stop.clone());
+            std::thread::spawn(move || client_loop(addr, stop))
+        })
+        .collect();
+    // A long download in flight across the upgrade.
+    let download = {
+        let addr = p.addr;
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /bytes/30000000 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+            let (mut total, mut buf) = (0usize, vec![0u8; 65536]);
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => total += n,
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            total
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut p = p;
+    p.signal(libc::SIGUSR2);
+    let status = p.wait_exit(Duration::from_secs(20)).expect("the old process exits after the hand-over");
+    assert!(status.success(), "{status:?}");
+    // The new process serves on the same port and admin address.
+    for _ in 0..20 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
+    assert_eq!(p.admin_get("/ready").status, 200);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for c in clients {
+        let (o, f) = c.join().unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 100 && failed.is_empty(), "{ok} requests served, failures: {failed:?}");
+    assert!(download.join().unwrap() > 30_000_000, "the download across the upgrade was cut short");
+    // Stop the new process (a child the test did not start directly).
+    let config = p.config.display().to_string();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&config) {
+            if let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}

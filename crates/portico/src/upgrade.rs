@@ -1,0 +1,76 @@
+//! Zero-downtime binary upgrade (SIGUSR2): the binary now at this process's path is started with the listening
+//! sockets (the systemd socket-passing convention, `LISTEN_FDS`, which Portico reads at start), and this process
+//! waits until the new one reports READY on a notify socket of its own. The sockets are the same kernel objects,
+//! so their accept queues carry over and no connection is refused; the old process then drains.
+
+use anyhow::{anyhow, Context};
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Where the passed sockets start in the new process (far from anything it opens itself before reading them).
+const FIRST_FD: i32 = 1000;
+/// How long the new process may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Starts the new binary on `sockets`; returns its pid once it is ready.
+pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
+    let exe = std::env::current_exe().context("cannot find this process's binary")?;
+    // A binary replaced on disk (the usual upgrade) shows as "... (deleted)": start the file now at that path.
+    let exe = match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => exe,
+    };
+    let notify_path = std::env::temp_dir().join(format!("portico-upgrade-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&notify_path);
+    let notify = UnixDatagram::bind(&notify_path).context("cannot create the upgrade's notify socket")?;
+    let passed = place(sockets)?;
+    let mut child = Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .env("LISTEN_FDS", sockets.len().to_string())
+        .env("LISTEN_FDS_FIRST_FD", FIRST_FD.to_string())
+        .env_remove("LISTEN_PID")
+        .env("NOTIFY_SOCKET", &notify_path)
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))?;
+    drop(passed); // the child has its copies
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let result = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(anyhow!("the new process exited before it was ready ({status})"));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break Err(anyhow!("the new process was not ready within {READY_TIMEOUT:?}; it was stopped"));
+        }
+        notify.set_read_timeout(Some(Duration::from_millis(100)))?;
+        let mut buf = [0u8; 1024];
+        if let Ok(n) = notify.recv(&mut buf) {
+            if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1") {
+                break Ok(child.id());
+            }
+        }
+    };
+    let _ = std::fs::remove_file(&notify_path);
+    result
+}
+
+/// Duplicates `sockets` to consecutive descriptors from `FIRST_FD`, without close-on-exec, so the new process
+/// inherits exactly those. Returned so the caller closes its copies once the child has started.
+fn place(sockets: &[&TcpListener]) -> anyhow::Result<Vec<OwnedFd>> {
+    let mut placed = Vec::with_capacity(sockets.len());
+    for (i, socket) in sockets.iter().enumerate() {
+        let target = FIRST_FD + i as i32;
+        // SAFETY: dup2 on a valid open descriptor; the target is a fixed number no other part of Portico uses,
+        // and the new descriptor is owned (and closed) by the returned OwnedFd.
+        let fd = unsafe { libc::dup2(socket.as_raw_fd(), target) };
+        if fd != target {
+            return Err(anyhow!("cannot pass socket {i}: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just created by dup2 and nothing else owns it.
+        placed.push(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    Ok(placed)
+}
