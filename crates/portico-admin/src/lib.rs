@@ -28,6 +28,8 @@ pub struct AdminState {
     pub ready: AtomicBool,
     pub reload: Option<ReloadFn>,
     pub last_reload: Mutex<ReloadStatus>,
+    /// Starts a zero-downtime upgrade (the same as SIGUSR2); `None` when it cannot be offered.
+    pub upgrade: Option<ReloadFn>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -131,6 +133,17 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
                 serde_json::json!({ "last_attempt_ms": status.at_ms, "ok": status.ok, "error": status.error }),
             )
         }
+        (&Method::GET, "/admin/process") => {
+            json(StatusCode::OK, serde_json::json!({ "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION") }))
+        }
+        (&Method::POST, "/admin/upgrade") => match &state.upgrade {
+            None => json(StatusCode::CONFLICT, serde_json::json!({ "ok": false, "error": "upgrade is not available" })),
+            Some(upgrade) => match upgrade() {
+                // The hand-over runs in the main thread; `GET /admin/process` shows the new pid once it is done.
+                Ok(()) => json(StatusCode::ACCEPTED, serde_json::json!({ "ok": true, "pid": std::process::id() })),
+                Err(e) => json(StatusCode::INTERNAL_SERVER_ERROR, serde_json::json!({ "ok": false, "error": e })),
+            },
+        },
         (&Method::POST, "/admin/reload") => match &state.reload {
             None => json(
                 StatusCode::CONFLICT,
@@ -146,9 +159,11 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
                 }
             }
         },
-        (_, "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/config" | "/admin/reload") => {
-            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n")
-        }
+        (
+            _,
+            "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/config" | "/admin/reload"
+            | "/admin/process" | "/admin/upgrade",
+        ) => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",

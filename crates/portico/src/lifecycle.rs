@@ -15,6 +15,43 @@ use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
+/// `portico upgrade`: asks the running Portico (at the configuration's admin address, or `admin`) for a
+/// zero-downtime upgrade to the binary now on disk, and waits until the new process answers.
+pub fn upgrade(config: &Path, admin: Option<&str>) -> anyhow::Result<()> {
+    let url = match admin {
+        Some(url) => url.to_string(),
+        None => {
+            let loaded = portico_config::load_file(config).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+            let admin = loaded.config.admin.ok_or_else(|| {
+                anyhow!("{} has no `admin:` address; give --admin http://IP:PORT, or send SIGUSR2", config.display())
+            })?;
+            format!("http://{}", admin.address)
+        }
+    };
+    let addr = crate::admin_client::address(&url)?;
+    let pid_of = |json: &serde_json::Value| json["pid"].as_u64();
+    let (_, before) = crate::admin_client::json(addr, "GET", "/admin/process")?
+        .ok_or_else(|| anyhow!("no Portico answers at {url}"))?;
+    let old = pid_of(&before).ok_or_else(|| anyhow!("{url}/admin/process did not give a pid"))?;
+    match crate::admin_client::json(addr, "POST", "/admin/upgrade")? {
+        Some((202, _)) => {}
+        Some((status, body)) => return Err(anyhow!("the upgrade was refused ({status}): {}", body["error"])),
+        None => return Err(anyhow!("no Portico answers at {url}")),
+    }
+    // The old process answers on the shared admin socket until it has drained: wait for the new one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some((_, now))) = crate::admin_client::json(addr, "GET", "/admin/process") {
+            if let Some(new) = pid_of(&now).filter(|&pid| pid != old) {
+                println!("upgraded: pid {old} -> {new} (version {})", now["version"].as_str().unwrap_or("?"));
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(anyhow!("pid {old} still answers after 40 s: the new process did not take over (see the log)"))
+}
+
 /// `portico check`: prints every problem as FILE:LINE:COL and exits 1, or says the file is valid and what a
 /// reload would change compared with `against` (a file, or a running Portico's admin URL; by default the admin
 /// address in the file, when something answers there).
@@ -80,22 +117,12 @@ fn running_config(target: &str, asked: bool) -> anyhow::Result<Option<portico_co
         let loaded = portico_config::load_file(Path::new(target)).map_err(|e| anyhow!("{target} is invalid\n{e}"))?;
         return Ok(Some(loaded.config));
     };
-    let authority = authority.trim_end_matches('/');
-    let addr: std::net::SocketAddr =
-        authority.parse().with_context(|| format!("{target}: give the admin address as http://IP:PORT"))?;
-    let mut stream = match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-        Ok(s) => s,
-        Err(_) if !asked => return Ok(None),
-        Err(e) => return Err(anyhow!("cannot reach the admin API at {target}: {e}")),
+    let addr = crate::admin_client::address(authority)?;
+    let json = match crate::admin_client::json(addr, "GET", "/admin/config")? {
+        Some((_, json)) => json,
+        None if !asked => return Ok(None),
+        None => return Err(anyhow!("cannot reach the admin API at {target}")),
     };
-    use std::io::{Read, Write};
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "GET /admin/config HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let json: serde_json::Value = serde_json::from_str(body).with_context(|| format!("{target}/admin/config"))?;
     let yaml = json["yaml"].as_str().ok_or_else(|| anyhow!("{target}/admin/config has no configuration"))?;
     let loaded = portico_config::load_str(yaml, "running configuration")
         .map_err(|e| anyhow!("the running configuration does not parse here\n{e}"))?;
@@ -345,6 +372,18 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             slot.push(BoundListener { name: name.clone(), socket: passed[w % count].try_clone()? });
         }
     }
+    // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
+    // soon as the port answers must reload or drain, not kill the process.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (mut term, mut int, mut hup, mut usr1, mut usr2) = runtime.block_on(async {
+        anyhow::Ok((
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::user_defined1())?,
+            signal(SignalKind::user_defined2())?,
+        ))
+    })?;
     let access_log = match &loaded.config.access_log {
         Some(cfg) => Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?),
         None => None,
@@ -374,6 +413,14 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 ready: AtomicBool::new(false),
                 reload,
                 last_reload: Mutex::new(ReloadStatus::default()),
+                // One code path for every trigger: the admin API raises the same signal an operator would.
+                upgrade: Some(Arc::new(|| {
+                    // SAFETY: kill(2) on our own pid with a signal this process handles.
+                    match unsafe { libc::kill(libc::getpid(), libc::SIGUSR2) } {
+                        0 => Ok(()),
+                        _ => Err(std::io::Error::last_os_error().to_string()),
+                    }
+                })),
             });
             let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
             let passed =
@@ -395,18 +442,6 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     };
 
     drop_privileges(&loaded.config)?;
-    // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
-    // soon as the port answers must reload or drain, not kill the process.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (mut term, mut int, mut hup, mut usr1, mut usr2) = runtime.block_on(async {
-        anyhow::Ok((
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::hangup())?,
-            signal(SignalKind::user_defined1())?,
-            signal(SignalKind::user_defined2())?,
-        ))
-    })?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut supervisor = Supervisor {
         threads: Vec::with_capacity(workers),

@@ -1,5 +1,6 @@
 //! The `portico` command: parses the command line and wires the planes together.
 
+mod admin_client;
 mod demo;
 mod lifecycle;
 mod systemd;
@@ -25,7 +26,7 @@ const VERSION: &str = concat!(
     long_about = "Portico: an edge gateway that load-balances and proxies HTTP.\n\n\
                   Start with `portico demo`, then `curl http://127.0.0.1:8080/`.\n\
                   Configuration reference: docs/configuration.md",
-    after_help = "Examples:\n  portico demo\n  portico check -c portico.yaml\n  portico run -c portico.yaml"
+    after_help = "Examples:\n  portico demo\n  portico check -c portico.yaml\n  portico run -c portico.yaml\n  portico upgrade -c portico.yaml"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,6 +52,15 @@ enum Command {
         #[arg(long, value_name = "FILE|URL")]
         against: Option<String>,
     },
+    /// Upgrade the running Portico to the binary now on disk without dropping a connection (like SIGUSR2),
+    /// through its admin API, and wait until the new process serves.
+    Upgrade {
+        #[arg(short, long, value_name = "FILE", default_value = "portico.yaml")]
+        config: PathBuf,
+        /// The admin API to ask (default: the `admin:` address in the configuration).
+        #[arg(long, value_name = "URL")]
+        admin: Option<String>,
+    },
     /// Start three built-in demo backends behind a round-robin load balancer, ready for curl.
     Demo {
         /// Where the load balancer listens.
@@ -67,6 +77,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { config } => lifecycle::run_file(&config),
         Command::Check { config, against } => return lifecycle::check(&config, against.as_deref()),
+        Command::Upgrade { config, admin } => lifecycle::upgrade(&config, admin.as_deref()),
         Command::Demo { listen, workers } => demo::run(&listen, &workers),
     };
     match result {

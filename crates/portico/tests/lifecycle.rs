@@ -490,3 +490,26 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
         }
     }
 }
+
+#[test]
+fn portico_upgrade_asks_the_running_process_and_waits_for_the_new_one() {
+    let b = Backend::start("b0").unwrap();
+    let mut p = Portico::start(&format!(
+        "admin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n",
+        b.addr
+    ));
+    let old = p.pid();
+    let out = Command::new(portico_bin()).args(["upgrade", "-c"]).arg(&p.config).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with(&format!("upgraded: pid {old} -> ")), "{text}");
+    assert!(p.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "the old process drained and exited");
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200, "the new process serves");
+    let new: i32 = text.trim().rsplit(' ').nth(2).and_then(|pid| pid.parse().ok()).expect("new pid");
+    unsafe { libc::kill(new, libc::SIGKILL) };
+    // Without an admin address there is nothing to ask: a clear error.
+    let bare = p.config.with_file_name("bare.yaml");
+    std::fs::write(&bare, "listeners: [ { name: web, address: \"127.0.0.1:1\" } ]\nroutes: [ { cluster: app } ]\nclusters: { app: { endpoints: [ { address: \"127.0.0.1:9\" } ] } }\n").unwrap();
+    let out = Command::new(portico_bin()).args(["upgrade", "-c"]).arg(&bare).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("SIGUSR2"));
+}
