@@ -463,6 +463,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", "));
 
     crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
+    let mut handed_over = false;
     runtime.block_on(async {
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
         let mut supervise_tick = tokio::time::interval(Duration::from_millis(200));
@@ -487,6 +488,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     match crate::upgrade::hand_over(&sockets) {
                         Ok(pid) => {
                             tracing::info!(new_pid = pid, "upgrade: the new process is ready; draining this one");
+                            handed_over = true;
                             break;
                         }
                         Err(e) => tracing::error!("upgrade failed, this process keeps serving: {e:#}"),
@@ -521,7 +523,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     if let Some(a) = &admin {
         a.ready.store(false, Ordering::SeqCst);
     }
-    crate::systemd::stopping();
+    // After an upgrade the service goes on in the new process: systemd must not hear that it stops.
+    if !handed_over {
+        crate::systemd::stopping();
+    }
     let grace = shared.load().shutdown_grace;
     tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     let _ = shutdown_tx.send(true);

@@ -1,7 +1,8 @@
 //! Zero-downtime binary upgrade (SIGUSR2): the binary now at this process's path is started with the listening
 //! sockets (the systemd socket-passing convention, `LISTEN_FDS`, which Portico reads at start), and this process
 //! waits until the new one reports READY on a notify socket of its own. The sockets are the same kernel objects,
-//! so their accept queues carry over and no connection is refused; the old process then drains.
+//! so their accept queues carry over and no connection is refused; the old process then drains. Under systemd,
+//! the old process names the new one as the service's main process (`MAINPID=`) before it goes.
 
 use anyhow::{anyhow, Context};
 use std::net::TcpListener;
@@ -33,6 +34,8 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
         .env("LISTEN_FDS_FIRST_FD", FIRST_FD.to_string())
         .env_remove("LISTEN_PID")
         .env("NOTIFY_SOCKET", &notify_path)
+        .env(crate::systemd::UPGRADE_FROM_ENV, std::process::id().to_string())
+        .env(crate::systemd::SYSTEMD_SOCKET_ENV, crate::systemd::systemd_socket().unwrap_or_default())
         .spawn()
         .with_context(|| format!("cannot start {}", exe.display()))?;
     drop(passed); // the child has its copies
@@ -54,6 +57,9 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
         }
     };
     let _ = std::fs::remove_file(&notify_path);
+    if let Ok(pid) = result {
+        crate::systemd::main_pid_is(pid);
+    }
     result
 }
 

@@ -324,6 +324,62 @@ fn systemd_is_told_ready_reloading_and_stopping() {
 }
 
 #[test]
+fn under_systemd_an_upgrade_makes_the_new_process_the_main_one() {
+    use std::os::unix::net::UnixDatagram;
+    let b = Backend::start("b0").unwrap();
+    let dir = temp_dir();
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!("shutdown: {{ grace: 2s }}\nadmin: {{ address: \"127.0.0.1:{admin}\" }}\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
+    )
+    .unwrap();
+    let mut old = Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let next = || {
+        let mut buf = [0u8; 512];
+        socket.recv(&mut buf).map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    assert!(next().expect("READY").contains("READY=1"));
+    unsafe { libc::kill(old.id() as i32, libc::SIGUSR2) };
+    // The old (main) process names the new one; the new one's READY went to the old one, not to systemd.
+    let main_pid = next().expect("MAINPID");
+    let new_pid: i32 = main_pid
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("expected MAINPID=, got {main_pid:?}"));
+    assert_ne!(new_pid, old.id() as i32);
+    let admin_addr: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    wait_until("the new process answers on the admin API", Duration::from_secs(10), || {
+        let r = Conn::open(admin_addr).get("/admin/process", "");
+        r.status == 200 && r.text().contains(&format!("\"pid\": {new_pid}"))
+    });
+    assert!(old.wait().unwrap().success(), "the old process drains and exits 0");
+    // Nothing from the old process says the service stops.
+    socket.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    assert!(next().is_err(), "the old process must not tell systemd it stops");
+    socket.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    // The new process talks to systemd's socket from now on.
+    unsafe { libc::kill(new_pid, libc::SIGHUP) };
+    assert!(next().expect("RELOADING").contains("RELOADING=1"));
+    assert!(next().expect("READY").contains("READY=1"));
+    assert_eq!(Conn::open(format!("127.0.0.1:{port}").parse().unwrap()).get("/", "").status, 200);
+    unsafe { libc::kill(new_pid, libc::SIGTERM) };
+    assert!(next().expect("STOPPING").contains("STOPPING=1"));
+}
+
+#[test]
 fn listeners_take_sockets_passed_by_systemd() {
     // systemd-socket-activate binds the port, then starts Portico on the first connection with the socket in
     // LISTEN_FDS, as systemd does with a .socket unit.
