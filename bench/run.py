@@ -33,7 +33,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTICO = os.path.join(ROOT, "target", "release", "portico")
 PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181, "portico+log": 18183, "portico+pipe": 18184,
-               "baseline": 18185, "baseline+pipe": 18186}
+               "baseline": 18185, "baseline+pipe": 18186, "portico+mp": 18187}
 BACKEND_BASE_PORT = 19000
 STATUS_PORT = 18999
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -212,6 +212,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         if name.startswith(("portico", "baseline")):
             eps = "\n".join(f'      - address: "{e}"' for e in endpoints)
             conf = f"""workers: {self.workers}
+{"process_model: multi_process" if name == "portico+mp" else ""}
 log: {{ level: error }}
 admin: {{ address: "127.0.0.1:{port + 100}" }}
 listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
@@ -441,7 +442,7 @@ def main():
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     ap.add_argument("--proxies", default="nginx,haproxy,portico",
                     help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on), "
-                         "portico+pipe (with pool.pipeline_depth, --pipeline-depth), baseline and baseline+pipe (the same with the binary "
+                         "portico+pipe (with pool.pipeline_depth, --pipeline-depth), portico+mp (process_model: multi_process), baseline and baseline+pipe (the same with the binary "
                          "in $PORTICO_BASELINE, for A/B runs of a change)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")

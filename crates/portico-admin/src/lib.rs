@@ -2,6 +2,7 @@
 //! (readiness), `/admin/clusters`, `/admin/config`, `/admin/reload`. Served with hyper; the proxy's own codec
 //! is for the data path only.
 
+mod merge;
 mod metrics;
 
 use arc_swap::ArcSwap;
@@ -15,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use merge::merge_metrics;
 pub use metrics::render as render_metrics;
 
 /// Applies a reload; `Err` carries the `FILE:LINE:COL` diagnostics.
@@ -30,7 +32,13 @@ pub struct AdminState {
     pub last_reload: Mutex<ReloadStatus>,
     /// Starts a zero-downtime upgrade (the same as SIGUSR2); `None` when it cannot be offered.
     pub upgrade: Option<ReloadFn>,
+    /// With worker processes (`process_model: multi_process`): asks every worker process for a view
+    /// (`metrics` or `clusters`); `/metrics` then sums theirs and `/admin/clusters` shows the first one's.
+    pub workers: Option<GatherFn>,
 }
+
+/// Sends one request (`metrics`, `clusters`) to each worker process and returns the answers that came.
+pub type GatherFn = Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>;
 
 #[derive(Debug, Clone, Default)]
 pub struct ReloadStatus {
@@ -115,10 +123,25 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         }
         (&Method::GET, "/metrics") => {
             let snapshot = state.snapshot.load_full();
-            let text = metrics::render(&state.registry, &snapshot, state.reload_ok());
+            let mut text = metrics::render(&state.registry, &snapshot, state.reload_ok());
+            if let Some(gather) = state.workers.clone() {
+                // The worker processes answer over blocking sockets: off the admin runtime.
+                let theirs = tokio::task::spawn_blocking(move || gather("metrics")).await.unwrap_or_default();
+                text = merge_metrics(&text, &theirs);
+            }
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
-        (&Method::GET, "/admin/clusters") => json(StatusCode::OK, clusters(&state.snapshot.load_full())),
+        (&Method::GET, "/admin/clusters") => {
+            let first = match state.workers.clone() {
+                Some(gather) => tokio::task::spawn_blocking(move || gather("clusters"))
+                    .await
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|answer| serde_json::from_str(&answer).ok()),
+                None => None,
+            };
+            json(StatusCode::OK, first.unwrap_or_else(|| clusters(&state.snapshot.load_full())))
+        }
         (&Method::GET, "/admin/config") => {
             let snapshot = state.snapshot.load_full();
             json(
@@ -173,7 +196,8 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
     Ok(response)
 }
 
-fn clusters(snapshot: &Snapshot) -> serde_json::Value {
+/// `/admin/clusters`: every cluster with its endpoints' health, load and breaker state.
+pub fn clusters(snapshot: &Snapshot) -> serde_json::Value {
     let now = now_ms();
     let list: Vec<serde_json::Value> = snapshot
         .clusters

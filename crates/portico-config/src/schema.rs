@@ -34,6 +34,17 @@ pub struct Config {
     pub user: Option<String>,
     #[serde(default)]
     pub group: Option<String>,
+    /// `threads` (one process, a thread per worker) or `multi_process` (a master and a process per worker).
+    #[serde(default)]
+    pub process_model: ProcessModel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessModel {
+    #[default]
+    Threads,
+    MultiProcess,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -151,6 +151,8 @@ struct Reloader {
     admin: OnceLock<Arc<AdminState>>,
     /// One reload at a time, whatever triggered it.
     lock: Mutex<()>,
+    /// With worker processes: passes a reload the master validated on to them (each loads the file itself).
+    forward: Option<Box<dyn Fn(i32) + Send + Sync>>,
 }
 
 impl Reloader {
@@ -176,6 +178,7 @@ impl Reloader {
                     ("watch", old.watch != new.watch),
                     ("log", old.log.level != new.log.level),
                     ("user", old.user != new.user || old.group != new.group),
+                    ("process_model", old.process_model != new.process_model),
                 ];
                 for (key, changed) in startup_only {
                     if changed {
@@ -186,6 +189,9 @@ impl Reloader {
                 self.shared.store(next.clone());
                 self.registry.prune_health(&next);
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
+                if let Some(forward) = &self.forward {
+                    forward(libc::SIGHUP);
+                }
                 tracing::info!(trigger, "configuration reloaded from {}", self.path.display());
                 Ok(())
             }
@@ -206,6 +212,8 @@ impl Reloader {
 /// Keeps the workers running: a worker thread whose runtime died (a bug outside any connection's task) is
 /// started again on the same listening sockets, after a back-off that grows with repeated deaths.
 struct Supervisor {
+    /// The worker index of the first thread (a worker process runs one thread, with its own index).
+    first_index: usize,
     threads: Vec<Option<std::thread::JoinHandle<()>>>,
     /// Each worker's listening sockets, kept so a new thread gets duplicates of the same sockets (connections
     /// wait in their queues meanwhile, none is refused).
@@ -225,7 +233,7 @@ impl Supervisor {
             .map(|l| Ok(BoundListener { name: l.name.clone(), socket: l.socket.try_clone()? }))
             .collect::<std::io::Result<Vec<_>>>()?;
         self.deaths[index].1 = std::time::Instant::now();
-        worker::spawn(index, listeners, self.snapshot.clone(), self.shutdown.clone(), self.access_log.clone())
+        worker::spawn(self.first_index + index, listeners, self.snapshot.clone(), self.shutdown.clone(), self.access_log.clone())
     }
 
     fn check(&mut self) {
@@ -331,29 +339,67 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
     stamps
 }
 
+/// The workers: threads of this process, or (`process_model: multi_process`) processes this master started.
+enum Workers {
+    Threads(Supervisor),
+    Processes(crate::processes::Master),
+}
+
+impl Workers {
+    fn sockets(&self) -> impl Iterator<Item = &std::net::TcpListener> {
+        let sockets = match self {
+            Workers::Threads(s) => &s.sockets,
+            Workers::Processes(m) => &m.sockets,
+        };
+        sockets.iter().flatten().map(|l| &l.socket)
+    }
+
+    fn check(&mut self) {
+        match self {
+            Workers::Threads(s) => s.check(),
+            Workers::Processes(m) => m.check(),
+        }
+    }
+}
+
 /// Runs the gateway until SIGTERM or SIGINT; SIGHUP reloads `config_path` (when there is one).
+///
+/// Three roles share this: a single process with worker threads (the default), the master of worker processes,
+/// and one of those worker processes (started by the master with its sockets and an index).
 pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let _log_guard = init_logging(&loaded.config.log.level);
-    let workers = loaded.config.workers.resolve();
+    let worker_process = crate::processes::identity();
+    if let Some(identity) = worker_process {
+        crate::processes::name_process(identity);
+    }
+    let master = worker_process.is_none() && loaded.config.process_model == portico_config::ProcessModel::MultiProcess;
+    // Limits and statistics are divided among all workers, whichever process runs them.
+    let workers = worker_process.map_or_else(|| loaded.config.workers.resolve(), |w| w.count);
     let registry = Arc::new(Registry::new(workers));
     let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
     raise_fd_limit(&loaded);
     portico_http::worker::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
-    // Sockets passed by systemd (socket activation) are used for the listeners with their address.
+    // Sockets passed by systemd (socket activation), by the process being upgraded, or by the master to a worker
+    // process, are used for the listeners with their address.
     let inherited = crate::systemd::Inherited::from_env();
     let admin_addr = loaded.config.admin.as_ref().and_then(|a| a.address.parse::<std::net::SocketAddr>().ok());
     let claimed: Vec<std::net::SocketAddr> = snapshot.listeners.iter().map(|l| l.address).chain(admin_addr).collect();
     inherited.warn_unused(&claimed);
     let mut admin_socket: Option<std::net::TcpListener> = None;
-    let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
+    // A worker process runs one worker thread; the others bind a socket per worker.
+    let slots = if worker_process.is_some() { 1 } else { workers };
+    let mut per_worker: Vec<Vec<BoundListener>> = (0..slots).map(|_| Vec::new()).collect();
     for l in &snapshot.listeners {
         let name: Arc<str> = Arc::from(l.name.as_str());
         let passed = inherited
             .sockets_for(l.address)
             .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
         if passed.is_empty() {
+            if worker_process.is_some() {
+                return Err(anyhow!("the master passed no socket for listener {:?} ({})", l.name, l.address));
+            }
             for slot in per_worker.iter_mut() {
                 let socket = worker::bind(l.address).with_context(|| {
                     format!("cannot listen on {} (listener {:?}); is another process using it?", l.address, l.name)
@@ -366,7 +412,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         // worker without one shares a duplicate.
         let count = passed.len();
         for (i, socket) in passed.iter().enumerate() {
-            per_worker[i % workers].push(BoundListener { name: name.clone(), socket: socket.try_clone()? });
+            per_worker[i % slots].push(BoundListener { name: name.clone(), socket: socket.try_clone()? });
         }
         for (w, slot) in per_worker.iter_mut().enumerate().skip(count) {
             slot.push(BoundListener { name: name.clone(), socket: passed[w % count].try_clone()? });
@@ -384,21 +430,43 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             signal(SignalKind::user_defined2())?,
         ))
     })?;
+    // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
-        Some(cfg) => Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?),
-        None => None,
+        Some(cfg) if !master => Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?),
+        _ => None,
     };
     let listening: Vec<String> = snapshot.listeners.iter().map(|l| format!("{} ({})", l.address, l.name)).collect();
-    let admin_address = loaded.config.admin.as_ref().map(|a| a.address.clone());
-    let watch = loaded.config.watch;
+    // A worker process has no admin API (the master's covers it) and leaves watching files to the master.
+    let admin_address = loaded.config.admin.as_ref().filter(|_| worker_process.is_none()).map(|a| a.address.clone());
+    let watch = loaded.config.watch && worker_process.is_none();
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let mut pool = if master {
+        Workers::Processes(crate::processes::Master::new(per_worker, registry.clone()))
+    } else {
+        Workers::Threads(Supervisor {
+            first_index: worker_process.map_or(0, |w| w.index),
+            threads: Vec::with_capacity(slots),
+            sockets: per_worker,
+            deaths: vec![(0, std::time::Instant::now(), None); slots],
+            snapshot: shared.clone(),
+            shutdown: shutdown_rx.clone(),
+            access_log: access_log.clone(),
+            registry: registry.clone(),
+        })
+    };
     let reloader = config_path.map(|path| {
+        let forward: Option<Box<dyn Fn(i32) + Send + Sync>> = match &pool {
+            Workers::Processes(m) => Some(Box::new(m.signaller())),
+            Workers::Threads(_) => None,
+        };
         Arc::new(Reloader {
             path,
             shared: shared.clone(),
             registry: registry.clone(),
             admin: OnceLock::new(),
             lock: Mutex::new(()),
+            forward,
         })
     });
     let admin = match admin_address {
@@ -421,6 +489,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                         _ => Err(std::io::Error::last_os_error().to_string()),
                     }
                 })),
+                workers: match &pool {
+                    Workers::Processes(m) => Some(m.gatherer()),
+                    Workers::Threads(_) => None,
+                },
             });
             let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
             let passed =
@@ -441,26 +513,39 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         None => None,
     };
 
-    drop_privileges(&loaded.config)?;
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let mut supervisor = Supervisor {
-        threads: Vec::with_capacity(workers),
-        sockets: per_worker,
-        deaths: vec![(0, std::time::Instant::now(), None); workers],
-        snapshot: shared.clone(),
-        shutdown: shutdown_rx.clone(),
-        access_log: access_log.clone(),
-        registry: registry.clone(),
-    };
-    for index in 0..workers {
-        let thread = supervisor.spawn(index).context("cannot start a worker thread")?;
-        supervisor.threads.push(Some(thread));
+    // A worker process runs as whatever its master became.
+    if worker_process.is_none() {
+        drop_privileges(&loaded.config)?;
     }
-    portico_http::health::spawn(shared.clone(), shutdown_rx.clone()).context("cannot start the health checker")?;
+    match &mut pool {
+        Workers::Threads(supervisor) => {
+            for index in 0..slots {
+                let thread = supervisor.spawn(index).context("cannot start a worker thread")?;
+                supervisor.threads.push(Some(thread));
+            }
+        }
+        Workers::Processes(m) => m.start_all().context("cannot start the worker processes")?,
+    }
+    // The master's worker processes check health themselves (each routes by its own view).
+    if !master {
+        portico_http::health::spawn(shared.clone(), shutdown_rx.clone()).context("cannot start the health checker")?;
+    }
+    if worker_process.is_some() {
+        crate::processes::serve_control(registry.clone(), shared.clone()).context("cannot answer the master")?;
+    }
     if let Some(a) = &admin {
         a.ready.store(true, Ordering::SeqCst);
     }
-    tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", "));
+    match worker_process {
+        Some(w) => tracing::debug!(worker = w.index, "worker process serving"),
+        None if master => tracing::info!(
+            workers,
+            "portico {} listening on {} (a master with {workers} worker processes)",
+            env!("CARGO_PKG_VERSION"),
+            listening.join(", ")
+        ),
+        None => tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", ")),
+    }
 
     crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
     let mut handed_over = false;
@@ -477,13 +562,16 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     Some(r) => { let r = r.clone(); tokio::task::spawn_blocking(move || r.reload("SIGHUP")); }
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
                 },
-                _ = supervise_tick.tick() => supervisor.check(),
+                _ = supervise_tick.tick() => pool.check(),
                 _ = usr2.recv() => {
+                    if worker_process.is_some() {
+                        tracing::warn!("SIGUSR2 ignored by a worker process: send it to the master");
+                        continue;
+                    }
                     // Zero-downtime upgrade: the binary now on disk takes over the same sockets; once it says it
                     // is ready, this process drains like on SIGTERM. If it fails, this one keeps serving.
                     // Every worker's socket: each has its own queue of connections waiting to be accepted.
-                    let mut sockets: Vec<&std::net::TcpListener> =
-                        supervisor.sockets.iter().flatten().map(|l| &l.socket).collect();
+                    let mut sockets: Vec<&std::net::TcpListener> = pool.sockets().collect();
                     sockets.extend(admin_socket.as_ref());
                     match crate::upgrade::hand_over(&sockets) {
                         Ok(pid) => {
@@ -498,6 +586,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     if let Some(log) = &access_log {
                         log.reopen();
                         tracing::info!("access log reopened (SIGUSR1)");
+                    }
+                    if let Workers::Processes(m) = &pool {
+                        (m.signaller())(libc::SIGUSR1);
                     }
                 }
                 _ = watch_tick.tick(), if watch && reloader.is_some() => {
@@ -528,24 +619,33 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         crate::systemd::stopping();
     }
     let grace = shared.load().shutdown_grace;
-    tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
+    if worker_process.is_none() {
+        tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
+    }
     let _ = shutdown_tx.send(true);
-    // The supervisor's copies of the listening sockets go too, so the kernel stops accepting at once.
-    drop(std::mem::take(&mut supervisor.sockets));
-    // Workers end on their own within the grace period; the extra second covers their last writes.
-    let deadline = std::time::Instant::now() + grace + Duration::from_secs(1);
-    for t in supervisor.threads.into_iter().flatten() {
-        while !t.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if t.is_finished() {
-            let _ = t.join();
+    match pool {
+        Workers::Processes(m) => m.stop(grace),
+        Workers::Threads(mut supervisor) => {
+            // The supervisor's copies of the listening sockets go too, so the kernel stops accepting at once.
+            drop(std::mem::take(&mut supervisor.sockets));
+            // Workers end on their own within the grace period; the extra second covers their last writes.
+            let deadline = std::time::Instant::now() + grace + Duration::from_secs(1);
+            for t in supervisor.threads.into_iter().flatten() {
+                while !t.is_finished() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if t.is_finished() {
+                    let _ = t.join();
+                }
+            }
         }
     }
     // The workers flushed their access-log lines as they ended: let the writer write them before exiting.
     if let Some(log) = &access_log {
         log.finish(Duration::from_secs(2));
     }
-    tracing::info!("stopped");
+    if worker_process.is_none() {
+        tracing::info!("stopped");
+    }
     Ok(())
 }

@@ -3,6 +3,7 @@
 mod admin_client;
 mod demo;
 mod lifecycle;
+mod processes;
 mod systemd;
 mod upgrade;
 

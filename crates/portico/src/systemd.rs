@@ -13,7 +13,15 @@ impl Inherited {
         let mut fds = listenfd::ListenFd::from_env();
         let mut sockets = Vec::new();
         for i in 0..fds.len() {
-            match fds.take_tcp_listener(i) {
+            let taken = fds.take_tcp_listener(i);
+            // Inherited descriptors are open across exec: keep them out of the processes Portico starts (worker
+            // processes, an upgrade), which get exactly the sockets meant for them.
+            if let Ok(Some(listener)) = &taken {
+                if let Err(e) = set_cloexec(listener) {
+                    tracing::warn!("cannot mark passed socket {i} close-on-exec: {e}");
+                }
+            }
+            match taken {
                 Ok(Some(listener)) => match listener.local_addr() {
                     Ok(addr) => sockets.push((addr, listener)),
                     Err(e) => tracing::warn!("socket {i} passed by systemd has no address: {e}"),
@@ -45,6 +53,15 @@ impl Inherited {
         for (addr, _) in self.0.iter().filter(|(a, _)| !used.contains(a)) {
             tracing::warn!("systemd passed a socket for {addr}, which no listener has as its address; it is ignored");
         }
+    }
+}
+
+fn set_cloexec(socket: &TcpListener) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor `socket` owns.
+    match unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 

@@ -1,0 +1,113 @@
+//! `process_model: multi_process`: a master with worker processes, checked through real processes and sockets.
+
+mod common;
+
+use common::*;
+use portico_testkit::Backend;
+use std::time::Duration;
+
+fn children(pid: i32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        pids.extend(list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    pids.sort();
+    pids
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited: only its parent's wait is missing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+}
+
+fn config(endpoint: std::net::SocketAddr) -> String {
+    format!(
+        "workers: 2\nprocess_model: multi_process\nshutdown: {{ grace: 5s }}\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes: [ {{ name: all, cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{endpoint}\" }} ] }} }}\n"
+    )
+}
+
+#[test]
+fn worker_processes_serve_and_the_master_sums_their_metrics() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    wait_until("worker processes named portico-w0 and portico-w1", Duration::from_secs(5), || {
+        let mut names: Vec<String> = children(p.pid())
+            .iter()
+            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default())
+            .collect();
+        names.sort();
+        names == ["portico-w0\n", "portico-w1\n"]
+    });
+    // New connections: the kernel spreads them over both processes' sockets.
+    for _ in 0..40 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
+    let sample = "portico_requests_total{route=\"all\",cluster=\"app\",status_class=\"2xx\"}";
+    assert_eq!(p.metric(sample), 40.0, "the master's /metrics adds up both worker processes");
+    let text = p.admin_get("/metrics").text();
+    assert_eq!(text.matches("# TYPE portico_requests_total ").count(), 1, "{text}");
+    let healthy = format!("portico_endpoint_healthy{{cluster=\"app\",endpoint=\"{}\"}}", b.addr);
+    assert_eq!(p.metric(&healthy), 1.0, "{text}");
+    assert_eq!(p.clusters()["clusters"][0]["name"], "app", "/admin/clusters comes from a worker process");
+}
+
+#[test]
+fn a_killed_worker_process_is_replaced_and_no_connection_is_refused() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let before = children(p.pid());
+    // A worker process dies the hardest way; the other serves, and connections queued on the dead one's socket
+    // wait for its replacement (the master keeps the socket).
+    unsafe { libc::kill(before[0], libc::SIGKILL) };
+    for _ in 0..40 {
+        let r = Conn::open(p.addr).get("/", "");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    wait_until("a replacement worker process", Duration::from_secs(5), || {
+        let now = children(p.pid());
+        now.len() == 2 && !now.contains(&before[0])
+    });
+    assert_eq!(p.metric("portico_worker_restarts_total"), 1.0);
+    assert!(before.iter().skip(1).all(|&pid| alive(pid)), "the other worker process was not touched");
+}
+
+#[test]
+fn reloads_reach_every_worker_process_and_sigterm_stops_them_all() {
+    let (b0, b1) = (Backend::start("b0").unwrap(), Backend::start("b1").unwrap());
+    let mut p = Portico::start(&config(b0.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let workers = children(p.pid());
+    p.rewrite_config(&config(b1.addr));
+    p.signal(libc::SIGHUP);
+    // Twenty new connections land on both processes: every one must have reloaded.
+    wait_until("every worker process routes to b1", Duration::from_secs(5), || {
+        (0..20).all(|_| backend_of(&mut Conn::open(p.addr), "/", "") == "b1")
+    });
+    assert_eq!(p.metric("portico_reloads_total"), 1.0, "counted once, by the master");
+    // An invalid file is refused by the master and never reaches the workers.
+    p.rewrite_config("listeners: [ { name: web, address: \"{listen}\" } ]\nroutes: [ { cluster: nowhere } ]\n");
+    let mut admin = Conn::open(p.admin);
+    admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = admin.read_response(false);
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!((0..10).all(|_| backend_of(&mut Conn::open(p.addr), "/", "") == "b1"));
+    p.signal(libc::SIGTERM);
+    let status = p.wait_exit(Duration::from_secs(10)).expect("the master exits");
+    assert!(status.success(), "{status:?}");
+    assert!(workers.iter().all(|&pid| !alive(pid)), "worker processes outlived the master");
+}
+
+#[test]
+fn worker_processes_go_when_the_master_is_killed() {
+    let b = Backend::start("b0").unwrap();
+    let mut p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let workers = children(p.pid());
+    p.signal(libc::SIGKILL);
+    let _ = p.wait_exit(Duration::from_secs(5));
+    wait_until("the worker processes exit", Duration::from_secs(10), || workers.iter().all(|&pid| !alive(pid)));
+}
