@@ -233,7 +233,13 @@ impl Supervisor {
             .map(|l| Ok(BoundListener { name: l.name.clone(), socket: l.socket.try_clone()? }))
             .collect::<std::io::Result<Vec<_>>>()?;
         self.deaths[index].1 = std::time::Instant::now();
-        worker::spawn(self.first_index + index, listeners, self.snapshot.clone(), self.shutdown.clone(), self.access_log.clone())
+        worker::spawn(
+            self.first_index + index,
+            listeners,
+            self.snapshot.clone(),
+            self.shutdown.clone(),
+            self.access_log.clone(),
+        )
     }
 
     fn check(&mut self) {
@@ -432,7 +438,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     })?;
     // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
-        Some(cfg) if !master => Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?),
+        Some(cfg) if !master => {
+            Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?)
+        }
         _ => None,
     };
     let listening: Vec<String> = snapshot.listeners.iter().map(|l| format!("{} ({})", l.address, l.name)).collect();
