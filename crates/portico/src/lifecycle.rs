@@ -345,6 +345,20 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
     stamps
 }
 
+/// What to do about a listener that cannot bind: the common causes have different fixes.
+fn bind_error(e: std::io::Error, address: std::net::SocketAddr, listener: &str) -> anyhow::Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            "ports below 1024 need CAP_NET_BIND_SERVICE (AmbientCapabilities= in the systemd unit, or `setcap \
+             cap_net_bind_service=+ep` on the binary) or a start as root with `user:`; see docs/operations.md"
+        }
+        std::io::ErrorKind::AddrInUse => "is another process using it?",
+        std::io::ErrorKind::AddrNotAvailable => "is the address assigned to an interface of this host?",
+        _ => "",
+    };
+    anyhow!("cannot listen on {address} (listener {listener:?}): {e}{}{hint}", if hint.is_empty() { "" } else { "; " })
+}
+
 /// The workers: threads of this process, or (`process_model: multi_process`) processes this master started.
 enum Workers {
     Threads(Supervisor),
@@ -407,9 +421,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 return Err(anyhow!("the master passed no socket for listener {:?} ({})", l.name, l.address));
             }
             for slot in per_worker.iter_mut() {
-                let socket = worker::bind(l.address).with_context(|| {
-                    format!("cannot listen on {} (listener {:?}); is another process using it?", l.address, l.name)
-                })?;
+                let socket = worker::bind(l.address).map_err(|e| bind_error(e, l.address, &l.name))?;
                 slot.push(BoundListener { name: name.clone(), socket });
             }
             continue;

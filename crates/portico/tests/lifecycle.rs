@@ -434,6 +434,59 @@ fn started_as_root_it_goes_on_as_the_configured_user() {
     assert_eq!(p.admin_get("/ready").status, 200);
 }
 
+#[test]
+fn a_port_below_1024_needs_only_cap_net_bind_service() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        eprintln!("not root: cannot hand out capabilities (CI runs as root)");
+        return;
+    }
+    let b = Backend::start("b0").unwrap();
+    let port =
+        (600..1000).find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()).expect("a free port below 1024");
+    let dir = temp_dir();
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!("listeners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
+    )
+    .unwrap();
+    // As nobody, with every capability gone but CAP_NET_BIND_SERVICE (what the systemd unit grants).
+    let as_nobody = |caps: &[&str]| {
+        let mut command = Command::new("setpriv");
+        command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).args(caps).arg(portico_bin());
+        command.args(["run", "-c"]).arg(&config);
+        command
+    };
+    let mut child = as_nobody(&[
+        "--bounding-set=-all,+net_bind_service",
+        "--inh-caps=-all,+net_bind_service",
+        "--ambient-caps=-all,+net_bind_service",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("setpriv (util-linux)");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until("Portico listens below 1024", Duration::from_secs(10), || std::net::TcpStream::connect(addr).is_ok());
+    assert_eq!(Conn::open(addr).get("/", "").status, 200);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    // setpriv execs Portico in place: the same pid, running as nobody with the one capability.
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
+    assert!(uid.split_whitespace().skip(1).all(|u| u == "65534"), "{uid}");
+    let effective = status.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap_or("").trim();
+    assert_eq!(u64::from_str_radix(effective, 16).ok(), Some(1 << 10), "only CAP_NET_BIND_SERVICE: {effective}");
+    // Without it, the error says what to do.
+    let out = as_nobody(&["--bounding-set=-all"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("CAP_NET_BIND_SERVICE"), "{stderr}");
+}
+
 /// Requests in a loop on keep-alive connections, as an HTTP client library sends them: a connection closed
 /// before any byte of its response is opened again and the request sent again (what clients do for idempotent
 /// requests); anything else that is not a 200 is a failure.
