@@ -143,13 +143,34 @@ fn write_loop(rx: Receiver<Msg>, mut target: Target, reopen: Arc<AtomicBool>) {
             continue;
         }
         let written = match &mut target {
-            Target::Stdout => io::stdout().lock().write_all(&batch),
+            Target::Stdout => write_lines_atomically(&mut io::stdout().lock(), &batch),
             Target::File(_, file) => file.write_all(&batch),
         };
         if let Err(e) = written {
             tracing::error!("access log write failed: {e}");
         }
     }
+}
+
+/// Writes to a pipe are atomic up to PIPE_BUF (4 KiB on Linux): writing whole lines in pieces no larger keeps
+/// them from mixing with another process's (worker processes share standard output). A file opened for
+/// appending needs nothing of the kind: each write lands whole at the end.
+fn write_lines_atomically(out: &mut impl Write, batch: &[u8]) -> io::Result<()> {
+    const PIPE_BUF: usize = 4096;
+    let mut rest = batch;
+    while !rest.is_empty() {
+        let window = &rest[..rest.len().min(PIPE_BUF)];
+        let end = match window.iter().rposition(|&b| b == b'\n') {
+            Some(i) if rest.len() > PIPE_BUF => i + 1,
+            // A line longer than PIPE_BUF goes whole (it cannot be atomic anyway).
+            None if rest.len() > PIPE_BUF => rest.iter().position(|&b| b == b'\n').map_or(rest.len(), |i| i + 1),
+            _ => rest.len(),
+        };
+        out.write_all(&rest[..end])?;
+        out.flush()?;
+        rest = &rest[end..];
+    }
+    Ok(())
 }
 
 /// One request, as logged.
@@ -363,5 +384,29 @@ mod tests {
         let mut out = Vec::new();
         json_str(&mut out, b"a\"b\\c\n\xff");
         assert_eq!(out, b"\"a\\\"b\\\\c\\u000a\\u00ff\"");
+    }
+
+    /// Records each write separately.
+    struct Writes(Vec<Vec<u8>>);
+
+    impl std::io::Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn stdout_batches_are_written_in_whole_lines_of_at_most_pipe_buf() {
+        let line = |n: usize| format!("{}\n", "x".repeat(n - 1)).into_bytes();
+        let batch: Vec<u8> = [line(3000), line(3000), line(100), line(5000), line(10)].concat();
+        let mut out = Writes(Vec::new());
+        super::write_lines_atomically(&mut out, &batch).unwrap();
+        let sizes: Vec<usize> = out.0.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [3000, 3100, 5000, 10]);
+        assert_eq!(out.0.concat(), batch);
     }
 }

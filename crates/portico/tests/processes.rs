@@ -111,3 +111,47 @@ fn worker_processes_go_when_the_master_is_killed() {
     let _ = p.wait_exit(Duration::from_secs(5));
     wait_until("the worker processes exit", Duration::from_secs(10), || workers.iter().all(|&pid| !alive(pid)));
 }
+
+#[test]
+fn worker_processes_share_the_access_log_and_reopen_it_on_sigusr1() {
+    let b = Backend::start("b0").unwrap();
+    let dir = temp_dir();
+    let log = dir.join("access.log");
+    let yaml = config(b.addr)
+        .replace("listeners:", &format!("access_log: {{ path: \"{}\", format: json }}\nlisteners:", log.display()));
+    let p = Portico::start_in(&dir, &yaml);
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    // Two connections at a time, so both processes write at once.
+    let send = |n: usize| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let addr = p.addr;
+                std::thread::spawn(move || {
+                    for _ in 0..n {
+                        assert_eq!(Conn::open(addr).get("/", "").status, 200);
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    };
+    let lines = |path: &std::path::Path| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text.lines() {
+            serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        }
+        text.lines().count()
+    };
+    send(150);
+    wait_until("300 whole lines in the access log", Duration::from_secs(5), || lines(&log) == 300);
+    let rotated = dir.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    p.signal(libc::SIGUSR1);
+    // Each worker process reopens when it handles the signal; then nothing more goes to the rotated file.
+    std::thread::sleep(Duration::from_millis(500));
+    let (old, new) = (lines(&rotated), lines(&log));
+    assert!(old >= 300, "the rotated file keeps what it had: {old}");
+    send(50);
+    wait_until("100 more lines in the reopened log", Duration::from_secs(5), || lines(&log) == new + 100);
+    assert_eq!(lines(&rotated), old, "a worker process still writes to the rotated file");
+}
