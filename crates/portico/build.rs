@@ -16,7 +16,14 @@ fn main() {
         .output()
         .ok()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
-    println!("cargo:rustc-env=PORTICO_GIT_COMMIT={commit}{}", if dirty { "-modified" } else { "" });
+    // A label tells apart two builds of one commit (the upgrade test builds the source twice).
+    let label = std::env::var("PORTICO_BUILD_LABEL")
+        .ok()
+        .filter(|l| !l.is_empty())
+        .map(|l| format!(", build {l}"))
+        .unwrap_or_default();
+    println!("cargo:rustc-env=PORTICO_GIT_COMMIT={commit}{}{label}", if dirty { "-modified" } else { "" });
+    println!("cargo:rerun-if-env-changed=PORTICO_BUILD_LABEL");
     // Rebuilt when the checked-out commit moves (the paths are relative to this crate).
     for path in ["../../.git/HEAD", "../../.git/index"] {
         println!("cargo:rerun-if-changed={path}");

@@ -35,6 +35,8 @@ pub struct AdminState {
     /// With worker processes (`process_model: multi_process`): asks every worker process for a view
     /// (`metrics` or `clusters`); `/metrics` then sums theirs and `/admin/clusters` shows the first one's.
     pub workers: Option<GatherFn>,
+    /// The release and the commit this binary was built from, for `GET /admin/process`.
+    pub version: &'static str,
 }
 
 /// Sends one request (`metrics`, `clusters`) to each worker process and returns the answers that came.
@@ -157,7 +159,7 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
             )
         }
         (&Method::GET, "/admin/process") => {
-            json(StatusCode::OK, serde_json::json!({ "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION") }))
+            json(StatusCode::OK, serde_json::json!({ "pid": std::process::id(), "version": state.version }))
         }
         (&Method::POST, "/admin/upgrade") => match &state.upgrade {
             None => json(StatusCode::CONFLICT, serde_json::json!({ "ok": false, "error": "upgrade is not available" })),

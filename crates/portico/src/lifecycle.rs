@@ -513,6 +513,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     Workers::Processes(m) => Some(m.gatherer()),
                     Workers::Threads(_) => None,
                 },
+                version: crate::RELEASE,
             });
             let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
             let passed =

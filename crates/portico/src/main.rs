@@ -11,12 +11,19 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The release and the commit it was built from: the first line of `portico --version`, and the `version` of
+/// `GET /admin/process` (so an upgrade between two builds of one release shows which one serves).
+macro_rules! release {
+    () => {
+        concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("PORTICO_GIT_COMMIT"), ")")
+    };
+}
+const RELEASE: &str = release!();
+
 /// `portico --version`: the release, the commit it was built from, and what this build can do.
 const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("PORTICO_GIT_COMMIT"),
-    ")\nfeatures: http1, http2 (clients and upstreams), tls (rustls, ring), mtls, websocket, grpc, pipelining"
+    release!(),
+    "\nfeatures: http1, http2 (clients and upstreams), tls (rustls, ring), mtls, websocket, grpc, pipelining"
 );
 
 #[derive(Parser)]

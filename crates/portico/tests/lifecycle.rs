@@ -487,56 +487,6 @@ fn a_port_below_1024_needs_only_cap_net_bind_service() {
     assert!(!out.status.success() && stderr.contains("CAP_NET_BIND_SERVICE"), "{stderr}");
 }
 
-/// Requests in a loop on keep-alive connections, as an HTTP client library sends them: a connection closed
-/// before any byte of its response is opened again and the request sent again (what clients do for idempotent
-/// requests); anything else that is not a 200 is a failure.
-fn client_loop(
-    addr: std::net::SocketAddr,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> (usize, Vec<String>) {
-    use std::io::{Read, Write};
-    let (mut ok, mut failed) = (0usize, Vec::new());
-    let mut stream: Option<std::net::TcpStream> = None;
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let s = match &mut stream {
-            Some(s) => s,
-            None => match std::net::TcpStream::connect(addr) {
-                Ok(s) => {
-                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                    stream.insert(s)
-                }
-                Err(e) => {
-                    failed.push(format!("connect: {e}"));
-                    continue;
-                }
-            },
-        };
-        let mut response = Vec::new();
-        let sent = s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").is_ok();
-        let mut buf = [0u8; 4096];
-        while sent && !(response.windows(4).any(|w| w == b"\r\n\r\n") && response.ends_with(b"\n")) {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => response.extend_from_slice(&buf[..n]),
-            }
-        }
-        let text = String::from_utf8_lossy(&response).to_string();
-        if response.is_empty() {
-            stream = None; // closed while idle: send again on a new connection
-            continue;
-        }
-        if text.starts_with("HTTP/1.1 200") {
-            ok += 1;
-        } else {
-            failed.push(text.lines().next().unwrap_or("").to_string());
-        }
-        if text.to_ascii_lowercase().contains("connection: close") {
-            stream = None;
-        }
-    }
-    (ok, failed)
-}
-
 #[test]
 fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
     let b = Backend::start("b0").unwrap();
@@ -589,15 +539,7 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
     assert!(ok > 100 && failed.is_empty(), "{ok} requests served, failures: {failed:?}");
     assert!(download.join().unwrap() > 30_000_000, "the download across the upgrade was cut short");
     // Stop the new process (a child the test did not start directly).
-    let config = p.config.display().to_string();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(&config) {
-            if let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
+    kill_processes_with_arg(&p.config.display().to_string());
 }
 
 #[test]
@@ -614,7 +556,8 @@ fn portico_upgrade_asks_the_running_process_and_waits_for_the_new_one() {
     assert!(text.starts_with(&format!("upgraded: pid {old} -> ")), "{text}");
     assert!(p.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "the old process drained and exited");
     assert_eq!(Conn::open(p.addr).get("/", "").status, 200, "the new process serves");
-    let new: i32 = text.trim().rsplit(' ').nth(2).and_then(|pid| pid.parse().ok()).expect("new pid");
+    // "upgraded: pid OLD -> NEW (version ...)"
+    let new: i32 = text.split_whitespace().nth(4).and_then(|pid| pid.parse().ok()).expect("new pid");
     unsafe { libc::kill(new, libc::SIGKILL) };
     // Without an admin address there is nothing to ask: a clear error.
     let bare = p.config.with_file_name("bare.yaml");

@@ -47,12 +47,17 @@ impl Portico {
     /// A port found free can be taken by another test's outgoing connection before Portico binds it: when the
     /// process exits before it listens, it is started again on other ports.
     pub fn start_in(dir: &std::path::Path, yaml: &str) -> Portico {
+        Portico::start_binary_in(std::path::Path::new(portico_bin()), dir, yaml)
+    }
+
+    /// Like `start_in`, running the binary at `bin` (another build) instead of this build's.
+    pub fn start_binary_in(bin: &std::path::Path, dir: &std::path::Path, yaml: &str) -> Portico {
         for _ in 0..5 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let config = dir.join("portico.yaml");
             std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
-            let child = Command::new(portico_bin())
+            let child = Command::new(bin)
                 .args(["run", "-c"])
                 .arg(&config)
                 .env("RUST_LOG", "warn")
@@ -68,7 +73,7 @@ impl Portico {
                 return p;
             }
         }
-        panic!("portico did not start (see its error above)");
+        panic!("{} did not start (see its error above)", bin.display());
     }
 
     /// A configuration with one listener, one catch-all route and one cluster over `endpoints`.
@@ -377,5 +382,64 @@ impl Load {
             failed.extend(f);
         }
         (ok, failed)
+    }
+}
+
+/// Requests in a loop on keep-alive connections, as an HTTP client library sends them: a connection closed
+/// before any byte of its response is opened again and the request sent again (what clients do for idempotent
+/// requests); anything else that is not a 200 is a failure, and so is a refused connection (`connect: ...`).
+pub fn client_loop(addr: SocketAddr, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+    let (mut ok, mut failed) = (0usize, Vec::new());
+    let mut stream: Option<TcpStream> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let s = match &mut stream {
+            Some(s) => s,
+            None => match TcpStream::connect(addr) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    stream.insert(s)
+                }
+                Err(e) => {
+                    failed.push(format!("connect: {e}"));
+                    continue;
+                }
+            },
+        };
+        let mut response = Vec::new();
+        let sent = s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").is_ok();
+        let mut buf = [0u8; 4096];
+        while sent && !(response.windows(4).any(|w| w == b"\r\n\r\n") && response.ends_with(b"\n")) {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => response.extend_from_slice(&buf[..n]),
+            }
+        }
+        let text = String::from_utf8_lossy(&response).to_string();
+        if response.is_empty() {
+            stream = None; // closed while idle: send again on a new connection
+            continue;
+        }
+        if text.starts_with("HTTP/1.1 200") {
+            ok += 1;
+        } else {
+            failed.push(text.lines().next().unwrap_or("").to_string());
+        }
+        if text.to_ascii_lowercase().contains("connection: close") {
+            stream = None;
+        }
+    }
+    (ok, failed)
+}
+
+/// SIGKILLs every process whose command line contains `needle` (a test's unique configuration path): for the
+/// processes an upgrade started, which are not the test's children.
+pub fn kill_processes_with_arg(needle: &str) {
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            if let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
     }
 }
