@@ -155,3 +155,41 @@ fn worker_processes_share_the_access_log_and_reopen_it_on_sigusr1() {
     wait_until("100 more lines in the reopened log", Duration::from_secs(5), || lines(&log) == new + 100);
     assert_eq!(lines(&rotated), old, "a worker process still writes to the rotated file");
 }
+
+#[test]
+fn an_upgrade_replaces_the_master_and_its_workers_without_failing_a_request() {
+    let b = Backend::start("b0").unwrap();
+    let mut p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let old_workers = children(p.pid());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, stop) = (p.addr, stop.clone());
+            std::thread::spawn(move || client_loop(addr, stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let old = p.pid();
+    p.signal(libc::SIGUSR2);
+    let status = p.wait_exit(Duration::from_secs(20)).expect("the old master exits after the hand-over");
+    assert!(status.success(), "{status:?}");
+    assert!(old_workers.iter().all(|&pid| !alive(pid)), "the old worker processes drained and exited");
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for c in clients {
+        let (o, f) = c.join().unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 100 && failed.is_empty(), "{ok} requests served, failures: {failed:?}");
+    // The new master runs two new worker processes and answers on the same admin address.
+    let process: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/process").body).unwrap();
+    let new = process["pid"].as_i64().expect("pid") as i32;
+    assert_ne!(new, old);
+    wait_until("the new master's two worker processes", Duration::from_secs(5), || children(new).len() == 2);
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    unsafe { libc::kill(new, libc::SIGTERM) };
+    wait_until("the new master exits", Duration::from_secs(10), || !alive(new));
+}

@@ -18,6 +18,21 @@ pub fn free_port() -> u16 {
 
 pub fn temp_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    // Directories of test runs that have ended are removed, once per test binary (they hold configurations,
+    // certificates and logs, and would pile up over many runs).
+    SWEPT.call_once(|| {
+        for entry in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix("portico-test-").and_then(|rest| rest.split('-').next());
+            if pid
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
     let dir =
         std::env::temp_dir().join(format!("portico-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -84,8 +99,11 @@ impl Portico {
     /// True once it listens; false when the process ended first.
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(15);
+        // The listening socket accepts from the moment it is bound; with an admin API, `/ready` says when the
+        // workers run (and privileges are dropped).
+        let has_admin = std::fs::read_to_string(&self.config).is_ok_and(|c| c.contains(&self.admin.to_string()));
         while Instant::now() < deadline {
-            if TcpStream::connect(self.addr).is_ok() {
+            if TcpStream::connect(self.addr).is_ok() && (!has_admin || answers_ready(self.admin)) {
                 return true;
             }
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -156,6 +174,16 @@ impl Portico {
         }
         None
     }
+}
+
+/// `GET /ready` answered 200, without panicking on a refused or cut connection.
+fn answers_ready(admin: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect(admin) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut head = [0u8; 12];
+    stream.write_all(b"GET /ready HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").is_ok()
+        && stream.read_exact(&mut head).is_ok()
+        && &head == b"HTTP/1.1 200"
 }
 
 fn fill(yaml: &str, listen: SocketAddr, admin: SocketAddr) -> String {
