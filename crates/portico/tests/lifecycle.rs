@@ -284,6 +284,18 @@ fn check_lists_what_a_reload_would_change() {
     assert!(out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("compared"));
 }
 
+/// `portico run -c config` with `NOTIFY_SOCKET` set, as systemd starts a `Type=notify` service.
+fn run_under_notify_socket(config: &std::path::Path, socket: &std::path::Path) -> std::process::Child {
+    Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(config)
+        .env("NOTIFY_SOCKET", socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start portico")
+}
+
 #[test]
 fn systemd_is_told_ready_reloading_and_stopping() {
     use std::os::unix::net::UnixDatagram;
@@ -298,14 +310,7 @@ fn systemd_is_told_ready_reloading_and_stopping() {
         format!("listeners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"127.0.0.1:9\" }} ] }} }}\n"),
     )
     .unwrap();
-    let mut child = Command::new(portico_bin())
-        .args(["run", "-c"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run_under_notify_socket(&config, &socket_path);
     let next = || {
         let mut buf = [0u8; 512];
         let n = socket.recv(&mut buf).expect("a notification");
@@ -338,14 +343,7 @@ fn under_systemd_an_upgrade_makes_the_new_process_the_main_one() {
         format!("shutdown: {{ grace: 2s }}\nadmin: {{ address: \"127.0.0.1:{admin}\" }}\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
     )
     .unwrap();
-    let mut old = Command::new(portico_bin())
-        .args(["run", "-c"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut old = run_under_notify_socket(&config, &socket_path);
     let next = || {
         let mut buf = [0u8; 512];
         socket.recv(&mut buf).map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
@@ -494,13 +492,7 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
         "workers: 2\nshutdown: {{ grace: 10s }}\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n",
         b.addr
     ));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let clients: Vec<_> = (0..8)
-        .map(|_| {
-            let (addr, stop) = (p.addr, stop.clone());
-            std::thread::spawn(move || client_loop(addr, stop))
-        })
-        .collect();
+    let load = Load::reconnecting(p.addr, 8);
     // A long download in flight across the upgrade.
     let download = {
         let addr = p.addr;
@@ -529,13 +521,7 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
         assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
     }
     assert_eq!(p.admin_get("/ready").status, 200);
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (mut ok, mut failed) = (0, Vec::new());
-    for c in clients {
-        let (o, f) = c.join().unwrap();
-        ok += o;
-        failed.extend(f);
-    }
+    let (ok, failed) = load.finish();
     assert!(ok > 100 && failed.is_empty(), "{ok} requests served, failures: {failed:?}");
     assert!(download.join().unwrap() > 30_000_000, "the download across the upgrade was cut short");
     // Stop the new process (a child the test did not start directly).

@@ -162,13 +162,7 @@ fn an_upgrade_replaces_the_master_and_its_workers_without_failing_a_request() {
     let mut p = Portico::start(&config(b.addr));
     wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
     let old_workers = children(p.pid());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let clients: Vec<_> = (0..8)
-        .map(|_| {
-            let (addr, stop) = (p.addr, stop.clone());
-            std::thread::spawn(move || client_loop(addr, stop))
-        })
-        .collect();
+    let load = Load::reconnecting(p.addr, 8);
     std::thread::sleep(Duration::from_millis(300));
     let old = p.pid();
     p.signal(libc::SIGUSR2);
@@ -176,13 +170,7 @@ fn an_upgrade_replaces_the_master_and_its_workers_without_failing_a_request() {
     assert!(status.success(), "{status:?}");
     assert!(old_workers.iter().all(|&pid| !alive(pid)), "the old worker processes drained and exited");
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (mut ok, mut failed) = (0, Vec::new());
-    for c in clients {
-        let (o, f) = c.join().unwrap();
-        ok += o;
-        failed.extend(f);
-    }
+    let (ok, failed) = load.finish();
     assert!(ok > 100 && failed.is_empty(), "{ok} requests served, failures: {failed:?}");
     // The new master runs two new worker processes and answers on the same admin address.
     let process: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/process").body).unwrap();

@@ -7,8 +7,6 @@ use common::*;
 use portico_testkit::Backend;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The old build: the first commit with the SIGUSR2 hand-over.
@@ -188,13 +186,7 @@ fn sigusr2_upgrades_to_a_different_build_under_load_without_failing_a_request() 
         std::net::TcpStream::connect(p.admin).is_ok() && p.admin_get("/ready").status == 200
     });
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..8)
-        .map(|_| {
-            let (addr, stop) = (p.addr, stop.clone());
-            std::thread::spawn(move || client_loop(addr, stop))
-        })
-        .collect();
+    let load = Load::reconnecting(p.addr, 8);
     let size = download_size();
     let download = {
         let url = p.url(&format!("/bytes/{size}"));
@@ -240,13 +232,7 @@ fn sigusr2_upgrades_to_a_different_build_under_load_without_failing_a_request() 
     );
     // Some load on the new process alone, then the tally.
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::SeqCst);
-    let (mut ok, mut failures) = (0, Vec::new());
-    for c in clients {
-        let (o, f) = c.join().expect("client thread");
-        ok += o;
-        failures.extend(f);
-    }
+    let (ok, failures) = load.finish();
     let (refused, failed): (Vec<String>, Vec<String>) = failures.into_iter().partition(|f| f.starts_with("connect:"));
     assert!(refused.is_empty(), "{} connections refused: {refused:?}", refused.len());
     assert!(failed.is_empty(), "{} requests failed: {failed:?}", failed.len());

@@ -400,6 +400,19 @@ impl Load {
         Load { stop, threads }
     }
 
+    /// Like `start`, with `client_loop`'s clients: a keep-alive connection the server closes while idle is opened
+    /// again (for restarts and upgrades, where idle connections are closed on purpose).
+    pub fn reconnecting(addr: SocketAddr, connections: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..connections)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || client_loop(addr, stop))
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
     /// Stops the load: the requests that succeeded, and what the others answered.
     pub fn finish(self) -> (usize, Vec<String>) {
         self.stop.store(true, Ordering::SeqCst);
