@@ -130,7 +130,11 @@ fn running_config(target: &str, asked: bool) -> anyhow::Result<Option<portico_co
 }
 
 pub fn run_file(path: &Path) -> anyhow::Result<()> {
-    let loaded = portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+    // A worker process starts from its master's running configuration, not from a file edited since.
+    let loaded = match crate::processes::masters_configuration() {
+        Some(passed) => passed?,
+        None => portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?,
+    };
     serve(loaded, Some(path.to_path_buf()))
 }
 
@@ -462,7 +466,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut pool = if master {
-        Workers::Processes(crate::processes::Master::new(per_worker, registry.clone()))
+        Workers::Processes(crate::processes::Master::new(per_worker, registry.clone(), shared.clone()))
     } else {
         Workers::Threads(Supervisor {
             first_index: worker_process.map_or(0, |w| w.index),

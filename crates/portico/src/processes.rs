@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 const WORKER_ENV: &str = "PORTICO_WORKER_PROCESS";
 /// Set for a worker process: the descriptor of its end of the master's control socket.
 const CONTROL_FD_ENV: &str = "PORTICO_CONTROL_FD";
+/// Set for a worker process: a memory file holding the master's running configuration, and the name of the file
+/// it came from (paths in it are relative to that file).
+const CONFIG_FD_ENV: &str = "PORTICO_CONFIG_FD";
+const CONFIG_NAME_ENV: &str = "PORTICO_CONFIG_NAME";
 /// Passed descriptors start at or above this number (above anything the master passes on that it inherited).
 const FIRST_FD: RawFd = 1000;
 /// How long a worker process may take to answer the master's `/metrics` or `/admin/clusters` request.
@@ -67,10 +71,16 @@ pub struct Master {
     /// Worker pids, for passing signals on from other threads (a reload through the admin API).
     pids: Arc<Mutex<Vec<Option<u32>>>>,
     registry: Arc<Registry>,
+    /// The running configuration, handed to each worker process as it starts.
+    snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
 }
 
 impl Master {
-    pub fn new(sockets: Vec<Vec<BoundListener>>, registry: Arc<Registry>) -> Master {
+    pub fn new(
+        sockets: Vec<Vec<BoundListener>>,
+        registry: Arc<Registry>,
+        snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
+    ) -> Master {
         let count = sockets.len();
         Master {
             slots: (0..count).map(|_| Slot { child: None, deaths: 0, started: Instant::now(), due: None }).collect(),
@@ -78,6 +88,7 @@ impl Master {
             pids: Arc::new(Mutex::new(vec![None; count])),
             sockets,
             registry,
+            snapshot,
         }
     }
 
@@ -89,11 +100,14 @@ impl Master {
         let (ours, theirs) = UnixStream::pair()?;
         ours.set_read_timeout(Some(CONTROL_TIMEOUT))?;
         ours.set_write_timeout(Some(CONTROL_TIMEOUT))?;
+        let running = self.snapshot.load();
+        let config = running_configuration(&running.source)?;
         let mut passed: Vec<RawFd> = self.sockets[index].iter().map(|l| l.socket.as_raw_fd()).collect();
         passed.push(theirs.as_raw_fd());
+        passed.push(config.as_raw_fd());
         // Above every descriptor being passed, so placing one never overwrites another not yet placed.
         let first = passed.iter().copied().max().map_or(FIRST_FD, |m| (m + 1).max(FIRST_FD));
-        let listeners = passed.len() - 1;
+        let listeners = passed.len() - 2;
         let master = std::process::id() as libc::pid_t;
         let mut command = Command::new("/proc/self/exe");
         // `ps` shows the command line Portico was started with; the process name says which worker it is.
@@ -106,6 +120,8 @@ impl Master {
             .env("LISTEN_FDS", listeners.to_string())
             .env("LISTEN_FDS_FIRST_FD", first.to_string())
             .env(CONTROL_FD_ENV, (first + listeners as RawFd).to_string())
+            .env(CONFIG_FD_ENV, (first + listeners as RawFd + 1).to_string())
+            .env(CONFIG_NAME_ENV, &running.source.file)
             .env_remove("LISTEN_PID")
             .env_remove("NOTIFY_SOCKET")
             .env_remove(crate::systemd::UPGRADE_FROM_ENV)
@@ -127,7 +143,7 @@ impl Master {
             });
         }
         let child = command.spawn()?;
-        drop(theirs);
+        drop((theirs, config));
         if let Ok(mut pids) = self.pids.lock() {
             pids[index] = Some(child.id());
         }
@@ -211,6 +227,36 @@ impl Master {
             }
         }
     }
+}
+
+/// The running configuration's text in a memory file (which a worker process reads whatever it may not open).
+fn running_configuration(loaded: &portico_config::LoadedConfig) -> std::io::Result<std::fs::File> {
+    // SAFETY: memfd_create with a NUL-terminated name; the new descriptor is owned by the returned File.
+    let fd = unsafe { libc::memfd_create(c"portico-config".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and nothing else owns it.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(loaded.source.as_bytes())?;
+    Ok(file)
+}
+
+/// In a worker process: the configuration its master passed (with the master's file name, for the paths in it
+/// that are relative to the file). `None` when this is not a worker process.
+pub fn masters_configuration() -> Option<anyhow::Result<portico_config::LoadedConfig>> {
+    identity()?;
+    let fd: RawFd = std::env::var(CONFIG_FD_ENV).ok()?.parse().ok()?;
+    // SAFETY: the master placed the memory file at this descriptor, and nothing else owns it.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut source = String::new();
+    let read =
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).and_then(|_| file.read_to_string(&mut source));
+    if let Err(e) = read {
+        return Some(Err(anyhow::anyhow!("cannot read the configuration passed by the master: {e}")));
+    }
+    let name = std::env::var(CONFIG_NAME_ENV).unwrap_or_else(|_| "portico.yaml".into());
+    Some(portico_config::load_str(&source, &name).map_err(|e| anyhow::anyhow!("invalid configuration\n{e}")))
 }
 
 /// One request on a control socket: `what\n`, answered by `LENGTH\n` and that many bytes.

@@ -56,10 +56,12 @@ fn worker_processes_serve_and_the_master_sums_their_metrics() {
 
 #[test]
 fn a_killed_worker_process_is_replaced_and_no_connection_is_refused() {
-    let b = Backend::start("b0").unwrap();
+    let (b, b1) = (Backend::start("b0").unwrap(), Backend::start("b1").unwrap());
     let p = Portico::start(&config(b.addr));
     wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
     let before = children(p.pid());
+    // The file is edited but not reloaded: the replacement must run the configuration the others run.
+    p.rewrite_config(&config(b1.addr));
     // A worker process dies the hardest way; the other serves, and connections queued on the dead one's socket
     // wait for its replacement (the master keeps the socket).
     unsafe { libc::kill(before[0], libc::SIGKILL) };
@@ -72,6 +74,9 @@ fn a_killed_worker_process_is_replaced_and_no_connection_is_refused() {
         now.len() == 2 && !now.contains(&before[0])
     });
     assert_eq!(p.metric("portico_worker_restarts_total"), 1.0);
+    for _ in 0..20 {
+        assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b0", "a worker process runs an unapplied file");
+    }
     assert!(before.iter().skip(1).all(|&pid| alive(pid)), "the other worker process was not touched");
 }
 
