@@ -6,13 +6,14 @@ use std::fmt::Write;
 
 /// Families only the master knows: reloads are applied (and counted) there, worker restarts are its doing, and
 /// certificate expiry is the same everywhere.
-const MASTER_FAMILIES: [&str; 5] = [
+const MASTER_FAMILIES: [&str; 4] = [
     "portico_reloads_total",
     "portico_reload_failures_total",
     "portico_config_last_reload_successful",
-    "portico_worker_restarts_total",
     "portico_tls_certificate_expiry_timestamp_seconds",
 ];
+/// Families both count: worker processes restarted by the master, worker threads restarted inside them.
+const SHARED_FAMILIES: [&str; 1] = ["portico_worker_restarts_total"];
 
 /// How samples of the same series from several workers combine.
 fn combine(family: &str) -> fn(f64, f64) -> f64 {
@@ -91,12 +92,28 @@ pub fn merge_metrics(own: &str, workers: &[String]) -> String {
     let mut names: Vec<&str> = mine.iter().map(|(n, _)| n.as_str()).collect();
     names.extend(theirs.iter().map(|(n, _)| n.as_str()).filter(|n| !mine.iter().any(|(m, _)| m == n)));
     for name in names {
-        let from = if MASTER_FAMILIES.contains(&name) { &mine } else { &theirs };
         let header = &mine.iter().chain(&theirs).find(|(n, _)| n == name).map(|(_, f)| &f.header);
         for line in header.iter().flat_map(|h| h.iter()) {
             let _ = writeln!(out, "{line}");
         }
-        for (series, value) in from.iter().filter(|(n, _)| n == name).flat_map(|(_, f)| &f.samples) {
+        let samples = |from: &Vec<(String, Family)>| -> Vec<(String, f64)> {
+            from.iter().filter(|(n, _)| n == name).flat_map(|(_, f)| f.samples.clone()).collect()
+        };
+        let samples = if MASTER_FAMILIES.contains(&name) {
+            samples(&mine)
+        } else if SHARED_FAMILIES.contains(&name) {
+            let mut all = samples(&mine);
+            for (series, value) in samples(&theirs) {
+                match all.iter_mut().find(|(s, _)| *s == series) {
+                    Some((_, total)) => *total += value,
+                    None => all.push((series, value)),
+                }
+            }
+            all
+        } else {
+            samples(&theirs)
+        };
+        for (series, value) in &samples {
             if value.fract() == 0.0 && value.abs() < 1e15 {
                 let _ = writeln!(out, "{series} {}", *value as i64);
             } else {
@@ -131,6 +148,12 @@ mod tests {
         assert!(merged.contains("portico_request_duration_seconds_sum{route=\"a\"} 0.5\n"), "{merged}");
         assert!(merged.contains("portico_endpoint_healthy{endpoint=\"e\"} 0\n"), "{merged}");
         assert!(merged.contains("portico_reloads_total 2\n") && !merged.contains(" 14\n"), "{merged}");
+        let restarts = "# HELP portico_worker_restarts_total W.\n# TYPE portico_worker_restarts_total counter\n";
+        let summed = merge_metrics(
+            &format!("{restarts}portico_worker_restarts_total 1\n"),
+            &[format!("{restarts}portico_worker_restarts_total 2\n"), String::new()],
+        );
+        assert!(summed.contains("portico_worker_restarts_total 3\n"), "{summed}");
         assert_eq!(merged.matches("# HELP portico_requests_total").count(), 1, "{merged}");
         // Families keep the master's order; ones only the workers have follow.
         assert!(merged.find("portico_requests_total").unwrap() < merged.find("portico_reloads_total").unwrap());

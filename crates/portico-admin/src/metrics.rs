@@ -244,7 +244,12 @@ pub fn render(registry: &Registry, snapshot: &Snapshot, reload_ok: bool) -> Stri
         "Access-log batches dropped because the writer fell behind.",
     );
     let _ = writeln!(out, "portico_access_log_dropped_total {}", g.access_log_dropped.load(Ordering::Relaxed));
-    header(&mut out, "portico_worker_restarts_total", "counter", "Worker threads restarted after their runtime died.");
+    header(
+        &mut out,
+        "portico_worker_restarts_total",
+        "counter",
+        "Worker threads (or worker processes) started again after they died.",
+    );
     let _ = writeln!(out, "portico_worker_restarts_total {}", g.worker_restarts.load(Ordering::Relaxed));
     out
 }

@@ -146,6 +146,9 @@ fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
     guard
 }
 
+/// Applies a configuration text (in worker processes, for their master).
+type ApplyFn = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
 /// Applies new configurations: validates fully, swaps the snapshot only when all is well, and records the
 /// outcome for the log, the metrics and the admin API.
 struct Reloader {
@@ -155,17 +158,24 @@ struct Reloader {
     admin: OnceLock<Arc<AdminState>>,
     /// One reload at a time, whatever triggered it.
     lock: Mutex<()>,
-    /// With worker processes: passes a reload the master validated on to them (each loads the file itself).
-    forward: Option<Box<dyn Fn(i32) + Send + Sync>>,
+    /// With worker processes: gives them the configuration text the master validated and applied.
+    forward: Option<ApplyFn>,
 }
 
 impl Reloader {
     fn reload(&self, trigger: &str) -> Result<(), String> {
+        self.reload_from(None, trigger)
+    }
+
+    /// Reloads from the file, or (in a worker process) from the configuration text its master applied.
+    fn reload_from(&self, source: Option<&str>, trigger: &str) -> Result<(), String> {
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         crate::systemd::reloading();
-        let result = portico_config::load_file(&self.path)
-            .and_then(|loaded| portico_http::build(&loaded, &self.registry))
-            .map_err(|e| e.to_string());
+        let loaded = match source {
+            Some(text) => portico_config::load_str(text, &self.path.display().to_string()),
+            None => portico_config::load_file(&self.path),
+        };
+        let result = loaded.and_then(|loaded| portico_http::build(&loaded, &self.registry)).map_err(|e| e.to_string());
         let outcome = match result {
             Ok(next) => {
                 let current = self.shared.load();
@@ -193,11 +203,18 @@ impl Reloader {
                 self.shared.store(next.clone());
                 self.registry.prune_health(&next);
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
-                if let Some(forward) = &self.forward {
-                    forward(libc::SIGHUP);
+                let forwarded = self.forward.as_ref().map_or(Ok(()), |forward| forward(&next.source.source));
+                match forwarded {
+                    Ok(()) => {
+                        tracing::info!(trigger, "configuration reloaded from {}", self.path.display());
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.registry.global.reload_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(trigger, "reload of {}: {e}", self.path.display());
+                        Err(e)
+                    }
                 }
-                tracing::info!(trigger, "configuration reloaded from {}", self.path.display());
-                Ok(())
             }
             Err(errors) => {
                 self.registry.global.reload_failures.fetch_add(1, Ordering::Relaxed);
@@ -349,6 +366,14 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
     stamps
 }
 
+/// In a worker process: a signal meant for the whole Portico goes to the master.
+fn forward_to_master(worker: Option<crate::processes::WorkerIdentity>, signal: i32) {
+    if let Some(w) = worker {
+        // SAFETY: kill(2) on the master's pid, which is this process's parent (checked at start).
+        unsafe { libc::kill(w.master as libc::pid_t, signal) };
+    }
+}
+
 /// What to do about a listener that cannot bind: the common causes have different fixes.
 fn bind_error(e: std::io::Error, address: std::net::SocketAddr, listener: &str) -> anyhow::Error {
     let hint = match e.kind() {
@@ -394,7 +419,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let _log_guard = init_logging(&loaded.config.log.level);
     let worker_process = crate::processes::identity();
     if let Some(identity) = worker_process {
-        crate::processes::name_process(identity);
+        crate::processes::become_worker(identity);
     }
     let master = worker_process.is_none() && loaded.config.process_model == portico_config::ProcessModel::MultiProcess;
     // Limits and statistics are divided among all workers, whichever process runs them.
@@ -422,7 +447,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
         if passed.is_empty() {
             if worker_process.is_some() {
-                return Err(anyhow!("the master passed no socket for listener {:?} ({})", l.name, l.address));
+                // A listener added by a reload: bound at the master's next start, as with threads.
+                tracing::warn!(listener = %l.name, "no socket for {}; restart to apply it", l.address);
+                continue;
             }
             for slot in per_worker.iter_mut() {
                 let socket = worker::bind(l.address).map_err(|e| bind_error(e, l.address, &l.name))?;
@@ -452,6 +479,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             signal(SignalKind::user_defined2())?,
         ))
     })?;
+    if worker_process.is_some() {
+        crate::processes::unblock_signals();
+    }
     // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
         Some(cfg) if !master => {
@@ -480,8 +510,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         })
     };
     let reloader = config_path.map(|path| {
-        let forward: Option<Box<dyn Fn(i32) + Send + Sync>> = match &pool {
-            Workers::Processes(m) => Some(Box::new(m.signaller())),
+        let forward: Option<ApplyFn> = match &pool {
+            Workers::Processes(m) => Some(Box::new(m.reloader())),
             Workers::Threads(_) => None,
         };
         Arc::new(Reloader {
@@ -556,7 +586,12 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         portico_http::health::spawn(shared.clone(), shutdown_rx.clone()).context("cannot start the health checker")?;
     }
     if worker_process.is_some() {
-        crate::processes::serve_control(registry.clone(), shared.clone()).context("cannot answer the master")?;
+        let reloader = reloader.clone();
+        let apply = move |text: &str| match &reloader {
+            Some(r) => r.reload_from(Some(text), "master"),
+            None => Err("no configuration file".to_string()),
+        };
+        crate::processes::serve_control(registry.clone(), shared.clone(), apply).context("cannot answer the master")?;
     }
     if let Some(a) = &admin {
         a.ready.store(true, Ordering::SeqCst);
@@ -582,7 +617,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                // A worker process hands reloads and upgrades to its master (`pidof -s portico` may name a
+                // worker): the master validates, then gives every worker the same configuration.
                 _ = hup.recv() => match &reloader {
+                    _ if worker_process.is_some() => forward_to_master(worker_process, libc::SIGHUP),
                     // Off this thread: a slow DNS answer must not hold up SIGTERM.
                     Some(r) => { let r = r.clone(); tokio::task::spawn_blocking(move || r.reload("SIGHUP")); }
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
@@ -590,7 +628,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 _ = supervise_tick.tick() => pool.check(),
                 _ = usr2.recv() => {
                     if worker_process.is_some() {
-                        tracing::warn!("SIGUSR2 ignored by a worker process: send it to the master");
+                        forward_to_master(worker_process, libc::SIGUSR2);
                         continue;
                     }
                     // Zero-downtime upgrade: the binary now on disk takes over the same sockets; once it says it
@@ -613,7 +651,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                         tracing::info!("access log reopened (SIGUSR1)");
                     }
                     if let Workers::Processes(m) = &pool {
-                        (m.signaller())(libc::SIGUSR1);
+                        m.signal_all(libc::SIGUSR1);
                     }
                 }
                 _ = watch_tick.tick(), if watch && reloader.is_some() => {

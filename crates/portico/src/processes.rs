@@ -1,10 +1,15 @@
 //! `process_model: multi_process`: a small master that binds the sockets, serves the admin API and starts one
-//! worker process per worker, each with its own listening sockets; it restarts a worker process that dies, passes
-//! reloads and log reopening on, and stops them on shutdown.
+//! worker process per worker, each with its own listening sockets and the running configuration; it restarts a
+//! worker process that dies, hands reloads on as the configuration text it validated, and stops them on shutdown.
 //!
 //! Worker processes are the same binary started again (`/proc/self/exe`, so a binary replaced on disk does not
 //! mix versions) rather than `fork()` alone: forking a process that already runs threads (the admin API's, the
 //! log writer's) leaves locks held by threads that do not exist in the child.
+//!
+//! Master and worker talk over a Unix socket pair ("control socket"). The worker's first message says it serves;
+//! then the master asks and the worker answers, each message `ID VERB LENGTH\n` (answers: `ID LENGTH\n`) and
+//! LENGTH bytes. Answers carry the question's id, so an answer that comes after its question timed out is
+//! recognised and skipped.
 
 use portico_http::worker::BoundListener;
 use portico_http::Registry;
@@ -13,11 +18,11 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Set for a worker process: `INDEX/COUNT`.
+/// Set for a worker process: `INDEX/COUNT/MASTER_PID`.
 const WORKER_ENV: &str = "PORTICO_WORKER_PROCESS";
 /// Set for a worker process: the descriptor of its end of the master's control socket.
 const CONTROL_FD_ENV: &str = "PORTICO_CONTROL_FD";
@@ -27,29 +32,58 @@ const CONFIG_FD_ENV: &str = "PORTICO_CONFIG_FD";
 const CONFIG_NAME_ENV: &str = "PORTICO_CONFIG_NAME";
 /// Passed descriptors start at or above this number (above anything the master passes on that it inherited).
 const FIRST_FD: RawFd = 1000;
-/// How long a worker process may take to answer the master's `/metrics` or `/admin/clusters` request.
+/// How long a worker process may take to answer the master.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long worker processes may take to start serving before start-up (or an upgrade) is given up.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The signals a worker process handles, blocked from its start until its handlers are in place (the default
+/// action of SIGHUP or SIGUSR1 would end it).
+const HANDLED_SIGNALS: [libc::c_int; 5] = [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGTERM, libc::SIGINT];
 
 /// Which worker a worker process is.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkerIdentity {
     pub index: usize,
     pub count: usize,
+    pub master: u32,
 }
 
 /// `Some` in a worker process started by a master.
 pub fn identity() -> Option<WorkerIdentity> {
     let value = std::env::var(WORKER_ENV).ok()?;
-    let (index, count) = value.split_once('/')?;
-    let (index, count) = (index.parse().ok()?, count.parse().ok()?);
-    (index < count).then_some(WorkerIdentity { index, count })
+    let mut parts = value.split('/').map(str::parse::<usize>);
+    let (index, count, master) = (parts.next()?.ok()?, parts.next()?.ok()?, parts.next()?.ok()?);
+    (index < count).then_some(WorkerIdentity { index, count, master: master as u32 })
 }
 
-/// In a worker process: names it `portico-w<INDEX>` for `ps`, `top` and `pgrep`.
-pub fn name_process(identity: WorkerIdentity) {
+/// In a worker process, first thing: names it `portico-w<INDEX>` for `ps`, `top` and `pgrep`, and makes sure it
+/// goes when its master does. The parent-death signal set before exec is cleared when the binary has file
+/// capabilities (`setcap`), so it is set again here, and a master already gone is noticed.
+pub fn become_worker(identity: WorkerIdentity) {
     let name = format!("portico-w{}\0", identity.index);
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes (longer names are cut).
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes (longer names are cut);
+    // PR_SET_PDEATHSIG takes a signal number; getppid and kill have no preconditions.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+        if libc::getppid() as u32 != identity.master {
+            libc::kill(libc::getpid(), libc::SIGTERM);
+        }
+    }
+}
+
+/// In a worker process, once its signal handlers are installed: lets the signals blocked since its start (and
+/// any that arrived meanwhile) through.
+pub fn unblock_signals() {
+    // SAFETY: a sigset_t built with sigemptyset/sigaddset, passed to sigprocmask for this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in HANDLED_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 struct Slot {
@@ -60,16 +94,48 @@ struct Slot {
     due: Option<Instant>,
 }
 
-/// Each worker process's control socket, replaced when the process is.
-type Controls = Arc<Vec<Mutex<Option<UnixStream>>>>;
+/// The master's side of the control sockets, shared with the admin API's thread and reloads.
+struct Controls {
+    streams: Vec<Mutex<Option<UnixStream>>>,
+    next_id: AtomicU64,
+    /// Each worker's last metrics, for one that does not answer in time and for counters to go on from when it
+    /// is replaced; and the counters of worker processes that are gone.
+    last_metrics: Mutex<Vec<Option<String>>>,
+    retired: Mutex<String>,
+}
+
+impl Controls {
+    /// Asks every worker process at once; one answer (or error) per worker, in worker order.
+    fn ask_all(&self, verb: &str, body: &str) -> Vec<std::io::Result<String>> {
+        std::thread::scope(|scope| {
+            let asks: Vec<_> = self
+                .streams
+                .iter()
+                .map(|control| {
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    scope.spawn(move || {
+                        let mut guard = control.lock().unwrap_or_else(|p| p.into_inner());
+                        let stream = guard.as_mut().ok_or_else(|| std::io::Error::other("no worker process"))?;
+                        let answer = ask(stream, id, verb, body);
+                        if matches!(&answer, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock
+                            && e.kind() != std::io::ErrorKind::TimedOut)
+                        {
+                            *guard = None; // gone: wait for the next process
+                        }
+                        answer
+                    })
+                })
+                .collect();
+            asks.into_iter().map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked")))).collect()
+        })
+    }
+}
 
 pub struct Master {
     slots: Vec<Slot>,
     /// Each worker's listening sockets, kept for restarts and for an upgrade.
     pub sockets: Vec<Vec<BoundListener>>,
-    controls: Controls,
-    /// Worker pids, for passing signals on from other threads (a reload through the admin API).
-    pids: Arc<Mutex<Vec<Option<u32>>>>,
+    controls: Arc<Controls>,
     registry: Arc<Registry>,
     /// The running configuration, handed to each worker process as it starts.
     snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
@@ -84,16 +150,46 @@ impl Master {
         let count = sockets.len();
         Master {
             slots: (0..count).map(|_| Slot { child: None, deaths: 0, started: Instant::now(), due: None }).collect(),
-            controls: Arc::new((0..count).map(|_| Mutex::new(None)).collect()),
-            pids: Arc::new(Mutex::new(vec![None; count])),
+            controls: Arc::new(Controls {
+                streams: (0..count).map(|_| Mutex::new(None)).collect(),
+                next_id: AtomicU64::new(1),
+                last_metrics: Mutex::new(vec![None; count]),
+                retired: Mutex::new(String::new()),
+            }),
             sockets,
             registry,
             snapshot,
         }
     }
 
-    pub fn start_all(&mut self) -> std::io::Result<()> {
-        (0..self.slots.len()).try_for_each(|index| self.spawn(index))
+    /// Starts every worker process and waits until each serves: start-up (and an upgrade, which waits for this
+    /// process's READY) fails when one cannot, rather than reporting ready while nothing answers.
+    pub fn start_all(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.slots.len() {
+            self.spawn(index)?;
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        for index in 0..self.slots.len() {
+            loop {
+                let mut guard = self.controls.streams[index].lock().unwrap_or_else(|p| p.into_inner());
+                let stream =
+                    guard.as_mut().ok_or_else(|| anyhow::anyhow!("worker process {index} has no control socket"))?;
+                match read_message(stream) {
+                    Ok((0, _)) => break,
+                    Ok(_) => continue,
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => {
+                        let status = self.slots[index].child.as_mut().and_then(|c| c.wait().ok());
+                        let status = status.map_or("ended".to_string(), |s| s.to_string());
+                        anyhow::bail!("worker process {index} exited before it served ({status}); see its error above");
+                    }
+                }
+                if Instant::now() > deadline {
+                    anyhow::bail!("worker process {index} did not start serving within {START_TIMEOUT:?}");
+                }
+            }
+        }
+        Ok(())
     }
 
     fn spawn(&mut self, index: usize) -> std::io::Result<()> {
@@ -108,7 +204,7 @@ impl Master {
         // Above every descriptor being passed, so placing one never overwrites another not yet placed.
         let first = passed.iter().copied().max().map_or(FIRST_FD, |m| (m + 1).max(FIRST_FD));
         let listeners = passed.len() - 2;
-        let master = std::process::id() as libc::pid_t;
+        let master = std::process::id();
         let mut command = Command::new("/proc/self/exe");
         // `ps` shows the command line Portico was started with; the process name says which worker it is.
         if let Some(arg0) = std::env::args_os().next() {
@@ -116,7 +212,7 @@ impl Master {
         }
         command
             .args(std::env::args_os().skip(1))
-            .env(WORKER_ENV, format!("{index}/{}", self.slots.len()))
+            .env(WORKER_ENV, format!("{index}/{}/{master}", self.slots.len()))
             .env("LISTEN_FDS", listeners.to_string())
             .env("LISTEN_FDS_FIRST_FD", first.to_string())
             .env(CONTROL_FD_ENV, (first + listeners as RawFd).to_string())
@@ -126,7 +222,7 @@ impl Master {
             .env_remove("NOTIFY_SOCKET")
             .env_remove(crate::systemd::UPGRADE_FROM_ENV)
             .env_remove(crate::systemd::SYSTEMD_SOCKET_ENV);
-        // SAFETY: between fork and exec only async-signal-safe calls (dup2, prctl, getppid, _exit).
+        // SAFETY: between fork and exec only async-signal-safe calls (dup2, sigprocmask, prctl, getppid, _exit).
         unsafe {
             command.pre_exec(move || {
                 for (i, fd) in passed.iter().enumerate() {
@@ -134,9 +230,16 @@ impl Master {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
+                // Signals wait until the worker's handlers exist (the mask survives exec).
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                for signal in HANDLED_SIGNALS {
+                    libc::sigaddset(&mut set, signal);
+                }
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
                 // The worker goes (draining) when the master does, even on kill -9.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                if libc::getppid() != master {
+                if libc::getppid() as u32 != master {
                     libc::_exit(1);
                 }
                 Ok(())
@@ -144,10 +247,13 @@ impl Master {
         }
         let child = command.spawn()?;
         drop((theirs, config));
-        if let Ok(mut pids) = self.pids.lock() {
-            pids[index] = Some(child.id());
+        // The process this one replaces: its counters go on in the retired total.
+        let previous = self.controls.last_metrics.lock().unwrap_or_else(|p| p.into_inner())[index].take();
+        if let Some(previous) = previous {
+            let mut retired = self.controls.retired.lock().unwrap_or_else(|p| p.into_inner());
+            *retired = portico_admin::merge_metrics("", &[std::mem::take(&mut *retired), counters_only(&previous)]);
         }
-        *self.controls[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(ours);
+        *self.controls.streams[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(ours);
         let slot = &mut self.slots[index];
         slot.child = Some(child);
         slot.started = Instant::now();
@@ -162,9 +268,6 @@ impl Master {
             let slot = &mut self.slots[index];
             if let Some(status) = slot.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 slot.child = None;
-                if let Ok(mut pids) = self.pids.lock() {
-                    pids[index] = None; // the pid may be reused by an unrelated process
-                }
                 // A worker that ran for a minute starts the count again.
                 slot.deaths = if slot.started.elapsed() > Duration::from_secs(60) { 1 } else { slot.deaths + 1 };
                 let backoff = Duration::from_millis(100 << slot.deaths.min(6)).min(Duration::from_secs(5));
@@ -181,38 +284,68 @@ impl Master {
         }
     }
 
-    /// A function that sends `signal` to every worker process (for reloads from any thread).
-    pub fn signaller(&self) -> impl Fn(i32) + Send + Sync + 'static {
-        let pids = self.pids.clone();
-        move |signal| {
-            for pid in pids.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
-                // SAFETY: kill(2) on a child of this process.
-                unsafe { libc::kill(*pid as libc::pid_t, signal) };
+    /// Sends `signal` to every running worker process.
+    pub fn signal_all(&self, signal: i32) {
+        for child in self.slots.iter().filter_map(|s| s.child.as_ref()) {
+            // SAFETY: kill(2) on a child of this process that has not been reaped (its pid cannot be reused).
+            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        }
+    }
+
+    /// For reloads: gives every worker process the configuration text the master validated and applied; `Err`
+    /// names the worker processes that did not apply it.
+    pub fn reloader(&self) -> impl Fn(&str) -> Result<(), String> + Send + Sync + 'static {
+        let controls = self.controls.clone();
+        move |source: &str| {
+            let refusals: Vec<String> = controls
+                .ask_all("reload", source)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(index, answer)| match answer {
+                    Ok(ok) if ok == "ok" => None,
+                    Ok(error) => Some(format!("worker process {index}: {error}")),
+                    Err(e) => Some(format!("worker process {index} did not answer: {e}")),
+                })
+                .collect();
+            match refusals.is_empty() {
+                true => Ok(()),
+                false => {
+                    Err(format!("the master applied it, but not every worker process did:\n{}", refusals.join("\n")))
+                }
             }
         }
     }
 
-    /// For the admin API: asks each worker process for `what` and returns the answers.
+    /// For the admin API: asks each worker process for `what` (`metrics`, `clusters`). For metrics, a worker
+    /// that does not answer in time counts with its last answer, and replaced ones with their last counters, so
+    /// counters never go down.
     pub fn gatherer(&self) -> portico_admin::GatherFn {
         let controls = self.controls.clone();
         Arc::new(move |what: &str| {
-            controls
-                .iter()
-                .filter_map(|control| {
-                    let mut guard = control.lock().unwrap_or_else(|p| p.into_inner());
-                    let answer = ask(guard.as_mut()?, what);
-                    if answer.is_err() {
-                        *guard = None; // out of step or gone: wait for the next process
+            let answers = controls.ask_all(what, "");
+            if what != "metrics" {
+                return answers.into_iter().filter_map(Result::ok).collect();
+            }
+            let mut last = controls.last_metrics.lock().unwrap_or_else(|p| p.into_inner());
+            let mut texts: Vec<String> = answers
+                .into_iter()
+                .enumerate()
+                .filter_map(|(index, answer)| match answer {
+                    Ok(text) => {
+                        last[index] = Some(text.clone());
+                        Some(text)
                     }
-                    answer.ok()
+                    Err(_) => last[index].clone(),
                 })
-                .collect()
+                .collect();
+            texts.push(controls.retired.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            texts
         })
     }
 
     /// Shutdown: every worker process drains (SIGTERM) within `grace`; any still running after it is killed.
     pub fn stop(mut self, grace: Duration) {
-        (self.signaller())(libc::SIGTERM);
+        self.signal_all(libc::SIGTERM);
         drop(std::mem::take(&mut self.sockets));
         let deadline = Instant::now() + grace + Duration::from_secs(1);
         for slot in &mut self.slots {
@@ -227,6 +360,31 @@ impl Master {
             }
         }
     }
+}
+
+/// The counter and histogram families of an exposition (what must keep adding up after its process is gone).
+fn counters_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut keep = false;
+    let mut help = "";
+    for line in text.lines() {
+        if line.starts_with("# HELP ") {
+            help = line;
+            continue;
+        }
+        if let Some(kind) = line.strip_prefix("# TYPE ").and_then(|t| t.split(' ').nth(1)) {
+            keep = matches!(kind, "counter" | "histogram");
+            if keep {
+                out.push_str(help);
+                out.push('\n');
+            }
+        }
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The running configuration's text in a memory file (which a worker process reads whatever it may not open).
@@ -259,31 +417,48 @@ pub fn masters_configuration() -> Option<anyhow::Result<portico_config::LoadedCo
     Some(portico_config::load_str(&source, &name).map_err(|e| anyhow::anyhow!("invalid configuration\n{e}")))
 }
 
-/// One request on a control socket: `what\n`, answered by `LENGTH\n` and that many bytes.
-fn ask(stream: &mut UnixStream, what: &str) -> std::io::Result<String> {
-    stream.write_all(format!("{what}\n").as_bytes())?;
-    let mut length = Vec::with_capacity(12);
+/// Reads one answer: `ID LENGTH\n` and LENGTH bytes.
+fn read_message(stream: &mut UnixStream) -> std::io::Result<(u64, String)> {
+    let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let mut header = Vec::with_capacity(32);
     let mut byte = [0u8; 1];
-    while length.len() < 20 {
+    while byte[0] != b'\n' {
         stream.read_exact(&mut byte)?;
-        if byte[0] == b'\n' {
-            break;
+        header.push(byte[0]);
+        if header.len() > 64 {
+            return Err(invalid("control header too long"));
         }
-        length.push(byte[0]);
     }
-    let length: usize = std::str::from_utf8(&length)
-        .ok()
-        .and_then(|l| l.parse().ok())
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad control answer"))?;
+    let header = std::str::from_utf8(&header).map_err(|_| invalid("control header not UTF-8"))?;
+    let (id, length) = header.trim_end().split_once(' ').ok_or_else(|| invalid("bad control header"))?;
+    let id: u64 = id.parse().map_err(|_| invalid("bad control id"))?;
+    let length: usize = length.parse().map_err(|_| invalid("bad control length"))?;
     let mut body = vec![0u8; length];
     stream.read_exact(&mut body)?;
-    String::from_utf8(body).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    Ok((id, String::from_utf8(body).map_err(|_| invalid("control body not UTF-8"))?))
 }
 
-/// In a worker process: answers the master's requests on the control socket until the master goes.
+/// One question on a control socket, and its answer (older answers, to questions that timed out, are skipped).
+fn ask(stream: &mut UnixStream, id: u64, verb: &str, body: &str) -> std::io::Result<String> {
+    stream.write_all(format!("{id} {verb} {}\n{body}", body.len()).as_bytes())?;
+    let deadline = Instant::now() + CONTROL_TIMEOUT;
+    loop {
+        let (answer_id, answer) = read_message(stream)?;
+        if answer_id == id {
+            return Ok(answer);
+        }
+        if Instant::now() > deadline {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"));
+        }
+    }
+}
+
+/// In a worker process, once it serves: tells the master so, then answers its questions until the master goes
+/// (then this process drains, as on SIGTERM). `apply` applies a configuration text for a reload.
 pub fn serve_control(
     registry: Arc<Registry>,
     snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
+    apply: impl Fn(&str) -> Result<(), String> + Send + 'static,
 ) -> std::io::Result<()> {
     let fd: RawFd = std::env::var(CONTROL_FD_ENV)
         .ok()
@@ -294,18 +469,36 @@ pub fn serve_control(
     // SAFETY: fcntl on the descriptor just taken: not inherited by anything this process starts.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     let mut writer = stream.try_clone()?;
+    writer.write_all(b"0 0\n")?;
     std::thread::Builder::new().name("portico-control".into()).spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { return };
-            let answer = match line.trim() {
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut header = String::new();
+            if !matches!(reader.read_line(&mut header), Ok(n) if n > 0) {
+                break;
+            }
+            let fields: Vec<&str> = header.split_whitespace().collect();
+            let [id, verb, length] = fields[..] else { break };
+            let mut body = vec![0u8; length.parse().unwrap_or(0)];
+            if reader.read_exact(&mut body).is_err() {
+                break;
+            }
+            let answer = match verb {
                 "metrics" => portico_admin::render_metrics(&registry, &snapshot.load(), true),
                 "clusters" => portico_admin::clusters(&snapshot.load_full()).to_string(),
+                "reload" => match apply(&String::from_utf8_lossy(&body)) {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => e,
+                },
                 _ => String::new(),
             };
-            if writer.write_all(format!("{}\n{answer}", answer.len()).as_bytes()).is_err() {
-                return;
+            if writer.write_all(format!("{id} {}\n{answer}", answer.len()).as_bytes()).is_err() {
+                break;
             }
         }
+        // The master is gone (its end closed): drain and exit like on SIGTERM.
+        // SAFETY: kill(2) on our own pid with a signal this process handles.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     })?;
     Ok(())
 }

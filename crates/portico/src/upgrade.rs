@@ -27,11 +27,11 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
     let notify_path = std::env::temp_dir().join(format!("portico-upgrade-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&notify_path);
     let notify = UnixDatagram::bind(&notify_path).context("cannot create the upgrade's notify socket")?;
-    let passed = place(sockets)?;
+    let (first, passed) = place(sockets)?;
     let mut child = Command::new(&exe)
         .args(std::env::args_os().skip(1))
         .env("LISTEN_FDS", sockets.len().to_string())
-        .env("LISTEN_FDS_FIRST_FD", FIRST_FD.to_string())
+        .env("LISTEN_FDS_FIRST_FD", first.to_string())
         .env_remove("LISTEN_PID")
         .env("NOTIFY_SOCKET", &notify_path)
         .env(crate::systemd::UPGRADE_FROM_ENV, std::process::id().to_string())
@@ -63,20 +63,31 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
     result
 }
 
-/// Duplicates `sockets` to consecutive descriptors from `FIRST_FD`, without close-on-exec, so the new process
+/// Duplicates `sockets` to consecutive descriptors from `FIRST_FD` or above every open descriptor (a process
+/// started by an upgrade still holds the ones it inherited there), without close-on-exec, so the new process
 /// inherits exactly those. Returned so the caller closes its copies once the child has started.
-fn place(sockets: &[&TcpListener]) -> anyhow::Result<Vec<OwnedFd>> {
+fn place(sockets: &[&TcpListener]) -> anyhow::Result<(i32, Vec<OwnedFd>)> {
+    let highest_open = std::fs::read_dir("/proc/self/fd")
+        .context("cannot list this process's descriptors")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .max()
+        .unwrap_or(0);
+    let first = FIRST_FD.max(highest_open + 1);
     let mut placed = Vec::with_capacity(sockets.len());
     for (i, socket) in sockets.iter().enumerate() {
-        let target = FIRST_FD + i as i32;
-        // SAFETY: dup2 on a valid open descriptor; the target is a fixed number no other part of Portico uses,
-        // and the new descriptor is owned (and closed) by the returned OwnedFd.
-        let fd = unsafe { libc::dup2(socket.as_raw_fd(), target) };
-        if fd != target {
+        let target = first + i as i32;
+        // SAFETY: F_DUPFD on a valid open descriptor makes a new one, the lowest free at or above `target`:
+        // unlike dup2 it never replaces an open descriptor. Owned (and closed) by the returned OwnedFd.
+        let fd = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD, target) };
+        if fd < 0 {
             return Err(anyhow!("cannot pass socket {i}: {}", std::io::Error::last_os_error()));
         }
-        // SAFETY: `fd` was just created by dup2 and nothing else owns it.
-        placed.push(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: `fd` was just created by fcntl and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if fd.as_raw_fd() != target {
+            return Err(anyhow!("cannot pass socket {i}: descriptor {target} was taken meanwhile; try again"));
+        }
+        placed.push(fd);
     }
-    Ok(placed)
+    Ok((first, placed))
 }

@@ -344,6 +344,7 @@ fn under_systemd_an_upgrade_makes_the_new_process_the_main_one() {
     )
     .unwrap();
     let mut old = run_under_notify_socket(&config, &socket_path);
+    let _cleanup = KillOnDrop(config.clone());
     let next = || {
         let mut buf = [0u8; 512];
         socket.recv(&mut buf).map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
@@ -492,6 +493,7 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
         "workers: 2\nshutdown: {{ grace: 10s }}\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n",
         b.addr
     ));
+    let _cleanup = KillOnDrop(p.config.clone());
     let load = Load::reconnecting(p.addr, 8);
     // A long download in flight across the upgrade.
     let download = {
@@ -529,6 +531,49 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
 }
 
 #[test]
+fn a_process_started_by_an_upgrade_can_be_upgraded_again() {
+    let b = Backend::start("b0").unwrap();
+    let dir = temp_dir();
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!("shutdown: {{ grace: 2s }}\nadmin: {{ address: \"127.0.0.1:{admin}\" }}\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
+    )
+    .unwrap();
+    let log = dir.join("stderr.log");
+    let _cleanup = KillOnDrop(config.clone());
+    let mut first = Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    let pid = || -> Option<i64> {
+        let r = std::panic::catch_unwind(|| Conn::open(admin).get("/admin/process", "")).ok()?;
+        serde_json::from_slice::<serde_json::Value>(&r.body).ok()?["pid"].as_i64()
+    };
+    wait_until("the first process answers", Duration::from_secs(10), || pid() == Some(first.id() as i64));
+    unsafe { libc::kill(first.id() as i32, libc::SIGUSR2) };
+    wait_until("the second process answers", Duration::from_secs(10), || pid().is_some_and(|p| p != first.id() as i64));
+    assert!(first.wait().unwrap().success());
+    let second = pid().unwrap() as i32;
+    // The second holds the sockets it inherited; handing them on must not close them twice.
+    unsafe { libc::kill(second, libc::SIGUSR2) };
+    wait_until("the third process answers", Duration::from_secs(10), || pid().is_some_and(|p| p != second as i64));
+    wait_until("the second process exits", Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{second}/stat")).map_or(true, |s| s.contains(") Z"))
+    });
+    let third = pid().unwrap() as i32;
+    assert_eq!(Conn::open(format!("127.0.0.1:{port}").parse().unwrap()).get("/", "").status, 200);
+    unsafe { libc::kill(third, libc::SIGTERM) };
+    let errors = std::fs::read_to_string(&log).unwrap();
+    assert!(!errors.contains("fatal") && !errors.contains("panicked"), "{errors}");
+}
+
+#[test]
 fn portico_upgrade_asks_the_running_process_and_waits_for_the_new_one() {
     let b = Backend::start("b0").unwrap();
     let mut p = Portico::start(&format!(
@@ -536,6 +581,7 @@ fn portico_upgrade_asks_the_running_process_and_waits_for_the_new_one() {
         b.addr
     ));
     let old = p.pid();
+    let _cleanup = KillOnDrop(p.config.clone());
     let out = Command::new(portico_bin()).args(["upgrade", "-c"]).arg(&p.config).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -60,6 +60,11 @@ fn a_killed_worker_process_is_replaced_and_no_connection_is_refused() {
     let p = Portico::start(&config(b.addr));
     wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
     let before = children(p.pid());
+    for _ in 0..40 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
+    let sample = "portico_requests_total{route=\"all\",cluster=\"app\",status_class=\"2xx\"}";
+    assert_eq!(p.metric(sample), 40.0);
     // The file is edited but not reloaded: the replacement must run the configuration the others run.
     p.rewrite_config(&config(b1.addr));
     // A worker process dies the hardest way; the other serves, and connections queued on the dead one's socket
@@ -78,6 +83,22 @@ fn a_killed_worker_process_is_replaced_and_no_connection_is_refused() {
         assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b0", "a worker process runs an unapplied file");
     }
     assert!(before.iter().skip(1).all(|&pid| alive(pid)), "the other worker process was not touched");
+    // The dead process's requests still count: counters never go down.
+    assert_eq!(p.metric(sample), 100.0, "{}", p.admin_get("/metrics").text());
+    // Signals passed on to a worker process while it starts wait for its handlers (SIGUSR1 would kill it).
+    let current = children(p.pid());
+    unsafe { libc::kill(current[0], libc::SIGKILL) };
+    // From the death until well after the replacement started (it is due 400 ms after the death).
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < until {
+        p.signal(libc::SIGUSR1);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_until("another replacement", Duration::from_secs(5), || {
+        let now = children(p.pid());
+        now.len() == 2 && !now.contains(&current[0])
+    });
+    assert_eq!(p.metric("portico_worker_restarts_total"), 2.0, "a worker process died of a signal");
 }
 
 #[test]
@@ -87,7 +108,8 @@ fn reloads_reach_every_worker_process_and_sigterm_stops_them_all() {
     wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
     let workers = children(p.pid());
     p.rewrite_config(&config(b1.addr));
-    p.signal(libc::SIGHUP);
+    // Sent to a worker process (as `kill -HUP $(pidof -s portico)` may), it goes to the master.
+    unsafe { libc::kill(workers[1], libc::SIGHUP) };
     // Twenty new connections land on both processes: every one must have reloaded.
     wait_until("every worker process routes to b1", Duration::from_secs(5), || {
         (0..20).all(|_| backend_of(&mut Conn::open(p.addr), "/", "") == "b1")
@@ -167,10 +189,12 @@ fn an_upgrade_replaces_the_master_and_its_workers_without_failing_a_request() {
     let mut p = Portico::start(&config(b.addr));
     wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
     let old_workers = children(p.pid());
+    let _cleanup = KillOnDrop(p.config.clone());
     let load = Load::reconnecting(p.addr, 8);
     std::thread::sleep(Duration::from_millis(300));
     let old = p.pid();
-    p.signal(libc::SIGUSR2);
+    // Sent to a worker process, it goes to the master.
+    unsafe { libc::kill(old_workers[0], libc::SIGUSR2) };
     let status = p.wait_exit(Duration::from_secs(20)).expect("the old master exits after the hand-over");
     assert!(status.success(), "{status:?}");
     assert!(old_workers.iter().all(|&pid| !alive(pid)), "the old worker processes drained and exited");
@@ -185,4 +209,40 @@ fn an_upgrade_replaces_the_master_and_its_workers_without_failing_a_request() {
     assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
     unsafe { libc::kill(new, libc::SIGTERM) };
     wait_until("the new master exits", Duration::from_secs(10), || !alive(new));
+}
+
+#[test]
+fn a_worker_process_that_cannot_start_fails_the_start_and_an_upgrade_keeps_the_old_master() {
+    let b = Backend::start("b0").unwrap();
+    // The master does not open the access log; its worker processes do, and cannot here.
+    let unwritable =
+        config(b.addr).replace("listeners:", "access_log: { path: \"/proc/portico/access.log\" }\nlisteners:");
+    let dir = temp_dir();
+    let path = dir.join("bad.yaml");
+    let port = free_port();
+    std::fs::write(
+        &path,
+        unwritable
+            .replace("{listen}", &format!("127.0.0.1:{port}"))
+            .replace("{admin}", &format!("127.0.0.1:{}", free_port())),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(portico_bin()).args(["run", "-c"]).arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("worker process 0 exited before it served"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // An upgrade whose new worker processes cannot start leaves the old master serving.
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    p.rewrite_config(&unwritable);
+    p.signal(libc::SIGUSR2);
+    std::thread::sleep(Duration::from_secs(2));
+    let process: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/process").body).unwrap();
+    assert_eq!(process["pid"].as_i64(), Some(p.pid() as i64), "the old master must keep serving");
+    assert!(alive(p.pid()));
+    for _ in 0..20 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
 }

@@ -474,6 +474,16 @@ pub fn client_loop(addr: SocketAddr, stop: Arc<AtomicBool>) -> (usize, Vec<Strin
 
 /// SIGKILLs every process whose command line contains `needle` (a test's unique configuration path): for the
 /// processes an upgrade started, which are not the test's children.
+/// Kills, when dropped (also when the test fails), every process started with this configuration file: the
+/// processes an upgrade starts are not the test's children.
+pub struct KillOnDrop(pub PathBuf);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        kill_processes_with_arg(&self.0.display().to_string());
+    }
+}
+
 pub fn kill_processes_with_arg(needle: &str) {
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
