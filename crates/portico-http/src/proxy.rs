@@ -394,9 +394,12 @@ async fn read_head(
                 buffers::give_back(&mut client.buf);
                 buffers::give_back_vec(&mut client.out);
             }
+            // On shutdown a kept-alive connection idle between requests is closed (its client sends the next
+            // request on a new one), but a new connection gets its first request answered: its client has not
+            // heard from us and would take a close for a failure (nginx waits for it too, up to header_read).
             tokio::select! {
                 r = timeout_at(deadline, client.io.readable()) => if r.is_err() { return Ok(None) },
-                _ = shutdown.changed() => return Ok(None),
+                _ = shutdown.changed(), if !first => return Ok(None),
             }
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
@@ -404,7 +407,7 @@ async fn read_head(
         }
         let read = tokio::select! {
             r = timeout_at(deadline, client.io.read_buf(&mut client.buf)) => r,
-            _ = shutdown.changed(), if !started => return Ok(None),
+            _ = shutdown.changed(), if !started && !first => return Ok(None),
         };
         match read {
             Err(_) if started => return Err(HeadError { status: 408, reason: "request head not received in time" }),

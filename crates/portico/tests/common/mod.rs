@@ -432,12 +432,16 @@ impl Load {
 pub fn client_loop(addr: SocketAddr, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
     let (mut ok, mut failed) = (0usize, Vec::new());
     let mut stream: Option<TcpStream> = None;
+    // Whether the connection has answered before: a server may close an idle keep-alive connection, never a new one
+    // without an answer.
+    let mut answered = false;
     while !stop.load(Ordering::SeqCst) {
         let s = match &mut stream {
             Some(s) => s,
             None => match TcpStream::connect(addr) {
                 Ok(s) => {
                     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    answered = false;
                     stream.insert(s)
                 }
                 Err(e) => {
@@ -457,9 +461,13 @@ pub fn client_loop(addr: SocketAddr, stop: Arc<AtomicBool>) -> (usize, Vec<Strin
         }
         let text = String::from_utf8_lossy(&response).to_string();
         if response.is_empty() {
+            if !answered {
+                failed.push("a new connection was closed without an answer".to_string());
+            }
             stream = None; // closed while idle: send again on a new connection
             continue;
         }
+        answered = true;
         if text.starts_with("HTTP/1.1 200") {
             ok += 1;
         } else {
