@@ -280,7 +280,10 @@ impl Supervisor {
                 let backoff = Duration::from_millis(100 << in_a_row.min(6)).min(Duration::from_secs(5));
                 self.deaths[index] = (in_a_row, started, Some(now + backoff));
                 self.registry.global.worker_restarts.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(worker = index, "worker died ({why}); starting it again in {backoff:?}");
+                tracing::error!(
+                    worker = self.first_index + index,
+                    "worker died ({why}); starting it again in {backoff:?}"
+                );
             }
             if self.threads[index].is_none() && self.deaths[index].2.is_some_and(|due| due <= now) {
                 match self.spawn(index) {
@@ -289,7 +292,7 @@ impl Supervisor {
                         self.deaths[index].2 = None;
                     }
                     Err(e) => {
-                        tracing::error!(worker = index, "cannot start the worker again: {e}");
+                        tracing::error!(worker = self.first_index + index, "cannot start the worker again: {e}");
                         self.deaths[index].2 = Some(now + Duration::from_secs(5));
                     }
                 }
@@ -327,7 +330,7 @@ fn privdrop_needed() -> bool {
 
 /// Raises the soft limit on open files to the hard limit, and warns when even that is below what the
 /// listeners' connection limits need (a descriptor per client connection, plus pooled upstream connections).
-fn raise_fd_limit(loaded: &LoadedConfig) {
+fn raise_fd_limit(loaded: &LoadedConfig, warn: bool) {
     let limit = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
         Err(e) => {
@@ -338,7 +341,8 @@ fn raise_fd_limit(loaded: &LoadedConfig) {
     let connections: u64 = loaded.config.listeners.iter().map(|l| l.limits.max_connections as u64).sum();
     // Upstream connections are pooled and usually far fewer than client connections: a margin, not a double.
     let needed = connections.saturating_add(1024);
-    if limit < needed {
+    // Worker processes raise their own limit; their master has warned once for all of them.
+    if limit < needed && warn {
         tracing::warn!(
             "the open-file limit is {limit}, but the listeners allow {connections} client connections, which with \
              upstream connections need about {needed} descriptors; raise the hard limit (LimitNOFILE= in the \
@@ -426,7 +430,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let workers = worker_process.map_or_else(|| loaded.config.workers.resolve(), |w| w.count);
     let registry = Arc::new(Registry::new(workers));
     let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
-    raise_fd_limit(&loaded);
+    raise_fd_limit(&loaded, worker_process.is_none());
     portico_http::worker::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
@@ -587,8 +591,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     }
     if worker_process.is_some() {
         let reloader = reloader.clone();
+        let trigger = format!("master, in worker process {}", worker_process.map_or(0, |w| w.index));
         let apply = move |text: &str| match &reloader {
-            Some(r) => r.reload_from(Some(text), "master"),
+            Some(r) => r.reload_from(Some(text), &trigger),
             None => Err("no configuration file".to_string()),
         };
         crate::processes::serve_control(registry.clone(), shared.clone(), apply).context("cannot answer the master")?;
