@@ -166,10 +166,14 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     assert_eq!(idle.get("/", "").status, 200);
     let mut busy = Conn::open(p.addr);
     busy.send(b"GET /slow/1000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    // Connected, request not sent yet: it must be answered, not closed (its client has not heard from us).
+    let mut fresh = Conn::open(p.addr);
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     p.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(200));
+    let r = fresh.get("/", "");
+    assert_eq!((r.status, r.header("connection").as_deref()), (200, Some("close")), "{}", r.text());
     // No new connections once shutting down.
     assert!(std::net::TcpStream::connect(p.addr).is_err(), "still accepting after SIGTERM");
     // The in-flight request completes, marked as the last on its connection.
