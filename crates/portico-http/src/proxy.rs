@@ -345,6 +345,9 @@ enum Arrived {
     Http2,
 }
 
+/// How long a new connection may take to send its first request once the process shuts down.
+const FIRST_REQUEST_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Reads one request head. `Ok(None)`: the connection ended cleanly (client closed, idle timeout, shutdown).
 async fn read_head(
     client: &mut Client,
@@ -395,11 +398,18 @@ async fn read_head(
                 buffers::give_back_vec(&mut client.out);
             }
             // On shutdown a kept-alive connection idle between requests is closed (its client sends the next
-            // request on a new one), but a new connection gets its first request answered: its client has not
-            // heard from us and would take a close for a failure (nginx waits for it too, up to header_read).
+            // request on a new one), but a new connection gets a moment for its first request, which is answered:
+            // its client has not heard from us and would take a close for a failure. A connection that sends
+            // nothing (a preconnect, a probe) does not hold the drain longer than that moment.
             tokio::select! {
                 r = timeout_at(deadline, client.io.readable()) => if r.is_err() { return Ok(None) },
-                _ = shutdown.changed(), if !first => return Ok(None),
+                r = shutdown.changed() => {
+                    if r.is_err() || !first {
+                        return Ok(None);
+                    }
+                    deadline = deadline.min(Instant::now() + FIRST_REQUEST_AT_SHUTDOWN);
+                    continue;
+                }
             }
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
@@ -407,7 +417,13 @@ async fn read_head(
         }
         let read = tokio::select! {
             r = timeout_at(deadline, client.io.read_buf(&mut client.buf)) => r,
-            _ = shutdown.changed(), if !started && !first => return Ok(None),
+            r = shutdown.changed(), if !started => {
+                if r.is_err() || !first {
+                    return Ok(None);
+                }
+                deadline = deadline.min(Instant::now() + FIRST_REQUEST_AT_SHUTDOWN);
+                continue;
+            }
         };
         match read {
             Err(_) if started => return Err(HeadError { status: 408, reason: "request head not received in time" }),

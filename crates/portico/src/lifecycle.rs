@@ -439,22 +439,31 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let inherited = crate::systemd::Inherited::from_env();
     let admin_addr = loaded.config.admin.as_ref().and_then(|a| a.address.parse::<std::net::SocketAddr>().ok());
     let claimed: Vec<std::net::SocketAddr> = snapshot.listeners.iter().map(|l| l.address).chain(admin_addr).collect();
-    inherited.warn_unused(&claimed);
+    if worker_process.is_none() {
+        inherited.warn_unused(&claimed);
+    }
     let mut admin_socket: Option<std::net::TcpListener> = None;
     // A worker process runs one worker thread; the others bind a socket per worker.
     let slots = if worker_process.is_some() { 1 } else { workers };
     let mut per_worker: Vec<Vec<BoundListener>> = (0..slots).map(|_| Vec::new()).collect();
-    for l in &snapshot.listeners {
+    if worker_process.is_some() {
+        // Every socket its master passed, under the listener name it was bound for: after a reload that moved or
+        // removed a listener, the socket still has connections waiting (as a worker thread keeps its socket).
+        let names = crate::processes::listener_names();
+        let sockets = inherited.all().context("cannot use the sockets passed by the master")?;
+        if names.len() != sockets.len() {
+            return Err(anyhow!("the master passed {} sockets for {} listeners", sockets.len(), names.len()));
+        }
+        for (name, socket) in names.into_iter().zip(sockets) {
+            per_worker[0].push(BoundListener { name: Arc::from(name), socket });
+        }
+    }
+    for l in snapshot.listeners.iter().filter(|_| worker_process.is_none()) {
         let name: Arc<str> = Arc::from(l.name.as_str());
         let passed = inherited
             .sockets_for(l.address)
             .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
         if passed.is_empty() {
-            if worker_process.is_some() {
-                // A listener added by a reload: bound at the master's next start, as with threads.
-                tracing::warn!(listener = %l.name, "no socket for {}; restart to apply it", l.address);
-                continue;
-            }
             for slot in per_worker.iter_mut() {
                 let socket = worker::bind(l.address).map_err(|e| bind_error(e, l.address, &l.name))?;
                 slot.push(BoundListener { name: name.clone(), socket });

@@ -34,6 +34,10 @@ const CONFIG_NAME_ENV: &str = "PORTICO_CONFIG_NAME";
 const FIRST_FD: RawFd = 1000;
 /// How long a worker process may take to answer the master.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a worker process may take to apply a reload (it resolves endpoint names).
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Set for a worker process: the names of the listeners its sockets belong to, in order.
+const LISTENERS_ENV: &str = "PORTICO_LISTENERS";
 /// How long worker processes may take to start serving before start-up (or an upgrade) is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The signals a worker process handles, blocked from its start until its handlers are in place (the default
@@ -54,6 +58,11 @@ pub fn identity() -> Option<WorkerIdentity> {
     let mut parts = value.split('/').map(str::parse::<usize>);
     let (index, count, master) = (parts.next()?.ok()?, parts.next()?.ok()?, parts.next()?.ok()?);
     (index < count).then_some(WorkerIdentity { index, count, master: master as u32 })
+}
+
+/// In a worker process: the listener names of the sockets its master passed, in order.
+pub fn listener_names() -> Vec<String> {
+    std::env::var(LISTENERS_ENV).map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default()
 }
 
 /// In a worker process, first thing: names it `portico-w<INDEX>` for `ps`, `top` and `pgrep`, and makes sure it
@@ -94,40 +103,71 @@ struct Slot {
     due: Option<Instant>,
 }
 
+/// One worker process's control socket, with the generation of the process it talks to (answers from a process
+/// already replaced are not counted).
+struct Control {
+    generation: u64,
+    stream: UnixStream,
+}
+
+/// What `/metrics` remembers: each worker's last answer (for one that does not answer in time, and to go on from
+/// when it is replaced) with its generation, and the counters of worker processes that are gone.
+#[derive(Default)]
+struct MetricsMemory {
+    last: Vec<Option<(u64, String)>>,
+    retired: String,
+}
+
 /// The master's side of the control sockets, shared with the admin API's thread and reloads.
 struct Controls {
-    streams: Vec<Mutex<Option<UnixStream>>>,
+    slots: Vec<Mutex<Option<Control>>>,
     next_id: AtomicU64,
-    /// Each worker's last metrics, for one that does not answer in time and for counters to go on from when it
-    /// is replaced; and the counters of worker processes that are gone.
-    last_metrics: Mutex<Vec<Option<String>>>,
-    retired: Mutex<String>,
+    next_generation: AtomicU64,
+    metrics: Mutex<MetricsMemory>,
 }
 
 impl Controls {
-    /// Asks every worker process at once; one answer (or error) per worker, in worker order.
-    fn ask_all(&self, verb: &str, body: &str) -> Vec<std::io::Result<String>> {
+    /// Asks every worker process at once (`timeout` for each); per worker, in worker order, the generation asked
+    /// and the answer (or error).
+    fn ask_all(&self, verb: &str, body: &str, timeout: Duration) -> Vec<(u64, std::io::Result<String>)> {
         std::thread::scope(|scope| {
             let asks: Vec<_> = self
-                .streams
+                .slots
                 .iter()
-                .map(|control| {
+                .map(|slot| {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     scope.spawn(move || {
-                        let mut guard = control.lock().unwrap_or_else(|p| p.into_inner());
-                        let stream = guard.as_mut().ok_or_else(|| std::io::Error::other("no worker process"))?;
-                        let answer = ask(stream, id, verb, body);
-                        if matches!(&answer, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock
-                            && e.kind() != std::io::ErrorKind::TimedOut)
-                        {
-                            *guard = None; // gone: wait for the next process
+                        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+                        let Some(control) = guard.as_mut() else {
+                            return (0, Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not running")));
+                        };
+                        let generation = control.generation;
+                        let answer = ask(&mut control.stream, id, verb, body, timeout);
+                        // A clean timeout leaves the stream in step (the late answer is skipped by its id); any
+                        // other error leaves it out of step or closed: drop it, and the worker process, seeing
+                        // its end closed, drains and is started again.
+                        if matches!(&answer, Err(e) if e.kind() != std::io::ErrorKind::TimedOut) {
+                            *guard = None;
                         }
-                        answer
+                        (generation, answer)
                     })
                 })
                 .collect();
-            asks.into_iter().map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked")))).collect()
+            asks.into_iter().map(|a| a.join().unwrap_or_else(|_| (0, Err(std::io::Error::other("panicked"))))).collect()
         })
+    }
+
+    /// Puts a worker process's control socket in place once it serves. The process this one replaces: its
+    /// counters go on in the retired total (under the same lock as scrapes, so no scrape sees them twice or not
+    /// at all).
+    fn install(&self, index: usize, stream: UnixStream) {
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let mut memory = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, previous)) = memory.last[index].take() {
+            let retired = std::mem::take(&mut memory.retired);
+            memory.retired = portico_admin::merge_metrics("", &[retired, counters_only(&previous)]);
+        }
+        *self.slots[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(Control { generation, stream });
     }
 }
 
@@ -151,10 +191,10 @@ impl Master {
         Master {
             slots: (0..count).map(|_| Slot { child: None, deaths: 0, started: Instant::now(), due: None }).collect(),
             controls: Arc::new(Controls {
-                streams: (0..count).map(|_| Mutex::new(None)).collect(),
+                slots: (0..count).map(|_| Mutex::new(None)).collect(),
                 next_id: AtomicU64::new(1),
-                last_metrics: Mutex::new(vec![None; count]),
-                retired: Mutex::new(String::new()),
+                next_generation: AtomicU64::new(1),
+                metrics: Mutex::new(MetricsMemory { last: vec![None; count], retired: String::new() }),
             }),
             sockets,
             registry,
@@ -165,38 +205,35 @@ impl Master {
     /// Starts every worker process and waits until each serves: start-up (and an upgrade, which waits for this
     /// process's READY) fails when one cannot, rather than reporting ready while nothing answers.
     pub fn start_all(&mut self) -> anyhow::Result<()> {
+        let mut starting = Vec::with_capacity(self.slots.len());
         for index in 0..self.slots.len() {
-            self.spawn(index)?;
+            starting.push(self.spawn(index)?);
         }
         let deadline = Instant::now() + START_TIMEOUT;
-        for index in 0..self.slots.len() {
-            loop {
-                let mut guard = self.controls.streams[index].lock().unwrap_or_else(|p| p.into_inner());
-                let stream =
-                    guard.as_mut().ok_or_else(|| anyhow::anyhow!("worker process {index} has no control socket"))?;
-                match read_message(stream) {
-                    Ok((0, _)) => break,
-                    Ok(_) => continue,
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                    Err(_) => {
+        for (index, (mut stream, config)) in starting.into_iter().enumerate() {
+            if let Err(e) = wait_ready(&mut stream, deadline) {
+                let status = match e.kind() {
+                    std::io::ErrorKind::TimedOut => format!("not serving within {START_TIMEOUT:?}"),
+                    _ => {
                         let status = self.slots[index].child.as_mut().and_then(|c| c.wait().ok());
-                        let status = status.map_or("ended".to_string(), |s| s.to_string());
-                        anyhow::bail!("worker process {index} exited before it served ({status}); see its error above");
+                        format!("exited before it served ({})", status.map_or("ended".into(), |s| s.to_string()))
                     }
-                }
-                if Instant::now() > deadline {
-                    anyhow::bail!("worker process {index} did not start serving within {START_TIMEOUT:?}");
-                }
+                };
+                anyhow::bail!("worker process {index} {status}; see its error above");
             }
+            self.controls.install(index, stream);
+            catch_up(&self.controls, &self.snapshot, index, &config);
         }
         Ok(())
     }
 
-    fn spawn(&mut self, index: usize) -> std::io::Result<()> {
+    /// Starts worker process `index`; returns its control socket (installed once it serves) and the configuration
+    /// it was given.
+    fn spawn(&mut self, index: usize) -> std::io::Result<(UnixStream, Arc<portico_http::Snapshot>)> {
         let (ours, theirs) = UnixStream::pair()?;
         ours.set_read_timeout(Some(CONTROL_TIMEOUT))?;
         ours.set_write_timeout(Some(CONTROL_TIMEOUT))?;
-        let running = self.snapshot.load();
+        let running = self.snapshot.load_full();
         let config = running_configuration(&running.source)?;
         let mut passed: Vec<RawFd> = self.sockets[index].iter().map(|l| l.socket.as_raw_fd()).collect();
         passed.push(theirs.as_raw_fd());
@@ -218,6 +255,7 @@ impl Master {
             .env(CONTROL_FD_ENV, (first + listeners as RawFd).to_string())
             .env(CONFIG_FD_ENV, (first + listeners as RawFd + 1).to_string())
             .env(CONFIG_NAME_ENV, &running.source.file)
+            .env(LISTENERS_ENV, self.sockets[index].iter().map(|l| &*l.name).collect::<Vec<_>>().join(","))
             .env_remove("LISTEN_PID")
             .env_remove("NOTIFY_SOCKET")
             .env_remove(crate::systemd::UPGRADE_FROM_ENV)
@@ -247,18 +285,11 @@ impl Master {
         }
         let child = command.spawn()?;
         drop((theirs, config));
-        // The process this one replaces: its counters go on in the retired total.
-        let previous = self.controls.last_metrics.lock().unwrap_or_else(|p| p.into_inner())[index].take();
-        if let Some(previous) = previous {
-            let mut retired = self.controls.retired.lock().unwrap_or_else(|p| p.into_inner());
-            *retired = portico_admin::merge_metrics("", &[std::mem::take(&mut *retired), counters_only(&previous)]);
-        }
-        *self.controls.streams[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(ours);
         let slot = &mut self.slots[index];
         slot.child = Some(child);
         slot.started = Instant::now();
         slot.due = None;
-        Ok(())
+        Ok((ours, running))
     }
 
     /// Restarts worker processes that exited, with a back-off that grows with repeated deaths.
@@ -276,9 +307,24 @@ impl Master {
                 tracing::error!(worker = index, "worker process exited ({status}); starting it again in {backoff:?}");
             }
             if self.slots[index].child.is_none() && self.slots[index].due.is_some_and(|due| due <= now) {
-                if let Err(e) = self.spawn(index) {
-                    tracing::error!(worker = index, "cannot start the worker process again: {e}");
-                    self.slots[index].due = Some(now + Duration::from_secs(5));
+                match self.spawn(index) {
+                    Ok((mut stream, config)) => {
+                        // Installed once it serves, off this thread (it also handles signals).
+                        let (controls, snapshot) = (self.controls.clone(), self.snapshot.clone());
+                        let waiting = std::thread::Builder::new().name("portico-restart".into()).spawn(move || {
+                            if wait_ready(&mut stream, Instant::now() + START_TIMEOUT).is_ok() {
+                                controls.install(index, stream);
+                                catch_up(&controls, &snapshot, index, &config);
+                            }
+                        });
+                        if let Err(e) = waiting {
+                            tracing::error!(worker = index, "cannot wait for the worker process: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(worker = index, "cannot start the worker process again: {e}");
+                        self.slots[index].due = Some(now + Duration::from_secs(5));
+                    }
                 }
             }
         }
@@ -298,12 +344,15 @@ impl Master {
         let controls = self.controls.clone();
         move |source: &str| {
             let refusals: Vec<String> = controls
-                .ask_all("reload", source)
+                .ask_all("reload", source, RELOAD_TIMEOUT)
                 .into_iter()
                 .enumerate()
-                .filter_map(|(index, answer)| match answer {
+                .filter_map(|(index, (_, answer))| match answer {
                     Ok(ok) if ok == "ok" => None,
                     Ok(error) => Some(format!("worker process {index}: {error}")),
+                    // Starting (or about to be started again): it catches up with the running configuration
+                    // once it serves.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                     Err(e) => Some(format!("worker process {index} did not answer: {e}")),
                 })
                 .collect();
@@ -322,23 +371,24 @@ impl Master {
     pub fn gatherer(&self) -> portico_admin::GatherFn {
         let controls = self.controls.clone();
         Arc::new(move |what: &str| {
-            let answers = controls.ask_all(what, "");
+            let answers = controls.ask_all(what, "", CONTROL_TIMEOUT);
             if what != "metrics" {
-                return answers.into_iter().filter_map(Result::ok).collect();
+                return answers.into_iter().filter_map(|(_, answer)| answer.ok()).collect();
             }
-            let mut last = controls.last_metrics.lock().unwrap_or_else(|p| p.into_inner());
-            let mut texts: Vec<String> = answers
-                .into_iter()
-                .enumerate()
-                .filter_map(|(index, answer)| match answer {
-                    Ok(text) => {
-                        last[index] = Some(text.clone());
-                        Some(text)
-                    }
-                    Err(_) => last[index].clone(),
-                })
-                .collect();
-            texts.push(controls.retired.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            let mut memory = controls.metrics.lock().unwrap_or_else(|p| p.into_inner());
+            let mut texts = Vec::with_capacity(answers.len() + 1);
+            for (index, (generation, answer)) in answers.into_iter().enumerate() {
+                let current =
+                    controls.slots[index].lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.generation);
+                match answer {
+                    // From the process now in the slot: remembered.
+                    Ok(text) if current == Some(generation) => memory.last[index] = Some((generation, text)),
+                    // From a process replaced meanwhile (already counted in the retired total), or none.
+                    _ => {}
+                }
+                texts.extend(memory.last[index].as_ref().map(|(_, text)| text.clone()));
+            }
+            texts.push(memory.retired.clone());
             texts
         })
     }
@@ -417,13 +467,60 @@ pub fn masters_configuration() -> Option<anyhow::Result<portico_config::LoadedCo
     Some(portico_config::load_str(&source, &name).map_err(|e| anyhow::anyhow!("invalid configuration\n{e}")))
 }
 
-/// Reads one answer: `ID LENGTH\n` and LENGTH bytes.
+/// Waits for a worker process's first message, which says it serves.
+fn wait_ready(stream: &mut UnixStream, deadline: Instant) -> std::io::Result<()> {
+    loop {
+        match read_message(stream) {
+            Ok((0, _)) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && Instant::now() < deadline => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A worker process started with a configuration that a reload has replaced since: gives it the running one.
+fn catch_up(
+    controls: &Controls,
+    snapshot: &arc_swap::ArcSwap<portico_http::Snapshot>,
+    index: usize,
+    started_with: &Arc<portico_http::Snapshot>,
+) {
+    let running = snapshot.load_full();
+    if Arc::ptr_eq(&running, started_with) {
+        return;
+    }
+    let mut guard = controls.slots[index].lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(control) = guard.as_mut() {
+        let id = controls.next_id.fetch_add(1, Ordering::Relaxed);
+        match ask(&mut control.stream, id, "reload", &running.source.source, RELOAD_TIMEOUT) {
+            Ok(answer) if answer == "ok" => {}
+            answer => tracing::error!(
+                worker = index,
+                "the restarted worker process did not take the running configuration: {answer:?}"
+            ),
+        }
+    }
+}
+
+/// Reads one answer: `ID LENGTH\n` and LENGTH bytes. A timeout before its first byte is `TimedOut` (the stream
+/// is still in step); one inside the message is `InvalidData` (it is not).
 fn read_message(stream: &mut UnixStream) -> std::io::Result<(u64, String)> {
     let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
     let mut header = Vec::with_capacity(32);
     let mut byte = [0u8; 1];
     while byte[0] != b'\n' {
-        stream.read_exact(&mut byte)?;
+        match stream.read_exact(&mut byte) {
+            Ok(()) => {}
+            Err(e)
+                if header.is_empty()
+                    && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))
+            }
+            Err(e) if header.is_empty() => return Err(e),
+            Err(e) => return Err(invalid(&format!("cut inside a control message: {e}"))),
+        }
         header.push(byte[0]);
         if header.len() > 64 {
             return Err(invalid("control header too long"));
@@ -434,18 +531,25 @@ fn read_message(stream: &mut UnixStream) -> std::io::Result<(u64, String)> {
     let id: u64 = id.parse().map_err(|_| invalid("bad control id"))?;
     let length: usize = length.parse().map_err(|_| invalid("bad control length"))?;
     let mut body = vec![0u8; length];
-    stream.read_exact(&mut body)?;
+    stream.read_exact(&mut body).map_err(|e| invalid(&format!("cut inside a control message: {e}")))?;
     Ok((id, String::from_utf8(body).map_err(|_| invalid("control body not UTF-8"))?))
 }
 
-/// One question on a control socket, and its answer (older answers, to questions that timed out, are skipped).
-fn ask(stream: &mut UnixStream, id: u64, verb: &str, body: &str) -> std::io::Result<String> {
-    stream.write_all(format!("{id} {verb} {}\n{body}", body.len()).as_bytes())?;
-    let deadline = Instant::now() + CONTROL_TIMEOUT;
+/// One question on a control socket, and its answer within `timeout` (older answers, to questions that timed
+/// out, are skipped). A question not written whole is a `BrokenPipe`: the stream is out of step.
+fn ask(stream: &mut UnixStream, id: u64, verb: &str, body: &str, timeout: Duration) -> std::io::Result<String> {
+    stream.set_read_timeout(Some(timeout.min(CONTROL_TIMEOUT)))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream
+        .write_all(format!("{id} {verb} {}\n{body}", body.len()).as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::BrokenPipe, e))?;
+    let deadline = Instant::now() + timeout;
     loop {
-        let (answer_id, answer) = read_message(stream)?;
-        if answer_id == id {
-            return Ok(answer);
+        match read_message(stream) {
+            Ok((answer_id, answer)) if answer_id == id => return Ok(answer),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && Instant::now() < deadline => {}
+            Err(e) => return Err(e),
         }
         if Instant::now() > deadline {
             return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"));

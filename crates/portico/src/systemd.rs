@@ -48,6 +48,19 @@ impl Inherited {
             .collect()
     }
 
+    /// Every passed socket, in the order passed, ready for a worker (as `sockets_for`).
+    pub fn all(&self) -> std::io::Result<Vec<TcpListener>> {
+        self.0
+            .iter()
+            .map(|(_, listener)| {
+                let socket = listener.try_clone()?;
+                socket.set_nonblocking(true)?;
+                socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
+                Ok(socket)
+            })
+            .collect()
+    }
+
     /// Warns about passed sockets no listener uses.
     pub fn warn_unused(&self, used: &[SocketAddr]) {
         for (addr, _) in self.0.iter().filter(|(a, _)| !used.contains(a)) {

@@ -246,3 +246,69 @@ fn a_worker_process_that_cannot_start_fails_the_start_and_an_upgrade_keeps_the_o
         assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
     }
 }
+
+#[test]
+fn scrapes_during_start_up_do_not_hold_it_up() {
+    let b = Backend::start("b0").unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let dir = temp_dir();
+    let path = dir.join("portico.yaml");
+    let yaml = config(b.addr)
+        .replace("{listen}", &format!("127.0.0.1:{port}"))
+        .replace("{admin}", &format!("127.0.0.1:{admin}"));
+    std::fs::write(&path, yaml.replace("workers: 2", "workers: 4")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scraper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", admin)) {
+                    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                    let _ = s.read_to_end(&mut Vec::new());
+                }
+            }
+        })
+    };
+    let _cleanup = KillOnDrop(path.clone());
+    let mut child = std::process::Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // A worker's "serving" message taken for a stale answer by a scrape held start-up for 30 s, then failed it.
+    let admin_addr: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    wait_until("ready while scraped", Duration::from_secs(10), || answers_ready(admin_addr));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    scraper.join().unwrap();
+    assert_eq!(Conn::open(addr).get("/", "").status, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_restarted_worker_process_serves_a_socket_whose_listener_a_reload_moved() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    // The listener moves (applied at the next start); the sockets bound now keep being served meanwhile.
+    let elsewhere = format!("127.0.0.1:{}", free_port());
+    std::fs::write(&p.config, std::fs::read_to_string(&p.config).unwrap().replace(&p.addr.to_string(), &elsewhere))
+        .unwrap();
+    p.signal(libc::SIGHUP);
+    wait_until("the reload", Duration::from_secs(5), || p.metric("portico_reloads_total") == 1.0);
+    let before = children(p.pid());
+    unsafe { libc::kill(before[0], libc::SIGKILL) };
+    wait_until("a replacement worker process", Duration::from_secs(5), || {
+        let now = children(p.pid());
+        now.len() == 2 && !now.contains(&before[0])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..40 {
+        let r = Conn::open(p.addr).get("/", "");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}

@@ -177,7 +177,7 @@ impl Portico {
 }
 
 /// `GET /ready` answered 200, without panicking on a refused or cut connection.
-fn answers_ready(admin: SocketAddr) -> bool {
+pub fn answers_ready(admin: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect(admin) else { return false };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let mut head = [0u8; 12];
