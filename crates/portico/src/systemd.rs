@@ -36,29 +36,12 @@ impl Inherited {
     /// The sockets passed for `addr` (one from systemd; one per worker of the process being upgraded), ready for
     /// a worker: non-blocking, with TCP_NODELAY for the connections they accept.
     pub fn sockets_for(&self, addr: SocketAddr) -> std::io::Result<Vec<TcpListener>> {
-        self.0
-            .iter()
-            .filter(|(a, _)| *a == addr)
-            .map(|(_, listener)| {
-                let socket = listener.try_clone()?;
-                socket.set_nonblocking(true)?;
-                socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
-                Ok(socket)
-            })
-            .collect()
+        self.0.iter().filter(|(a, _)| *a == addr).map(|(_, listener)| ready_for_a_worker(listener)).collect()
     }
 
     /// Every passed socket, in the order passed, ready for a worker (as `sockets_for`).
     pub fn all(&self) -> std::io::Result<Vec<TcpListener>> {
-        self.0
-            .iter()
-            .map(|(_, listener)| {
-                let socket = listener.try_clone()?;
-                socket.set_nonblocking(true)?;
-                socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
-                Ok(socket)
-            })
-            .collect()
+        self.0.iter().map(|(_, listener)| ready_for_a_worker(listener)).collect()
     }
 
     /// Warns about passed sockets no listener uses.
@@ -67,6 +50,13 @@ impl Inherited {
             tracing::warn!("systemd passed a socket for {addr}, which no listener has as its address; it is ignored");
         }
     }
+}
+
+fn ready_for_a_worker(listener: &TcpListener) -> std::io::Result<TcpListener> {
+    let socket = listener.try_clone()?;
+    socket.set_nonblocking(true)?;
+    socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
+    Ok(socket)
 }
 
 fn set_cloexec(socket: &TcpListener) -> std::io::Result<()> {

@@ -334,6 +334,18 @@ fn systemd_is_told_ready_reloading_and_stopping() {
     let _ = child.wait();
 }
 
+/// A configuration in `dir` with a listener and an admin API on free ports (returned) and a 2 s grace.
+fn config_with_admin(dir: &std::path::Path, backend: std::net::SocketAddr) -> (std::path::PathBuf, u16, u16) {
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!("shutdown: {{ grace: 2s }}\nadmin: {{ address: \"127.0.0.1:{admin}\" }}\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{backend}\" }} ] }} }}\n"),
+    )
+    .unwrap();
+    (config, port, admin)
+}
+
 #[test]
 fn under_systemd_an_upgrade_makes_the_new_process_the_main_one() {
     use std::os::unix::net::UnixDatagram;
@@ -342,13 +354,7 @@ fn under_systemd_an_upgrade_makes_the_new_process_the_main_one() {
     let socket_path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
     socket.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let config = dir.join("portico.yaml");
-    std::fs::write(
-        &config,
-        format!("shutdown: {{ grace: 2s }}\nadmin: {{ address: \"127.0.0.1:{admin}\" }}\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
-    )
-    .unwrap();
+    let (config, port, admin) = config_with_admin(&dir, b.addr);
     let mut old = run_under_notify_socket(&config, &socket_path);
     let _cleanup = KillOnDrop(config.clone());
     let next = || {
@@ -417,13 +423,16 @@ fn listeners_take_sockets_passed_by_systemd() {
     let _ = activator.wait();
 }
 
-#[test]
-fn started_as_root_it_goes_on_as_the_configured_user() {
-    let root = std::fs::read_to_string("/proc/self/status")
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
         .unwrap()
         .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    if !root {
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+#[test]
+fn started_as_root_it_goes_on_as_the_configured_user() {
+    if !running_as_root() {
         eprintln!("not root: nothing to drop (CI runs as root)");
         return;
     }
@@ -441,11 +450,7 @@ fn started_as_root_it_goes_on_as_the_configured_user() {
 
 #[test]
 fn a_port_below_1024_needs_only_cap_net_bind_service() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    if !root {
+    if !running_as_root() {
         eprintln!("not root: cannot hand out capabilities (CI runs as root)");
         return;
     }
@@ -540,13 +545,7 @@ fn sigusr2_hands_the_sockets_to_a_new_process_without_failing_a_request() {
 fn a_process_started_by_an_upgrade_can_be_upgraded_again() {
     let b = Backend::start("b0").unwrap();
     let dir = temp_dir();
-    let (port, admin) = (free_port(), free_port());
-    let config = dir.join("portico.yaml");
-    std::fs::write(
-        &config,
-        format!("shutdown: {{ grace: 2s }}\nadmin: {{ address: \"127.0.0.1:{admin}\" }}\nlisteners: [ {{ name: web, address: \"127.0.0.1:{port}\" }} ]\nroutes: [ {{ cluster: app }} ]\nclusters: {{ app: {{ endpoints: [ {{ address: \"{}\" }} ] }} }}\n", b.addr),
-    )
-    .unwrap();
+    let (config, port, admin) = config_with_admin(&dir, b.addr);
     let log = dir.join("stderr.log");
     let _cleanup = KillOnDrop(config.clone());
     let mut first = Command::new(portico_bin())
