@@ -370,6 +370,50 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
     stamps
 }
 
+/// In a worker process: every socket its master passed, under the listener name it was bound for. After a reload
+/// that moved or removed a listener, the socket still has connections waiting (as a worker thread keeps its
+/// socket).
+fn sockets_from_master(inherited: &crate::systemd::Inherited) -> anyhow::Result<Vec<BoundListener>> {
+    let names = crate::processes::listener_names();
+    let sockets = inherited.all().context("cannot use the sockets passed by the master")?;
+    if names.len() != sockets.len() {
+        return Err(anyhow!("the master passed {} sockets for {} listeners", sockets.len(), names.len()));
+    }
+    Ok(names.into_iter().zip(sockets).map(|(name, socket)| BoundListener { name: Arc::from(name), socket }).collect())
+}
+
+/// Each worker's socket on every listener: the ones passed for its address (systemd, an upgrade), or bound now.
+fn bind_listeners(
+    snapshot: &portico_http::Snapshot,
+    inherited: &crate::systemd::Inherited,
+    workers: usize,
+) -> anyhow::Result<Vec<Vec<BoundListener>>> {
+    let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
+    for l in &snapshot.listeners {
+        let name: Arc<str> = Arc::from(l.name.as_str());
+        let passed = inherited
+            .sockets_for(l.address)
+            .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
+        if passed.is_empty() {
+            for slot in per_worker.iter_mut() {
+                let socket = worker::bind(l.address).map_err(|e| bind_error(e, l.address, &l.name))?;
+                slot.push(BoundListener { name: name.clone(), socket });
+            }
+            continue;
+        }
+        // Every passed socket is served (each may hold queued connections): spread over the workers, and a
+        // worker without one shares a duplicate.
+        let count = passed.len();
+        for (i, socket) in passed.iter().enumerate() {
+            per_worker[i % workers].push(BoundListener { name: name.clone(), socket: socket.try_clone()? });
+        }
+        for (w, slot) in per_worker.iter_mut().enumerate().skip(count) {
+            slot.push(BoundListener { name: name.clone(), socket: passed[w % count].try_clone()? });
+        }
+    }
+    Ok(per_worker)
+}
+
 /// In a worker process: a signal meant for the whole Portico goes to the master.
 fn forward_to_master(worker: Option<crate::processes::WorkerIdentity>, signal: i32) {
     if let Some(w) = worker {
@@ -445,41 +489,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let mut admin_socket: Option<std::net::TcpListener> = None;
     // A worker process runs one worker thread; the others bind a socket per worker.
     let slots = if worker_process.is_some() { 1 } else { workers };
-    let mut per_worker: Vec<Vec<BoundListener>> = (0..slots).map(|_| Vec::new()).collect();
-    if worker_process.is_some() {
-        // Every socket its master passed, under the listener name it was bound for: after a reload that moved or
-        // removed a listener, the socket still has connections waiting (as a worker thread keeps its socket).
-        let names = crate::processes::listener_names();
-        let sockets = inherited.all().context("cannot use the sockets passed by the master")?;
-        if names.len() != sockets.len() {
-            return Err(anyhow!("the master passed {} sockets for {} listeners", sockets.len(), names.len()));
-        }
-        for (name, socket) in names.into_iter().zip(sockets) {
-            per_worker[0].push(BoundListener { name: Arc::from(name), socket });
-        }
-    }
-    for l in snapshot.listeners.iter().filter(|_| worker_process.is_none()) {
-        let name: Arc<str> = Arc::from(l.name.as_str());
-        let passed = inherited
-            .sockets_for(l.address)
-            .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
-        if passed.is_empty() {
-            for slot in per_worker.iter_mut() {
-                let socket = worker::bind(l.address).map_err(|e| bind_error(e, l.address, &l.name))?;
-                slot.push(BoundListener { name: name.clone(), socket });
-            }
-            continue;
-        }
-        // Every passed socket is served (each may hold queued connections): spread over the workers, and a
-        // worker without one shares a duplicate.
-        let count = passed.len();
-        for (i, socket) in passed.iter().enumerate() {
-            per_worker[i % slots].push(BoundListener { name: name.clone(), socket: socket.try_clone()? });
-        }
-        for (w, slot) in per_worker.iter_mut().enumerate().skip(count) {
-            slot.push(BoundListener { name: name.clone(), socket: passed[w % count].try_clone()? });
-        }
-    }
+    let per_worker = match worker_process {
+        Some(_) => vec![sockets_from_master(&inherited)?],
+        None => bind_listeners(&snapshot, &inherited, workers)?,
+    };
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

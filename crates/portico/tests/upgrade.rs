@@ -182,11 +182,7 @@ fn sigusr2_upgrades_to_a_different_build_under_load_without_failing_a_request() 
         ),
     );
     let old_pid = p.pid();
-    // The old build handles signals only from about when it reports ready (a later commit made that earlier):
-    // a SIGUSR2 before would kill it.
-    wait_until("the old build is ready", Duration::from_secs(10), || {
-        std::net::TcpStream::connect(p.admin).is_ok() && p.admin_get("/ready").status == 200
-    });
+    // `start_binary_in` returned once `/ready` answered 200: the old build handles SIGUSR2 from then on.
 
     let load = Load::reconnecting(p.addr, 8);
     let size = download_size();
