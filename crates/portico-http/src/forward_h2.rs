@@ -8,8 +8,9 @@ use crate::balancer::{NoPick, Pick, PickInput};
 use crate::codec::Known;
 use crate::codec::{self, Parsed, RequestHead};
 use crate::http2::Connection;
-use crate::proxy::{another_endpoint, answer, may_retry, record, Client, InflightGuard, Next, Outcome, ReqBody};
+use crate::proxy::{another_endpoint, answer, record, Client, InflightGuard, Next, Outcome, ReqBody};
 use crate::relay::{relay_body, write_timed, RelayError};
+use crate::retry::{may_retry, RetryGauge};
 use crate::snapshot::ListenerSettings;
 use crate::snapshot::{Cluster, Snapshot};
 use crate::stats::{class_index, slot};
@@ -138,16 +139,17 @@ pub(crate) async fn forward(
         return fail(503, "too many requests in flight to the cluster (circuit breaker)", None, 0);
     }
 
-    let (pick, sender, retries) = match connect_any(ctx, cluster, &head, peer).await {
+    let mut retrying = RetryGauge::new(counters);
+    let (pick, sender) = match connect_any(ctx, cluster, &head, peer, &mut retrying).await {
         Ok(connected) => connected,
-        Err(NotConnected { failure, upstream, retries }) => {
-            return fail(failure.status, failure.reason, upstream, retries)
+        Err(NotConnected { failure, upstream }) => {
+            return fail(failure.status, failure.reason, upstream, retrying.count())
         }
     };
     let endpoint = &cluster.endpoints[pick.index];
     let (mut parts, body) = req.into_parts();
     if let Err(reason) = crate::upstream_h2::prepare(&mut parts, &head, cluster, endpoint, &conn.facts) {
-        return fail(400, reason, None, retries);
+        return fail(400, reason, None, retrying.count());
     }
     // The response-head timeout starts when the request body has been sent (a client-streaming call may
     // send for a long time first).
@@ -155,6 +157,8 @@ pub(crate) async fn forward(
     let body: UpBody = Watched { body, sent: Some(sent.clone()) }.boxed_unsync();
     counters.requests.add(1);
     endpoint.begin(worker);
+    // `Finish` takes the retries off the in-flight count when the response ends.
+    let retries = retrying.disarm();
     let upstream_started = Instant::now();
     // From here the guard counts the request down and logs it, however it ends (a client that resets the
     // stream drops this future: 499).
@@ -203,11 +207,10 @@ pub(crate) async fn forward(
     }
 }
 
-/// Why no connection could be had: the last failure, the last endpoint tried, the retries spent.
+/// Why no connection could be had: the last failure and the last endpoint tried.
 pub(crate) struct NotConnected {
     pub failure: UpstreamFailure,
     pub upstream: Option<SocketAddr>,
-    pub retries: u32,
 }
 
 /// Picks an endpoint and gets a connection to it, trying others (within the retry policy) while connections
@@ -217,13 +220,13 @@ async fn connect_any(
     cluster: &Cluster,
     head: &RequestHead,
     peer: IpAddr,
-) -> Result<(Pick, SendRequest<UpBody>, u32), NotConnected> {
+    retrying: &mut RetryGauge<'_>,
+) -> Result<(Pick, SendRequest<UpBody>), NotConnected> {
     let worker = ctx.index;
     let counters = slot(&cluster.stats.slots, worker);
     let input = PickInput { req: head, client_ip: peer, worker };
     let policy = &cluster.settings.retries;
     let mut tried = Vec::new();
-    let mut retries = 0u32;
     let mut failure = UpstreamFailure::upstream(502, "no upstream endpoint could be reached");
     let mut upstream = None;
     loop {
@@ -232,26 +235,25 @@ async fn connect_any(
             Err(NoPick::NoneHealthy) if tried.is_empty() => {
                 counters.no_healthy_endpoint.inc();
                 let failure = UpstreamFailure::breaker("no healthy upstream endpoint");
-                return Err(NotConnected { failure: UpstreamFailure { status: 503, ..failure }, upstream, retries });
+                return Err(NotConnected { failure: UpstreamFailure { status: 503, ..failure }, upstream });
             }
-            Err(_) => return Err(NotConnected { failure, upstream, retries }),
+            Err(_) => return Err(NotConnected { failure, upstream }),
         };
         let endpoint = &cluster.endpoints[pick.index];
         upstream = Some(endpoint.addr);
         match crate::upstream_h2::sender(ctx, cluster, endpoint).await {
-            Ok(sender) => return Ok((pick, sender, retries)),
+            Ok(sender) => return Ok((pick, sender)),
             Err(f) => {
                 if f.fault == Fault::Upstream {
                     observe(cluster, endpoint, worker, Observed::GatewayFailure);
                 }
                 failure = f;
                 tried.push(pick.index);
-                if another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
-                    retries += 1;
-                    counters.retries.inc();
+                if another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
+                    retrying.add();
                     continue;
                 }
-                return Err(NotConnected { failure, upstream, retries });
+                return Err(NotConnected { failure, upstream });
             }
         }
     }
@@ -285,7 +287,9 @@ impl Finish {
         let cluster = &self.snapshot.clusters[self.cluster];
         let endpoint = &cluster.endpoints[self.endpoint];
         endpoint.end(worker);
-        slot(&cluster.stats.slots, worker).requests.add(-1);
+        let counters = slot(&cluster.stats.slots, worker);
+        counters.requests.add(-1);
+        counters.retries_active.add(-i64::from(self.retries));
         let upstream_time = self.upstream_started.elapsed();
         let endpoint_slot = slot(&endpoint.stats.slots, worker);
         endpoint_slot.by_class[class_index(self.status)].inc();
@@ -394,12 +398,13 @@ pub(crate) async fn from_http1(
         };
         parts.headers.append(name, value);
     }
-    let (pick, sender, retries) = match connect_any(ctx, cluster, head, client.peer.ip()).await {
+    let mut retrying = RetryGauge::new(slot(&cluster.stats.slots, worker));
+    let (pick, sender) = match connect_any(ctx, cluster, head, client.peer.ip(), &mut retrying).await {
         Ok(connected) => connected,
-        Err(NotConnected { failure, upstream, retries }) => {
+        Err(NotConnected { failure, upstream }) => {
             let mut outcome = answer(client, head, failure.status, failure.reason, body_done).await;
             outcome.upstream = upstream;
-            outcome.retries = retries;
+            outcome.retries = retrying.count();
             return outcome;
         }
     };
@@ -422,7 +427,11 @@ pub(crate) async fn from_http1(
             if head.expect_continue && !head.http10 {
                 let continued = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout);
                 if continued.await.is_err() {
-                    return Outcome { upstream: Some(endpoint.addr), retries, ..Outcome::local(Next::Close, 499, 0) };
+                    return Outcome {
+                        upstream: Some(endpoint.addr),
+                        retries: retrying.count(),
+                        ..Outcome::local(Next::Close, 499, 0)
+                    };
                 }
             }
             let (mut writer, reader) = tokio::io::duplex(64 * 1024);
@@ -448,7 +457,7 @@ pub(crate) async fn from_http1(
                 relayed = &mut pump => match relayed {
                     Ok(_) => (exchange.await, false),
                     Err(RelayError::Source(_)) => {
-                        return Outcome { upstream: Some(endpoint.addr), retries, ..Outcome::local(Next::Close, 499, 0) };
+                        return Outcome { upstream: Some(endpoint.addr), retries: retrying.count(), ..Outcome::local(Next::Close, 499, 0) };
                     }
                     // The upstream stopped taking the body: its answer (or failure) is what the client gets.
                     Err(RelayError::Dest) => (exchange.await, true),
@@ -468,7 +477,7 @@ pub(crate) async fn from_http1(
             let mut outcome = answer(client, head, failure.status, failure.reason, !close).await;
             outcome.upstream = Some(endpoint.addr);
             outcome.upstream_time = Some(started.elapsed());
-            outcome.retries = retries;
+            outcome.retries = retrying.count();
             return outcome;
         }
     };
@@ -479,7 +488,14 @@ pub(crate) async fn from_http1(
     let upstream_time = started.elapsed();
     endpoint_slot.by_class[class_index(status)].inc();
     endpoint_slot.duration.observe(upstream_time);
-    Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
+    Outcome {
+        next,
+        status,
+        bytes,
+        upstream: Some(endpoint.addr),
+        upstream_time: Some(upstream_time),
+        retries: retrying.count(),
+    }
 }
 
 /// An HTTP/2 upstream's response on its way to an HTTP/1 client.

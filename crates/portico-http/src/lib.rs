@@ -13,6 +13,7 @@ mod pipeline;
 pub mod pool;
 mod proxy;
 mod relay;
+mod retry;
 pub mod router;
 pub mod snapshot;
 pub mod stats;

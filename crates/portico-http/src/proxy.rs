@@ -10,6 +10,7 @@ use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, Res
 use crate::io::Stream;
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
+use crate::retry::{backoff, may_retry, RetryGauge};
 use crate::router::CompiledRoute;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::stats::{class_index, slot};
@@ -578,8 +579,7 @@ async fn handle_request(
     let idempotent = head.is_idempotent();
     let mut tried: Vec<usize> = Vec::new();
     let mut fresh_only = false;
-    let mut retries = 0u32;
-    let mut retrying = RetryGauge { counters, count: 0 };
+    let mut retrying = RetryGauge::new(counters);
     let mut last = UpstreamFailure::upstream(502, "no upstream endpoint could be reached");
     let mut last_upstream = None;
     loop {
@@ -619,15 +619,14 @@ async fn handle_request(
                 upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
                 tried.push(pick.index);
                 // Nothing reached the upstream: any request may go to another endpoint.
-                if another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
-                    retries += 1;
+                if another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
                     retrying.add();
                     continue;
                 }
                 break;
             }
             Err(Failed { failure: f, .. }) if f.fault == Fault::ClientGone => {
-                return Outcome { retries, ..Outcome::local(Next::Close, 499, 0) };
+                return Outcome { retries: retrying.count(), ..Outcome::local(Next::Close, 499, 0) };
             }
             Err(Failed { failure: f, reused: true, batch_lost, .. }) if f.retry_fresh && replayable => {
                 // A pooled connection the upstream had closed, or a pipelined batch that lost its connection:
@@ -635,7 +634,6 @@ async fn handle_request(
                 // reached the upstream in; the second may have reached it, so it counts as a retry (outside
                 // `attempts` and the budget: refusing it would turn one broken batch into many errors).
                 if batch_lost {
-                    retries += 1;
                     retrying.add();
                 }
                 fresh_only = true;
@@ -654,18 +652,17 @@ async fn handle_request(
                         && idempotent
                         && replayable
                         && another_endpoint(cluster, &tried)
-                        && may_retry(retries, policy, counters)
+                        && may_retry(retrying.count(), policy, counters)
                     {
-                        retries += 1;
                         retrying.add();
-                        backoff(policy, retries).await;
+                        backoff(policy, retrying.count()).await;
                         continue;
                     }
                 }
                 let mut outcome = answer(client, head, f.status, f.reason, body.consumed()).await;
                 outcome.upstream = Some(endpoint.addr);
                 outcome.upstream_time = Some(attempt_started.elapsed());
-                outcome.retries = retries;
+                outcome.retries = retrying.count();
                 return outcome;
             }
         };
@@ -687,23 +684,22 @@ async fn handle_request(
                 bytes,
                 upstream: Some(endpoint.addr),
                 upstream_time: Some(upstream_time),
-                retries,
+                retries: retrying.count(),
             };
         }
         let retry_on_status = policy.on_status.contains(&status) && idempotent && replayable;
         if retry_on_status {
             tried.push(pick.index);
         }
-        if retry_on_status && another_endpoint(cluster, &tried) && may_retry(retries, policy, counters) {
+        if retry_on_status && another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
             // Drop this response (and its connection) and try another endpoint. Without one left, the
             // response is passed on as it is.
             endpoint_slot.by_class[class_index(status)].inc();
-            retries += 1;
             retrying.add();
             if let Source::Conn(conn) = source {
                 pipeline::discard(ctx, cluster, endpoint, conn, &resp.1);
             }
-            backoff(policy, retries).await;
+            backoff(policy, retrying.count()).await;
             continue;
         }
         // The request body may still be partly unread when the upstream answered early.
@@ -730,33 +726,13 @@ async fn handle_request(
             bytes,
             upstream: Some(endpoint.addr),
             upstream_time: Some(upstream_time),
-            retries,
+            retries: retrying.count(),
         };
     }
     let mut outcome = answer(client, head, last.status, last.reason, body.consumed()).await;
     outcome.upstream = last_upstream;
-    outcome.retries = retries;
+    outcome.retries = retrying.count();
     outcome
-}
-
-/// Counts a request's retries, and keeps them in the cluster's in-flight retries while the request lasts.
-struct RetryGauge<'a> {
-    counters: &'a crate::stats::ClusterSlot,
-    count: i64,
-}
-
-impl RetryGauge<'_> {
-    fn add(&mut self) {
-        self.counters.retries.inc();
-        self.counters.retries_active.add(1);
-        self.count += 1;
-    }
-}
-
-impl Drop for RetryGauge<'_> {
-    fn drop(&mut self) {
-        self.counters.retries_active.add(-self.count);
-    }
 }
 
 /// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.
@@ -785,34 +761,6 @@ async fn read_small_body(
 /// Whether some endpoint is left to retry on.
 pub(crate) fn another_endpoint(cluster: &Cluster, tried: &[usize]) -> bool {
     cluster.balancer.has_candidate(&cluster.endpoints, tried, cluster.settings.panic_mode)
-}
-
-/// Whether one more retry is allowed: attempts left, and the retry budget (retries in flight at most
-/// `budget_percent` of the requests in flight, or `min_retry_concurrency`) not spent.
-pub(crate) fn may_retry(
-    done: u32,
-    policy: &crate::snapshot::RetrySettings,
-    counters: &crate::stats::ClusterSlot,
-) -> bool {
-    if done >= policy.attempts {
-        return false;
-    }
-    let budget =
-        (counters.requests.get() * i64::from(policy.budget_percent) / 100).max(i64::from(policy.min_retry_concurrency));
-    if counters.retries_active.get() >= budget {
-        counters.retries_budget_exhausted.inc();
-        return false;
-    }
-    true
-}
-
-/// Full jitter: a random wait up to `backoff * 2^(retry-1)`, capped at `max_backoff`.
-async fn backoff(policy: &crate::snapshot::RetrySettings, retry: u32) {
-    let cap = policy.backoff.saturating_mul(1u32 << (retry.saturating_sub(1)).min(16)).min(policy.max_backoff);
-    let micros = cap.as_micros() as u64;
-    if micros > 0 {
-        tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=micros))).await;
-    }
 }
 
 /// Skips a body already received in full so the connection can serve the next request; otherwise the
