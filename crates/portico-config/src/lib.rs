@@ -2,12 +2,14 @@
 //! `file:line:col` with a hint. Loading never has side effects, so a reload can validate before anything changes.
 
 mod diff;
+mod route;
 mod schema;
 mod spans;
 mod units;
 mod validate;
 
 pub use diff::{diff, Change};
+pub use route::*;
 pub use schema::*;
 pub use spans::{Position, SpanIndex};
 pub use units::{parse_size, ByteSize, HumanDuration};

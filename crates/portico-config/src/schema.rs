@@ -13,7 +13,10 @@ pub struct Config {
     pub workers: Workers,
     pub listeners: Vec<Listener>,
     #[serde(default)]
-    pub routes: Vec<Route>,
+    pub routes: Vec<crate::route::Route>,
+    /// Filters run for every route, before the route's own.
+    #[serde(default)]
+    pub filters: Vec<crate::route::Filter>,
     #[serde(default)]
     pub clusters: BTreeMap<String, Cluster>,
     #[serde(default)]
@@ -120,6 +123,9 @@ pub struct Listener {
     pub tls: Option<ListenerTls>,
     #[serde(default)]
     pub http2: ListenerHttp2,
+    /// How request paths are normalised before routing and forwarding.
+    #[serde(default)]
+    pub paths: crate::route::PathPolicy,
 }
 
 /// HTTP/2 from clients: through ALPN on TLS listeners, by prior knowledge (h2c) on plain ones.
@@ -271,61 +277,6 @@ impl Default for ListenerLimits {
             max_connections: 10_000,
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Route {
-    /// Optional name, used in logs and (later) metrics. Defaults to `route-N` (its position, from 0).
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(rename = "match", default)]
-    pub matcher: RouteMatch,
-    pub cluster: String,
-    /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
-    /// those on a TLS listener are proxied to `cluster`.
-    #[serde(default)]
-    pub redirect_https: Option<RedirectHttps>,
-}
-
-/// `redirect_https: true`, or with settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RedirectHttps {
-    Enabled(bool),
-    With(RedirectSettings),
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedirectSettings {
-    /// The HTTPS port in the `Location`. Default: the port of the only TLS listener, else 443.
-    pub port: Option<u16>,
-    /// 301, 302, 307 or 308. Default: 301 for GET and HEAD, 308 (which keeps the method and body) otherwise.
-    pub status: Option<u16>,
-}
-
-impl RedirectHttps {
-    /// The settings when the redirect is on.
-    pub fn settings(&self) -> Option<RedirectSettings> {
-        match self {
-            RedirectHttps::Enabled(true) => Some(RedirectSettings::default()),
-            RedirectHttps::Enabled(false) => None,
-            RedirectHttps::With(s) => Some(s.clone()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteMatch {
-    pub path_prefix: Option<String>,
-    pub path: Option<String>,
-    /// `example.com` or `*.example.com`; compared without the port, case-insensitively.
-    pub host: Option<String>,
-    pub methods: Option<Vec<String>>,
-    /// Header name to exact value; every listed header must be present with that value.
-    pub headers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

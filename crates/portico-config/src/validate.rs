@@ -89,9 +89,7 @@ fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> 
     head.eq_ignore_ascii_case(prefix).then(|| &text[prefix.len()..])
 }
 
-fn is_token(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
+use crate::route::is_token;
 
 pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
     let cfg = &loaded.config;
@@ -286,6 +284,9 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
         }
     }
 
+    for (j, f) in cfg.filters.iter().enumerate() {
+        crate::route::validate_filter(f, &format!("filters[{j}]"), None, &mut err);
+    }
     for (i, r) in cfg.routes.iter().enumerate() {
         let base = format!("routes[{i}]");
         if let Some(redirect) = r.redirect_https.as_ref().and_then(|r| r.settings()) {
@@ -307,14 +308,15 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 );
             }
         }
-        if !cfg.clusters.contains_key(&r.cluster) {
+        crate::route::validate_route(r, &base, &mut err);
+        if let Some(cluster) = r.cluster.as_ref().filter(|c| !cfg.clusters.contains_key(*c)) {
             let known: Vec<&str> = cfg.clusters.keys().map(String::as_str).collect();
             let hint = if known.is_empty() {
                 "define it under `clusters:`".to_string()
             } else {
                 format!("known clusters: {}", known.join(", "))
             };
-            err(&format!("{base}.cluster"), format!("route refers to unknown cluster {:?}", r.cluster), Some(&hint));
+            err(&format!("{base}.cluster"), format!("route refers to unknown cluster {cluster:?}"), Some(&hint));
         }
         let m = &r.matcher;
         if m.path.is_some() && m.path_prefix.is_some() {

@@ -140,6 +140,8 @@ pub struct RequestHead {
     pub connection: Vec<Span>,
     /// Empty lines skipped before the request line.
     skipped: u32,
+    /// What normalisation and filters changed; `None` for a request forwarded as it was read.
+    pub edits: Option<Box<crate::message::HeadEdits>>,
 }
 
 impl RequestHead {
@@ -154,8 +156,11 @@ impl RequestHead {
     pub fn target(&self) -> &[u8] {
         self.target.get(&self.buf)
     }
-    /// The path and query in origin-form, as forwarded upstream.
+    /// The path and query in origin-form, as forwarded upstream (after normalisation and rewrites).
     pub fn origin_form(&self) -> &[u8] {
+        if let Some((target, _)) = self.edits.as_ref().and_then(|e| e.target.as_ref()) {
+            return target;
+        }
         let t = self.target();
         if t == b"*" {
             return t;
@@ -167,8 +172,11 @@ impl RequestHead {
             rest
         }
     }
-    /// The path alone, for routing.
+    /// The path alone, for routing (after normalisation and rewrites).
     pub fn path(&self) -> &[u8] {
+        if let Some((target, end)) = self.edits.as_ref().and_then(|e| e.target.as_ref()) {
+            return &target[..*end];
+        }
         let t = self.target();
         let p = &t[self.origin_start as usize..self.path_end as usize];
         if p.is_empty() {
@@ -176,6 +184,25 @@ impl RequestHead {
         } else {
             p
         }
+    }
+    /// The query without its `?`, if the target has one (a path never holds a `?`).
+    pub fn query(&self) -> Option<&[u8]> {
+        let form = self.origin_form();
+        memchr::memchr(b'?', form).map(|q| &form[q + 1..])
+    }
+    /// Replaces the path, keeping the query.
+    pub fn set_path(&mut self, path: &[u8]) {
+        let mut target = Vec::with_capacity(path.len() + self.query().map_or(0, |q| q.len() + 1));
+        target.extend_from_slice(path);
+        if let Some(q) = self.query() {
+            target.push(b'?');
+            target.extend_from_slice(q);
+        }
+        self.edits_mut().target = Some((target, path.len()));
+    }
+    /// The overlay, created on first use.
+    pub fn edits_mut(&mut self) -> &mut crate::message::HeadEdits {
+        self.edits.get_or_insert_with(Default::default)
     }
     pub fn host(&self) -> Option<&[u8]> {
         self.host.map(|s| s.get(&self.buf))
@@ -486,6 +513,7 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
             && method.get(head_bytes) == b"GET",
         connection,
         skipped: skip as u32,
+        edits: None,
     };
     Ok(Parsed::Complete(head, skip + used))
 }

@@ -125,7 +125,9 @@ pub(crate) async fn forward(
     let Some(compiled) = snapshot.router.get(route) else {
         return local(StatusCode::NOT_FOUND, "no route matches this request");
     };
-    let cluster_index = compiled.cluster;
+    let Some(cluster_index) = compiled.cluster() else {
+        return local(StatusCode::NOT_FOUND, "no route matches this request");
+    };
     let cluster = &snapshot.clusters[cluster_index];
     let counters = slot(&cluster.stats.slots, worker);
     let peer = conn.peer.ip();
@@ -191,6 +193,9 @@ pub(crate) async fn forward(
                 if let Ok(v) = HeaderValue::from_str(&cookie) {
                     parts.headers.append(header::SET_COOKIE, v);
                 }
+            }
+            if let Some(chain) = &compiled.filters {
+                crate::filters::response_edits(chain, &finish.head, status).apply(&mut parts.headers);
             }
             finish.status = status;
             let recorded = Recorded { body, finish };
@@ -520,7 +525,10 @@ async fn write_response(
 ) -> (Next, u64) {
     let Upstream { resp, set_cookie, close } = response;
     let status = resp.status().as_u16();
-    let (parts, mut body) = resp.into_parts();
+    let (mut parts, mut body) = resp.into_parts();
+    if let Some(edits) = client.response_edits(head, status) {
+        edits.apply(&mut parts.headers);
+    }
     let bodiless = head.method() == b"HEAD" || status == 204 || status == 304 || status < 200;
     // 1xx and 204 never carry a length; HEAD and 304 carry the upstream's, which describes the would-be body.
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());

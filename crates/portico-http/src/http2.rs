@@ -7,6 +7,7 @@
 
 use crate::forward_h2::{local, ProxyBody};
 use crate::io::Stream;
+use crate::phases::Front;
 use crate::proxy::{serve_http1, Client};
 use crate::snapshot::Http2Settings;
 use crate::upstream::ClientFacts;
@@ -147,18 +148,19 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
         let Some(limits) = snapshot.listener(&conn.listener).map(|l| l.limits) else {
             return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "listener removed"));
         };
-        let head = match crate::forward_h2::head_of(&req, &limits) {
+        let mut head = match crate::forward_h2::head_of(&req, &limits) {
             Ok(head) => head,
             Err(reason) => return Ok(local(StatusCode::BAD_REQUEST, reason)),
         };
-        if let Some(route) = snapshot.router.find_index(&head) {
-            // A plain-HTTP request to a route that redirects to HTTPS is answered by the engine.
-            let redirects = !conn.facts.https && snapshot.router.get(route).is_some_and(|r| r.redirect_https.is_some());
-            let cluster = snapshot.router.get(route).map(|r| r.cluster).filter(|_| !redirects);
-            if cluster.is_some_and(|c| snapshot.clusters.get(c).is_some_and(|c| c.settings.http2)) {
+        let settings = snapshot.listener(&conn.listener);
+        let front = settings.map(|l| crate::phases::front(&mut head, &snapshot, l, conn.facts.https));
+        if let Some(Front::Cluster { route, cluster }) = front {
+            if snapshot.clusters.get(cluster).is_some_and(|c| c.settings.http2) {
                 return Ok(crate::forward_h2::forward(req, head, snapshot, route, &conn).await);
             }
         }
+        // Everything else (other targets, local answers, errors) goes through the engine below, which runs
+        // the same phases on the request as it reads it.
     }
     let (near, far) = tokio::io::duplex(PIPE_BUFFER);
     let client = Client {
@@ -168,6 +170,7 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
         facts: conn.facts.clone(),
         out: Vec::new(),
         response_started: false,
+        filters: None,
     };
     tokio::task::spawn_local(serve_http1(client, conn.listener.clone(), conn.ctx.clone()));
     let Ok((mut sender, h1)) = hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(near)).await else {

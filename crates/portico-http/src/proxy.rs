@@ -8,6 +8,7 @@ use crate::balancer::{NoPick, PickInput};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
 use crate::io::Stream;
+use crate::message::{LocalResponse, ResponseEdits};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::retry::{backoff, may_retry, RetryGauge};
@@ -57,6 +58,15 @@ pub(crate) struct Client {
     /// The current request's response has begun (its head was written, or is being): a failure now can only
     /// close the connection, not answer with an error.
     pub response_started: bool,
+    /// The current request's filter chain, for the response hooks of whatever writes its response head.
+    pub filters: Option<crate::filters::Chain>,
+}
+
+impl Client {
+    /// The response filters' edits for a response to `head` with `status`.
+    pub fn response_edits(&self, head: &RequestHead, status: u16) -> Option<ResponseEdits> {
+        self.filters.as_ref().map(|chain| crate::filters::response_edits(chain, head, status))
+    }
 }
 
 /// The request body as the proxy holds it.
@@ -130,7 +140,8 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             return;
         }
     }
-    let client = Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new(), response_started: false };
+    let client =
+        Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new(), response_started: false, filters: None };
     serve_http1(client, listener, ctx).await;
 }
 
@@ -168,12 +179,15 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         let Some(settings) = snapshot.listener(&listener) else {
             return;
         };
-        let route = snapshot.router.find(&head);
+        let mut head = head;
+        let front = crate::phases::front(&mut head, &snapshot, settings, client.facts.https);
+        let route = front.route().and_then(|i| snapshot.router.get(i));
+        client.filters = route.and_then(|r| r.filters.clone());
         client.response_started = false;
         // Boxed: the request's state machine is large and only needed while a request runs. A panic in it (a
         // bug) costs this request and this connection, never the worker: it is answered 500 when nothing was
         // sent yet, counted and logged.
-        let handled = AssertUnwindSafe(handle_request(&mut client, &head, route, &snapshot, settings, &ctx));
+        let handled = AssertUnwindSafe(handle_request(&mut client, &head, front, &snapshot, settings, &ctx));
         let outcome = match Box::pin(handled.catch_unwind()).await {
             Ok(outcome) => outcome,
             Err(panic) => {
@@ -188,7 +202,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
                 );
                 let bytes = match client.response_started {
                     true => 0,
-                    false => respond_error(&mut client, 500, "internal error", true).await.unwrap_or(0),
+                    false => answer(&mut client, &head, 500, "internal error", false).await.bytes,
                 };
                 Outcome::local(Next::Close, 500, bytes)
             }
@@ -458,44 +472,6 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-/// Sends a plain-HTTP client to the same URL over HTTPS.
-async fn redirect_to_https(
-    client: &mut Client,
-    head: &RequestHead,
-    redirect: crate::router::HttpsRedirect,
-    body_done: bool,
-) -> Outcome {
-    let Some(host) = head.host_name() else {
-        return answer(client, head, 400, "a redirect to HTTPS needs the Host header", body_done).await;
-    };
-    let status = redirect.status_for(head.method());
-    let close = !body_done || !head.keep_alive;
-    client.response_started = true;
-    let out = &mut client.out;
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_u64(out, u64::from(status));
-    out.push(b' ');
-    out.extend_from_slice(status_text(status).as_bytes());
-    out.extend_from_slice(b"\r\nlocation: https://");
-    out.extend_from_slice(host);
-    if redirect.port != 443 {
-        out.push(b':');
-        push_u64(out, u64::from(redirect.port));
-    }
-    out.extend_from_slice(head.origin_form());
-    out.extend_from_slice(b"\r\ncontent-length: 0\r\n");
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    } else if head.http10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    let written = write_timed(&mut client.io, &client.out, Duration::from_secs(5)).await;
-    let next = if close || written.is_err() { Next::Close } else { Next::KeepAlive };
-    Outcome::local(next, status, 0)
-}
-
 /// Answers locally, keeping the connection when the request was complete and the client wants it.
 pub(crate) async fn answer(
     client: &mut Client,
@@ -504,32 +480,41 @@ pub(crate) async fn answer(
     reason: &str,
     body_done: bool,
 ) -> Outcome {
+    reply(client, head, &LocalResponse::text(status, reason), body_done).await
+}
+
+/// Sends a response made by Portico to a request, through the route's response filters.
+pub(crate) async fn reply(client: &mut Client, head: &RequestHead, resp: &LocalResponse, body_done: bool) -> Outcome {
     let close = !body_done || !head.keep_alive;
-    let bytes = respond(client, status, reason, close, head.http10).await.unwrap_or(0);
-    Outcome::local(if close { Next::Close } else { Next::KeepAlive }, status, bytes)
+    let edits = client.response_edits(head, resp.status);
+    let written = write_local(client, resp, Some(head), close, edits.as_ref()).await;
+    let next = if close || written.is_err() { Next::Close } else { Next::KeepAlive };
+    Outcome::local(next, resp.status, written.unwrap_or(0))
 }
 
 async fn handle_request(
     client: &mut Client,
     head: &RequestHead,
-    route: Option<&CompiledRoute>,
+    front: crate::phases::Front,
     snapshot: &Snapshot,
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
 ) -> Outcome {
+    use crate::phases::Front;
     #[cfg(debug_assertions)]
     debug_panic_hook(head, ctx);
-    let Some(route) = route else {
-        let body_done = discard_body(client, head) == Next::KeepAlive;
-        return answer(client, head, 404, "no route matches this request", body_done).await;
-    };
-    if let Some(redirect) = route.redirect_https {
-        if !client.facts.https {
+    let cluster = match front {
+        Front::Cluster { cluster, .. } => &snapshot.clusters[cluster],
+        Front::Answer { response, .. } => {
             let body_done = discard_body(client, head) == Next::KeepAlive;
-            return redirect_to_https(client, head, redirect, body_done).await;
+            return reply(client, head, &response, body_done).await;
         }
-    }
-    let cluster = &snapshot.clusters[route.cluster];
+        Front::NoRoute => {
+            let body_done = discard_body(client, head) == Next::KeepAlive;
+            return answer(client, head, 404, "no route matches this request", body_done).await;
+        }
+        Front::BadPath(e) => return answer(client, head, e.status, e.reason, false).await,
+    };
     if head.body == BodyFraming::Chunked {
         // Catch a broken chunked body that already arrived before anything goes upstream.
         if let Some(reason) = codec::chunked_prefix_error(&client.buf) {
@@ -802,6 +787,7 @@ async fn forward_response(
         return (Next::Close, bytes);
     }
 
+    let edits = client.response_edits(head, resp.status);
     client.response_started = true;
     let out = &mut client.out;
     out.clear();
@@ -818,7 +804,10 @@ async fn forward_response(
             Known::HopByHop => false,
             // Regenerated below, except on bodiless responses where it describes the would-be body.
             Known::ContentLength => resp.body == BodyFraming::None,
-            _ => resp.connection.is_empty() || !resp.named_by_connection(&resp_bytes, name),
+            _ => {
+                (resp.connection.is_empty() || !resp.named_by_connection(&resp_bytes, name))
+                    && !edits.as_ref().is_some_and(|e| e.drops(name))
+            }
         };
         if keep {
             out.extend_from_slice(name);
@@ -842,6 +831,9 @@ async fn forward_response(
             None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         },
         _ => {}
+    }
+    if let Some(edits) = &edits {
+        edits.write_appended(out);
     }
     end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
     // The head stays in `client.out`: relay_body sends it with the first body bytes.
@@ -915,51 +907,66 @@ pub(crate) fn end_response_head(
     out.extend_from_slice(b"\r\n");
 }
 
+/// The reason phrase for a status (empty for one without a registered phrase, as RFC 9112 allows).
 pub(crate) fn status_text(status: u16) -> &'static str {
-    match status {
-        301 => "Moved Permanently",
-        302 => "Found",
-        307 => "Temporary Redirect",
-        308 => "Permanent Redirect",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        414 => "URI Too Long",
-        417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        505 => "HTTP Version Not Supported",
-        _ => "Error",
-    }
+    hyper::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("")
 }
 
-/// A short plain-text answer produced by the proxy itself.
+/// A short plain-text answer to a request that could not be read, closing the connection.
 async fn respond_error(client: &mut Client, status: u16, reason: &str, close: bool) -> io::Result<u64> {
-    respond(client, status, reason, close, false).await
+    write_local(client, &LocalResponse::text(status, reason), None, close, None).await
 }
 
-/// A short plain-text answer; for an HTTP/1.0 client kept alive it says so, or the client would close.
-async fn respond(client: &mut Client, status: u16, reason: &str, close: bool, http10: bool) -> io::Result<u64> {
-    use std::io::Write;
-    let body_len = reason.len() + 1;
+/// Writes a response made by Portico: its headers, then `edits`' (the response filters'), the framing and the
+/// body (none for HEAD). An HTTP/1.0 client kept alive is told so, or it would close. Returns the body bytes.
+async fn write_local(
+    client: &mut Client,
+    resp: &LocalResponse,
+    head: Option<&RequestHead>,
+    close: bool,
+    edits: Option<&ResponseEdits>,
+) -> io::Result<u64> {
     client.response_started = true;
+    let http10 = head.is_some_and(|h| h.http10);
+    let send_body = head.is_none_or(|h| h.method() != b"HEAD") && !matches!(resp.status, 204 | 304);
     let out = &mut client.out;
     out.clear();
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status} {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {body_len}\r\nserver: portico\r\n{}\r\n{reason}\n",
-        status_text(status),
-        match (close, http10) {
-            (true, _) => "connection: close\r\n",
-            (false, true) => "connection: keep-alive\r\n",
-            (false, false) => "",
-        },
-    );
-    write_timed(&mut client.io, out, Duration::from_secs(5)).await.map(|()| body_len as u64)
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_u64(out, u64::from(resp.status));
+    out.push(b' ');
+    out.extend_from_slice(status_text(resp.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &resp.headers {
+        if edits.is_some_and(|e| e.drops(name.as_bytes())) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(edits) = edits {
+        edits.write_appended(out);
+    }
+    if resp.status != 204 {
+        out.extend_from_slice(b"content-length: ");
+        push_u64(out, resp.body.len() as u64);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(match (close, http10) {
+        (true, _) => b"connection: close\r\n\r\n",
+        (false, true) => b"connection: keep-alive\r\n\r\n",
+        (false, false) => b"\r\n",
+    });
+    let body: &[u8] = if send_body { &resp.body } else { &[] };
+    if body.len() <= 16 * 1024 {
+        out.extend_from_slice(body);
+        write_timed(&mut client.io, out, Duration::from_secs(5)).await?;
+    } else {
+        write_timed(&mut client.io, out, Duration::from_secs(5)).await?;
+        write_timed(&mut client.io, body, Duration::from_secs(30)).await?;
+    }
+    Ok(body.len() as u64)
 }
 
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a

@@ -217,6 +217,8 @@ pub struct ListenerSettings {
     pub tls: Option<Arc<crate::tls::TlsTerminator>>,
     /// HTTP/2 from clients, unless disabled.
     pub http2: Option<Http2Settings>,
+    /// How request paths are normalised.
+    pub paths: crate::path::NormalizeOptions,
     pub stats: Arc<stats::ListenerStats>,
 }
 
@@ -492,7 +494,11 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
         .map(|a| a.port())
         .collect();
     let https_port = if tls_ports.len() == 1 { tls_ports[0] } else { 443 };
-    let router = Router::build(&cfg.routes, &cluster_index, registry, https_port);
+    let mut route_problems = Vec::new();
+    let router = Router::build(loaded, &cluster_index, registry, https_port, &mut route_problems);
+    for (path, message, hint) in route_problems {
+        problems.push(loaded.diagnostic(&path, message, hint));
+    }
     let listeners = cfg
         .listeners
         .iter()
@@ -516,6 +522,14 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                     max_headers: l.limits.max_headers,
                 },
                 max_connections: l.limits.max_connections,
+                paths: crate::path::NormalizeOptions {
+                    merge_slashes: l.paths.merge_slashes,
+                    encoded_slashes: match l.paths.encoded_slashes {
+                        portico_config::EncodedSlashes::Reject => crate::path::EncodedSlashes::Reject,
+                        portico_config::EncodedSlashes::Keep => crate::path::EncodedSlashes::Keep,
+                        portico_config::EncodedSlashes::Decode => crate::path::EncodedSlashes::Decode,
+                    },
+                },
                 header_read_timeout: l.timeouts.header_read.0,
                 keepalive_timeout: l.timeouts.keepalive.0,
                 body_read_timeout: l.timeouts.body_read.0,

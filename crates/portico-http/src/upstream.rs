@@ -355,9 +355,11 @@ pub(crate) fn write_request_head(
     out.push(b' ');
     out.extend_from_slice(head.origin_form());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let edits = head.edits.as_ref().map(|e| &e.headers).filter(|e| !e.is_empty());
     out.extend_from_slice(b"host: ");
-    match head.host() {
-        Some(h) if cluster.settings.preserve_host => out.extend_from_slice(h),
+    match (head.host(), edits.and_then(|e| e.appended_value("host"))) {
+        (_, Some(set)) => out.extend_from_slice(set.as_bytes()),
+        (Some(h), None) if cluster.settings.preserve_host => out.extend_from_slice(h),
         _ => out.extend_from_slice(endpoint.authority.as_bytes()),
     }
     out.extend_from_slice(b"\r\n");
@@ -386,6 +388,9 @@ pub(crate) fn write_request_head(
                 if !head.connection.is_empty() && head.named_by_connection(name) {
                     continue;
                 }
+                if edits.is_some_and(|e| e.drops(name)) {
+                    continue;
+                }
                 // Only Portico may say which certificate a client presented.
                 let reserved = &cluster.settings.reserved_headers;
                 if !reserved.is_empty() && reserved.iter().any(|r| same_header_name(name, r.as_bytes())) {
@@ -397,6 +402,14 @@ pub(crate) fn write_request_head(
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(edits) = edits {
+        for (name, value) in edits.appended.iter().filter(|(n, _)| !n.eq_ignore_ascii_case("host")) {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
     }
     out.extend_from_slice(b"x-forwarded-for: ");
     if let Some(first) = forwarded_for {

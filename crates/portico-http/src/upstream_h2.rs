@@ -189,8 +189,10 @@ pub(crate) fn prepare(
     endpoint: &Endpoint,
     client: &ClientFacts,
 ) -> Result<(), &'static str> {
-    let authority = match head.host() {
-        Some(h) if cluster.settings.preserve_host => String::from_utf8_lossy(h).into_owned(),
+    let edits = head.edits.as_ref().map(|e| &e.headers).filter(|e| !e.is_empty());
+    let authority = match (head.host(), edits.and_then(|e| e.appended_value("host"))) {
+        (_, Some(set)) => set.to_string(),
+        (Some(h), None) if cluster.settings.preserve_host => String::from_utf8_lossy(h).into_owned(),
         _ => endpoint.authority.clone(),
     };
     let scheme = if endpoint.tls.is_some() { "https" } else { "http" };
@@ -258,6 +260,12 @@ pub(crate) fn prepare(
     });
     if let Ok(v) = HeaderValue::from_str(&via_chain) {
         headers.insert(header::VIA, v);
+    }
+    if let Some(edits) = edits {
+        // `host` became the authority above; HTTP/2 has no Host header of its own.
+        let mut edits = edits.clone();
+        edits.remove("host");
+        edits.apply(headers);
     }
     if let (Some(name), Some(subject)) = (&client.cert_header, &client.cert_subject) {
         if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(subject)) {

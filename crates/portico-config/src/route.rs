@@ -1,0 +1,537 @@
+//! The `routes:` and `filters:` sections and a listener's path policy: what a request is matched on, the one
+//! target that answers it (`cluster`, `static` or `redirect`) and the filters it passes through. Checks that
+//! need no other section live here; patterns, templates, regexes and files are compiled (and refused with
+//! their position) when the snapshot is built.
+
+use crate::units::HumanDuration;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Optional name, used in logs and metrics. Defaults to `route-N` (its position, from 0).
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(rename = "match", default)]
+    pub matcher: RouteMatch,
+    /// Target: proxy to this cluster.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// Target: answer with a fixed response.
+    #[serde(rename = "static", default)]
+    pub static_response: Option<StaticResponse>,
+    /// Target: answer with a redirect.
+    #[serde(default)]
+    pub redirect: Option<Redirect>,
+    /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
+    /// those on a TLS listener go to the route's target.
+    #[serde(default)]
+    pub redirect_https: Option<RedirectHttps>,
+    /// Run after the global `filters:`, in the order written.
+    #[serde(default)]
+    pub filters: Vec<Filter>,
+}
+
+impl Route {
+    /// The cluster label of the route's metrics and log lines: the cluster's name, empty for local targets.
+    pub fn cluster_label(&self) -> &str {
+        self.cluster.as_deref().unwrap_or("")
+    }
+}
+
+/// `redirect_https: true`, or with settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RedirectHttps {
+    Enabled(bool),
+    With(RedirectSettings),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectSettings {
+    /// The HTTPS port in the `Location`. Default: the port of the only TLS listener, else 443.
+    pub port: Option<u16>,
+    /// 301, 302, 307 or 308. Default: 301 for GET and HEAD, 308 (which keeps the method and body) otherwise.
+    pub status: Option<u16>,
+}
+
+impl RedirectHttps {
+    /// The settings when the redirect is on.
+    pub fn settings(&self) -> Option<RedirectSettings> {
+        match self {
+            RedirectHttps::Enabled(true) => Some(RedirectSettings::default()),
+            RedirectHttps::Enabled(false) => None,
+            RedirectHttps::With(s) => Some(s.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteMatch {
+    /// Matches this path and everything below it, on segment boundaries: `/api` matches `/api` and `/api/x`,
+    /// not `/apiary`.
+    pub path_prefix: Option<String>,
+    /// The whole path: exact (`/health`), with parameters (`/users/:id`) or a trailing wildcard
+    /// (`/files/*rest`).
+    pub path: Option<String>,
+    /// `example.com` or `*.example.com`; compared without the port, case-insensitively.
+    pub host: Option<String>,
+    pub methods: Option<Vec<String>>,
+    /// Header name to exact value; every listed header must be present with that value.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Query parameter name to exact (decoded) value; every listed parameter must be present with that value.
+    pub query: Option<BTreeMap<String, String>>,
+}
+
+/// `static:` a response made by Portico.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticResponse {
+    #[serde(default = "default_static_status")]
+    pub status: u16,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The body as text. Without `content-type` in `headers`, it is sent as `text/plain; charset=utf-8`.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The body from a file, read when the configuration is loaded (relative paths start at the configuration
+    /// file's directory). Without `content-type` in `headers`, the type follows the file's extension.
+    #[serde(default)]
+    pub file: Option<String>,
+}
+
+fn default_static_status() -> u16 {
+    200
+}
+
+/// `redirect:` answer with a `Location`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Redirect {
+    /// The `Location`, with placeholders: `{scheme}`, `{host}` (without port), `{path}`, `{query}` (without
+    /// `?`), `{uri}` (path and query) and the route's path parameters (`{id}`).
+    pub to: String,
+    /// 301, 302, 303, 307 or 308.
+    #[serde(default = "default_redirect_status")]
+    pub status: u16,
+}
+
+fn default_redirect_status() -> u16 {
+    302
+}
+
+/// One filter: a single key naming its kind (`- cors: { ... }`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "FilterKey")]
+pub enum Filter {
+    /// Change request and response headers.
+    Headers(HeadersFilter),
+    /// Change the path sent upstream.
+    Rewrite(RewriteFilter),
+    /// Cross-origin resource sharing: preflights answered at the edge, response headers added.
+    Cors(CorsFilter),
+}
+
+/// The file's form of a filter: serde_norway reads enums from YAML tags (`!cors`), so the one-key map users
+/// write is read as a struct of options and then checked to have exactly one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilterKey {
+    headers: Option<HeadersFilter>,
+    rewrite: Option<RewriteFilter>,
+    cors: Option<CorsFilter>,
+}
+
+impl TryFrom<FilterKey> for Filter {
+    type Error = String;
+    fn try_from(key: FilterKey) -> Result<Self, String> {
+        let mut kinds =
+            [key.headers.map(Filter::Headers), key.rewrite.map(Filter::Rewrite), key.cors.map(Filter::Cors)]
+                .into_iter()
+                .flatten();
+        match (kinds.next(), kinds.next()) {
+            (Some(filter), None) => Ok(filter),
+            (None, _) => Err("a filter needs its kind: `headers`, `rewrite` or `cors`".into()),
+            (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
+        }
+    }
+}
+
+impl Filter {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Filter::Headers(_) => "headers",
+            Filter::Rewrite(_) => "rewrite",
+            Filter::Cors(_) => "cors",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadersFilter {
+    /// Applied to the request before it goes to the target.
+    #[serde(default)]
+    pub request: HeaderEdits,
+    /// Applied to every response of the route (proxied or made by Portico).
+    #[serde(default)]
+    pub response: HeaderEdits,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderEdits {
+    /// Replace every value of the header with this one.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Add a value, keeping those present.
+    #[serde(default)]
+    pub add: BTreeMap<String, String>,
+    /// Remove the header.
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// Exactly one of `path`, `strip_prefix`, `replace_prefix` and `regex` (with `replacement`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteFilter {
+    /// A new path, with the route's parameters: `/v2/users/:id`, `/assets/*rest`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Remove this prefix (on a segment boundary) from the path; `/api/x` without `/api` is `/x`.
+    #[serde(default)]
+    pub strip_prefix: Option<String>,
+    /// Replace the route's `path_prefix` with this one.
+    #[serde(default)]
+    pub replace_prefix: Option<String>,
+    /// A regular expression (Rust `regex` syntax) matched against the path ...
+    #[serde(default)]
+    pub regex: Option<String>,
+    /// ... and what a match is replaced with: `$1` or `${name}` for captures.
+    #[serde(default)]
+    pub replacement: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsFilter {
+    /// Origins allowed (`https://app.example.com`), `https://*.example.com` for its subdomains, or `"*"`.
+    pub allow_origins: Vec<String>,
+    #[serde(default = "default_cors_methods")]
+    pub allow_methods: Vec<String>,
+    /// Request headers allowed; `"*"` allows whatever a preflight asks for.
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    /// Response headers a page may read beyond the CORS-safelisted ones.
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    /// Let pages send cookies and credentials. Not with `"*"` origins.
+    #[serde(default)]
+    pub allow_credentials: bool,
+    /// How long a browser may cache a preflight's answer.
+    #[serde(default)]
+    pub max_age: Option<HumanDuration>,
+}
+
+fn default_cors_methods() -> Vec<String> {
+    ["GET", "HEAD", "POST"].map(String::from).to_vec()
+}
+
+/// How a listener normalises request paths before routing and forwarding (RFC 3986 section 6).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PathPolicy {
+    /// `//` becomes `/`.
+    pub merge_slashes: bool,
+    /// `%2F` in a path: `reject` (400), `keep` (forwarded encoded, not a separator) or `decode` (a separator).
+    pub encoded_slashes: EncodedSlashes,
+}
+
+impl Default for PathPolicy {
+    fn default() -> Self {
+        PathPolicy { merge_slashes: true, encoded_slashes: EncodedSlashes::Reject }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EncodedSlashes {
+    #[default]
+    Reject,
+    Keep,
+    Decode,
+}
+
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Headers a filter may not touch: Portico writes them itself from the connection and the body.
+const OWNED_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "via",
+];
+
+type Report<'a> = dyn FnMut(&str, String, Option<&str>) + 'a;
+
+/// Checks one filter at `base` (`filters[0]`, `routes[2].filters[1]`).
+pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err: &mut Report<'_>) {
+    match f {
+        Filter::Headers(h) => {
+            for (side, edits) in [("request", &h.request), ("response", &h.response)] {
+                let names = edits.set.keys().chain(edits.add.keys()).chain(edits.remove.iter());
+                for name in names {
+                    let at = format!("{base}.headers.{side}");
+                    if !is_token(name) {
+                        err(
+                            &at,
+                            format!("invalid header name {name:?}"),
+                            Some("header names are tokens such as x-tag"),
+                        );
+                    } else if OWNED_HEADERS.iter().any(|o| o.eq_ignore_ascii_case(name))
+                        || (side == "response" && name.eq_ignore_ascii_case("host"))
+                    {
+                        err(
+                            &at,
+                            format!("{name:?} cannot be changed by a filter: Portico writes it"),
+                            Some("framing, hop-by-hop and x-forwarded-* headers follow the connection"),
+                        );
+                    }
+                }
+                for (name, value) in edits.set.iter().chain(edits.add.iter()) {
+                    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                        err(&format!("{base}.headers.{side}"), format!("the value of {name:?} has a line break"), None);
+                    }
+                }
+            }
+        }
+        Filter::Rewrite(r) => {
+            let given = [r.path.is_some(), r.strip_prefix.is_some(), r.replace_prefix.is_some(), r.regex.is_some()];
+            if given.iter().filter(|g| **g).count() != 1 {
+                err(
+                    &format!("{base}.rewrite"),
+                    "a rewrite needs exactly one of `path`, `strip_prefix`, `replace_prefix` and `regex`".into(),
+                    Some("for example `rewrite: { strip_prefix: /api }`"),
+                );
+            }
+            if r.regex.is_some() != r.replacement.is_some() {
+                err(
+                    &format!("{base}.rewrite"),
+                    "`regex` and `replacement` go together".into(),
+                    Some("for example `rewrite: { regex: \"^/old/(.*)\", replacement: \"/new/$1\" }`"),
+                );
+            }
+            for (key, value) in
+                [("path", &r.path), ("strip_prefix", &r.strip_prefix), ("replace_prefix", &r.replace_prefix)]
+            {
+                if value.as_ref().is_some_and(|v| !v.starts_with('/')) {
+                    err(&format!("{base}.rewrite.{key}"), format!("{key} must start with '/'"), None);
+                }
+            }
+            if r.replace_prefix.is_some() && route.is_some_and(|r| r.matcher.path_prefix.is_none()) {
+                err(
+                    &format!("{base}.rewrite.replace_prefix"),
+                    "replace_prefix replaces the route's `path_prefix`, and this route has none".into(),
+                    Some("match with `path_prefix`, or use `strip_prefix` or `regex`"),
+                );
+            }
+            if route.is_none() && (r.path.is_some() || r.replace_prefix.is_some()) {
+                err(
+                    &format!("{base}.rewrite"),
+                    "a global rewrite cannot use the route's path (`path`, `replace_prefix`)".into(),
+                    Some("move it into the route's `filters:`"),
+                );
+            }
+        }
+        Filter::Cors(c) => {
+            if c.allow_origins.is_empty() {
+                err(
+                    &format!("{base}.cors.allow_origins"),
+                    "no origin is allowed".into(),
+                    Some("list origins, or \"*\""),
+                );
+            }
+            for (j, origin) in c.allow_origins.iter().enumerate() {
+                let ok = origin == "*"
+                    || ((origin.starts_with("https://") || origin.starts_with("http://"))
+                        && !origin.trim_end_matches('/').contains(['?', '#', ' '])
+                        && origin.matches('/').count() == 2);
+                if !ok {
+                    err(
+                        &format!("{base}.cors.allow_origins[{j}]"),
+                        format!("{origin:?} is not an origin"),
+                        Some("an origin is scheme://host[:port] without a path, such as https://app.example.com"),
+                    );
+                }
+            }
+            if c.allow_credentials && c.allow_origins.iter().any(|o| o == "*") {
+                err(
+                    &format!("{base}.cors.allow_credentials"),
+                    "credentials cannot be allowed for every origin (\"*\")".into(),
+                    Some("list the origins that may send credentials"),
+                );
+            }
+            for (key, list) in [("allow_methods", &c.allow_methods), ("allow_headers", &c.allow_headers)] {
+                for (j, v) in list.iter().enumerate() {
+                    if v != "*" && !is_token(v) {
+                        err(&format!("{base}.cors.{key}[{j}]"), format!("{v:?} is not a token"), None);
+                    }
+                }
+            }
+            for (j, v) in c.expose_headers.iter().enumerate() {
+                if !is_token(v) {
+                    err(&format!("{base}.cors.expose_headers[{j}]"), format!("{v:?} is not a header name"), None);
+                }
+            }
+        }
+    }
+}
+
+/// Checks one route's target and match (references to clusters are checked by the caller).
+pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
+    let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some()];
+    match targets.iter().filter(|t| **t).count() {
+        1 => {}
+        0 => err(
+            base,
+            "the route has no target".into(),
+            Some("give it one of `cluster: NAME`, `static: { body: ... }` or `redirect: { to: ... }`"),
+        ),
+        _ => err(
+            base,
+            "a route has exactly one target: `cluster`, `static` or `redirect`".into(),
+            Some("split it into two routes"),
+        ),
+    }
+    if let Some(s) = &r.static_response {
+        if !(200..=599).contains(&s.status) {
+            err(&format!("{base}.static.status"), format!("{} is not a final status", s.status), None);
+        }
+        if s.body.is_some() && s.file.is_some() {
+            err(&format!("{base}.static"), "`body` and `file` are exclusive".into(), None);
+        }
+        for (name, value) in &s.headers {
+            if !is_token(name) || name.eq_ignore_ascii_case("content-length") {
+                err(&format!("{base}.static.headers.{name}"), format!("invalid header name {name:?}"), None);
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                err(&format!("{base}.static.headers.{name}"), "the value has a line break".into(), None);
+            }
+        }
+    }
+    if let Some(redirect) = &r.redirect {
+        if ![301, 302, 303, 307, 308].contains(&redirect.status) {
+            err(
+                &format!("{base}.redirect.status"),
+                "a redirect status must be 301, 302, 303, 307 or 308".into(),
+                Some("308 keeps the method and body; 301 is what browsers cache"),
+            );
+        }
+        if redirect.to.is_empty() || redirect.to.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+            err(
+                &format!("{base}.redirect.to"),
+                "the location is empty or has spaces or control characters".into(),
+                None,
+            );
+        }
+    }
+    if let Some(query) = &r.matcher.query {
+        for name in query.keys() {
+            if name.is_empty() {
+                err(&format!("{base}.match.query"), "an empty query parameter name".into(), None);
+            }
+        }
+    }
+    for (j, f) in r.filters.iter().enumerate() {
+        validate_filter(f, &format!("{base}.filters[{j}]"), Some(r), err);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::load_str;
+
+    const BASE: &str = "listeners: [ { name: web, address: 127.0.0.1:8080 } ]\nclusters:\n  users: { endpoints: [ { address: 127.0.0.1:9001 } ] }\n  api: { endpoints: [ { address: 127.0.0.1:9002 } ] }\n";
+
+    /// Every error of `routes` (appended to a valid base), as `line:col message`.
+    fn errors(extra: &str) -> Vec<String> {
+        match load_str(&format!("{BASE}{extra}"), "t.yaml") {
+            Ok(_) => vec![],
+            Err(e) => e.0.iter().map(|d| format!("{}:{} {}", d.line, d.col, d.message)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_issue_examples_load() {
+        let yaml = r#"
+filters:
+  - headers: { response: { set: { x-served-by: portico } } }
+routes:
+  - match: { path: /users/:id, methods: [GET, PUT] }
+    cluster: users
+    filters:
+      - rewrite: { path: /v2/users/:id }
+  - match: { path_prefix: /static/ }
+    static: { status: 200, body: "ok\n", headers: { content-type: text/plain } }
+  - match: { host: old.example.com }
+    redirect: { to: "https://new.example.com{path}", status: 308 }
+  - match: { path_prefix: /api/, query: { v: "2" } }
+    cluster: api
+    filters:
+      - headers:
+          request:  { set: { x-api-version: "2" }, add: { x-tag: a }, remove: [cookie] }
+          response: { set: { cache-control: no-store }, remove: [server] }
+      - rewrite: { strip_prefix: /api }
+      - cors: { allow_origins: ["https://app.example.com"], allow_methods: [GET, POST], allow_headers: [content-type], allow_credentials: true, max_age: 10m }
+"#;
+        let loaded = load_str(&format!("{BASE}{yaml}"), "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let cfg = &loaded.config;
+        assert_eq!(cfg.filters.len(), 1);
+        assert_eq!(cfg.routes.len(), 4);
+        assert!(matches!(cfg.routes[0].filters[0], super::Filter::Rewrite(_)));
+        assert_eq!(cfg.routes[1].static_response.as_ref().map(|s| s.status), Some(200));
+        assert_eq!(cfg.routes[2].redirect.as_ref().map(|r| r.status), Some(308));
+        assert_eq!(cfg.routes[3].filters.iter().map(|f| f.kind()).collect::<Vec<_>>(), ["headers", "rewrite", "cors"]);
+    }
+
+    #[test]
+    fn a_route_has_exactly_one_target() {
+        let none = errors("routes:\n  - match: { path: /x }\n");
+        assert!(none.iter().any(|e| e.starts_with("6:5") && e.contains("no target")), "{none:?}");
+        let two = errors("routes:\n  - cluster: api\n    redirect: { to: /y }\n");
+        assert!(two.iter().any(|e| e.contains("exactly one target")), "{two:?}");
+    }
+
+    #[test]
+    fn filter_mistakes_are_reported_at_their_position() {
+        let e = errors("routes:\n  - cluster: api\n    filters:\n      - rewrite: { strip_prefix: /a, path: /b }\n");
+        assert!(e.iter().any(|e| e.starts_with("8:9") && e.contains("exactly one of")), "{e:?}");
+        let e = errors("routes:\n  - cluster: api\n    filters:\n      - rewrite: { replace_prefix: /b }\n");
+        assert!(e.iter().any(|e| e.contains("has none")), "{e:?}");
+        let e = errors("routes:\n  - cluster: api\n    filters:\n      - cors: { allow_origins: [\"*\"], allow_credentials: true }\n");
+        assert!(e.iter().any(|e| e.contains("credentials cannot be allowed")), "{e:?}");
+        let e = errors(
+            "routes:\n  - cluster: api\n    filters:\n      - cors: { allow_origins: [\"https://a.example/path\"] }\n",
+        );
+        assert!(e.iter().any(|e| e.contains("is not an origin")), "{e:?}");
+        let e = errors("routes:\n  - cluster: api\n    filters:\n      - headers: { request: { set: { content-length: \"1\" } } }\n");
+        assert!(e.iter().any(|e| e.contains("Portico writes it")), "{e:?}");
+        let e = errors("routes:\n  - cluster: api\n    filters:\n      - gzip: {}\n");
+        assert!(!e.is_empty(), "an unknown filter kind is an error");
+        let e = errors("routes:\n  - redirect: { to: /x, status: 200 }\n");
+        assert!(e.iter().any(|e| e.contains("301, 302, 303, 307 or 308")), "{e:?}");
+    }
+}

@@ -1,0 +1,171 @@
+//! The request and response model the phases and filters work on, over the parsed bytes.
+//!
+//! A request head stays the bytes it was read from, with spans (`codec::RequestHead`): forwarding copies them
+//! as they are. What normalisation and filters change goes into a `HeadEdits` overlay beside the spans, and
+//! only a request that has one pays for it: the writers ask the overlay about each header and the path, and
+//! a request without edits is forwarded exactly as before. Responses work the same way: an upstream's head is
+//! forwarded from its bytes with `ResponseEdits` applied while it is written, and a response Portico makes
+//! itself is a `LocalResponse`.
+
+use crate::upstream::same_header_name;
+use bytes::Bytes;
+
+/// Changes to a request head, applied when it is forwarded.
+#[derive(Debug, Default, Clone)]
+pub struct HeadEdits {
+    /// The new origin-form target (path and query) and where its path ends.
+    pub target: Option<(Vec<u8>, usize)>,
+    pub headers: HeaderEdits,
+}
+
+/// Changes to a response head, gathered by the response filters and applied as the head is written.
+pub type ResponseEdits = HeaderEdits;
+
+/// Header changes over a head that stays as it was read. Names are compared without case.
+#[derive(Debug, Default, Clone)]
+pub struct HeaderEdits {
+    /// Headers of the original head left out, including every name in `set` (its new value is appended).
+    pub dropped: Vec<Box<str>>,
+    /// Headers written after the kept ones, in order.
+    pub appended: Vec<(Box<str>, Box<str>)>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.dropped.is_empty() && self.appended.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.dropped.clear();
+        self.appended.clear();
+    }
+    /// Whether the original header `name` is left out.
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.dropped.iter().any(|d| same_header_name(name, d.as_bytes()))
+    }
+    /// Replaces every value of `name` with `value`.
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.remove(name);
+        self.appended.push((name.into(), value.into()));
+    }
+    /// Adds a value of `name`, keeping those present.
+    pub fn add(&mut self, name: &str, value: &str) {
+        self.appended.push((name.into(), value.into()));
+    }
+    /// Removes `name`, including values appended by earlier edits.
+    pub fn remove(&mut self, name: &str) {
+        self.appended.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        if !self.drops(name.as_bytes()) {
+            self.dropped.push(name.into());
+        }
+    }
+    /// The value appended last for `name` (for headers Portico writes itself, such as `host`).
+    pub fn appended_value(&self, name: &str) -> Option<&str> {
+        self.appended.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| &**v)
+    }
+    /// Appends `Vary: value` unless an appended `Vary` already lists it.
+    pub fn vary(&mut self, value: &str) {
+        let listed = self
+            .appended
+            .iter()
+            .any(|(n, v)| n.eq_ignore_ascii_case("vary") && v.split(',').any(|x| x.trim().eq_ignore_ascii_case(value)));
+        if !listed {
+            self.add("vary", value);
+        }
+    }
+
+    /// Writes `name: value\r\n` for every appended header.
+    pub fn write_appended(&self, out: &mut Vec<u8>) {
+        for (name, value) in &self.appended {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Applies the edits to an HTTP/2 (or any `http`) header map.
+    pub fn apply(&self, headers: &mut hyper::HeaderMap) {
+        use hyper::header::{HeaderName, HeaderValue};
+        for name in &self.dropped {
+            headers.remove(&**name);
+        }
+        for (name, value) in &self.appended {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                headers.append(n, v);
+            }
+        }
+    }
+}
+
+/// A response made by Portico: a static target, a redirect, a filter's early answer or an error.
+#[derive(Debug, Clone)]
+pub struct LocalResponse {
+    pub status: u16,
+    /// Lowercase names. `content-length` is written from the body.
+    pub headers: Vec<(Box<str>, Box<str>)>,
+    pub body: Bytes,
+}
+
+impl LocalResponse {
+    /// A short plain-text answer: the reason and a new line.
+    pub fn text(status: u16, reason: &str) -> LocalResponse {
+        LocalResponse {
+            status,
+            headers: vec![
+                ("content-type".into(), "text/plain; charset=utf-8".into()),
+                ("server".into(), "portico".into()),
+            ],
+            body: Bytes::from(format!("{reason}\n")),
+        }
+    }
+
+    /// An empty answer with these headers.
+    pub fn empty(status: u16, headers: Vec<(Box<str>, Box<str>)>) -> LocalResponse {
+        LocalResponse { status, headers, body: Bytes::new() }
+    }
+
+    /// The response as an `http` response, for the HTTP/2 front.
+    pub fn to_http(&self, edits: &ResponseEdits) -> hyper::Response<Bytes> {
+        use hyper::header::{HeaderName, HeaderValue};
+        let mut resp = hyper::Response::new(self.body.clone());
+        *resp.status_mut() = hyper::StatusCode::from_u16(self.status).unwrap_or(hyper::StatusCode::OK);
+        for (name, value) in &self.headers {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                resp.headers_mut().append(n, v);
+            }
+        }
+        edits.apply(resp.headers_mut());
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_replaces_and_remove_undoes_earlier_edits() {
+        let mut e = HeaderEdits::default();
+        e.add("x-tag", "a");
+        e.set("X-Api", "1");
+        e.set("x-api", "2");
+        assert!(e.drops(b"X-API"), "set drops the original values");
+        assert_eq!(e.appended_value("x-api"), Some("2"));
+        assert_eq!(e.appended.iter().filter(|(n, _)| n.eq_ignore_ascii_case("x-api")).count(), 1);
+        e.remove("x-tag");
+        assert!(e.appended.iter().all(|(n, _)| &**n != "x-tag"));
+        assert!(e.drops(b"x-tag"));
+        assert!(!e.drops(b"x-other"));
+    }
+
+    #[test]
+    fn vary_is_added_once() {
+        let mut r = ResponseEdits::default();
+        r.vary("Origin");
+        r.vary("origin");
+        assert_eq!(r.appended.len(), 1);
+        let mut out = Vec::new();
+        r.write_appended(&mut out);
+        assert_eq!(out, b"vary: Origin\r\n");
+    }
+}

@@ -1,0 +1,81 @@
+//! The request's phases before its target, in one place for HTTP/1 and HTTP/2:
+//!
+//! ```text
+//! read head -> normalise path -> route -> redirect_https -> request filters -> target
+//!                  |               |                            |               |
+//!                 400             404                     early answer    static / redirect
+//! ```
+//!
+//! A cluster target is the caller's to forward; everything else ends here in a `LocalResponse`. Response
+//! filters run when a response head is written (see `filters`), whoever wrote it.
+
+use crate::codec::{HeadError, RequestHead};
+use crate::filters::{RequestCx, Step};
+use crate::message::LocalResponse;
+use crate::router::Target;
+use crate::snapshot::{ListenerSettings, Snapshot};
+use std::borrow::Cow;
+
+/// What the phases before the target decided.
+pub(crate) enum Front {
+    /// Forward to the route's cluster.
+    Cluster { route: usize, cluster: usize },
+    /// Answer with this response (a local target, a filter's answer, a redirect to HTTPS).
+    Answer { route: usize, response: LocalResponse },
+    /// No route matches.
+    NoRoute,
+    /// The path cannot be normalised: 400, and the connection is closed.
+    BadPath(HeadError),
+}
+
+impl Front {
+    pub fn route(&self) -> Option<usize> {
+        match self {
+            Front::Cluster { route, .. } | Front::Answer { route, .. } => Some(*route),
+            Front::NoRoute | Front::BadPath(_) => None,
+        }
+    }
+}
+
+/// Normalises, routes and filters `head`; `https`: whether the client came over TLS.
+pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &ListenerSettings, https: bool) -> Front {
+    let normalized = match crate::path::normalize(head.path(), &settings.paths) {
+        Ok(Cow::Borrowed(_)) => None,
+        Ok(Cow::Owned(path)) => Some(path),
+        Err(e) => return Front::BadPath(HeadError { status: 400, reason: e.reason }),
+    };
+    if let Some(path) = normalized {
+        head.set_path(&path);
+    }
+    let Some((index, captured)) = snapshot.router.find(head) else {
+        return Front::NoRoute;
+    };
+    let Some(route) = snapshot.router.get(index) else {
+        return Front::NoRoute;
+    };
+    if let Some(redirect) = route.redirect_https.filter(|_| !https) {
+        let response = match head.host_name() {
+            Some(host) => LocalResponse::empty(
+                redirect.status_for(head.method()),
+                vec![("location".into(), crate::redirect::https_location(host, redirect.port, head).into())],
+            ),
+            None => LocalResponse::text(400, "a redirect to HTTPS needs the Host header"),
+        };
+        return Front::Answer { route: index, response };
+    }
+    if let Some(chain) = &route.filters {
+        let cx = RequestCx { matched_path: &captured.path, captures: &captured.ranges, prefix: route.prefix() };
+        for f in chain.iter() {
+            if let Step::Respond(response) = f.on_request(head, &cx) {
+                return Front::Answer { route: index, response };
+            }
+        }
+    }
+    match &route.target {
+        Target::Cluster(cluster) => Front::Cluster { route: index, cluster: *cluster },
+        Target::Static(response) => Front::Answer { route: index, response: (**response).clone() },
+        Target::Redirect(redirect) => {
+            Front::Answer { route: index, response: redirect.respond(head, https, &captured) }
+        }
+    }
+}
