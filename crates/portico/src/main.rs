@@ -2,6 +2,7 @@
 
 mod admin_client;
 mod demo;
+mod demo_backend;
 mod lifecycle;
 mod processes;
 mod systemd;

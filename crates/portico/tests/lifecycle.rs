@@ -148,6 +148,12 @@ fn demo_serves_three_backends_round_robin() {
             body
         })
         .collect();
+    // The other targets and the global filter.
+    let (ok, health) = curl(&["-si", &format!("http://127.0.0.1:{port}/healthz")]);
+    assert!(ok && health.starts_with("HTTP/1.1 200") && health.ends_with("\r\n\r\nok\n"), "{health}");
+    assert!(health.contains("x-served-by: portico-demo"), "{health}");
+    let (ok, moved) = curl(&["-si", &format!("http://127.0.0.1:{port}/old/echo")]);
+    assert!(ok && moved.starts_with("HTTP/1.1 301") && moved.contains("location: /echo\r\n"), "{moved}");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(status.success());
