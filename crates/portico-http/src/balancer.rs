@@ -281,7 +281,98 @@ fn power_of_two(eps: &[Arc<Endpoint>], ok: &dyn Fn(usize) -> bool) -> Option<usi
 
 #[cfg(test)]
 mod tests {
-    use super::smooth_cycle;
+    //! The balancers as the proxy uses them: clusters built from YAML by `snapshot::build`, requests parsed by
+    //! the codec.
+    use super::{smooth_cycle, NoPick, Pick, PickInput};
+    use crate::codec::{parse_request, take_request, HeadLimits, Parsed, RequestHead};
+    use crate::snapshot::{build, Cluster, OutlierSettings, Registry, Snapshot};
+    use bytes::BytesMut;
+    use std::collections::{HashMap, HashSet};
+    use std::net::IpAddr;
+    use std::time::Duration;
+
+    const LIMITS: HeadLimits = HeadLimits { max_request_line: 8192, max_header_bytes: 32768, max_headers: 100 };
+
+    /// A snapshot with one cluster `c`: `extra` is YAML for the cluster's other keys (at its indentation) and
+    /// `endpoints` are `(address, weight)`.
+    fn snapshot_with(registry: &Registry, extra: &str, endpoints: &[(&str, u32)]) -> Snapshot {
+        let mut yaml = String::from(
+            "listeners:\n  - name: web\n    address: 127.0.0.1:8080\nroutes:\n  - match: { path_prefix: / }\n    \
+             cluster: c\nclusters:\n  c:\n",
+        );
+        for line in extra.lines() {
+            yaml.push_str(&format!("    {line}\n"));
+        }
+        yaml.push_str("    endpoints:\n");
+        for (address, weight) in endpoints {
+            yaml.push_str(&format!("      - address: {address}\n        weight: {weight}\n"));
+        }
+        let loaded = portico_config::load_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e:?}\n{yaml}"));
+        build(&loaded, registry).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn cluster(extra: &str, n: usize) -> Snapshot {
+        let eps: Vec<String> = (0..n).map(|i| format!("127.0.0.{}:80", i + 1)).collect();
+        let eps: Vec<(&str, u32)> = eps.iter().map(|a| (a.as_str(), 1)).collect();
+        snapshot_with(&Registry::new(2), extra, &eps)
+    }
+
+    fn c(s: &Snapshot) -> &Cluster {
+        &s.clusters[0]
+    }
+
+    fn req(head: &str) -> RequestHead {
+        let mut buf = BytesMut::from(head.as_bytes());
+        match parse_request(&buf, &LIMITS).unwrap() {
+            Parsed::Complete(h, used) => take_request(&mut buf, h, used),
+            Parsed::Partial => panic!("partial: {head:?}"),
+        }
+    }
+
+    fn get() -> RequestHead {
+        req("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    }
+
+    fn ip() -> IpAddr {
+        "192.0.2.1".parse().unwrap()
+    }
+
+    fn pick_with(c: &Cluster, r: &RequestHead, client_ip: IpAddr, tried: &[usize]) -> Result<Pick, NoPick> {
+        c.balancer.pick(&c.endpoints, &PickInput { req: r, client_ip, worker: 0 }, tried, c.settings.panic_mode)
+    }
+
+    fn pick(c: &Cluster, tried: &[usize]) -> Result<usize, NoPick> {
+        pick_with(c, &get(), ip(), tried).map(|p| p.index)
+    }
+
+    /// How often each endpoint is picked in `n` picks.
+    fn histogram(c: &Cluster, n: usize) -> Vec<usize> {
+        let mut counts = vec![0; c.endpoints.len()];
+        for _ in 0..n {
+            counts[pick(c, &[]).unwrap()] += 1;
+        }
+        counts
+    }
+
+    fn outlier() -> OutlierSettings {
+        OutlierSettings {
+            consecutive_failures: 5,
+            consecutive_5xx: 5,
+            base_ejection: Duration::from_secs(30),
+            max_ejection: Duration::from_secs(300),
+            max_ejected_percent: 100,
+        }
+    }
+
+    const ALL_KINDS: [&str; 7] = [
+        "round_robin",
+        "weighted_round_robin",
+        "random",
+        "least_connections",
+        "power_of_two_choices",
+        "consistent_hash",
+        "sticky_cookie",
+    ];
 
     #[test]
     fn smooth_cycle_honours_weights_interleaved() {
@@ -290,5 +381,422 @@ mod tests {
         assert_eq!(smooth_cycle(&[2, 6]), vec![1, 0, 1, 1]);
         let big = smooth_cycle(&[10_000, 1, 1]);
         assert!(big.iter().filter(|&&i| i == 1).count() == 1 && big.len() < 70_000);
+    }
+
+    #[test]
+    fn round_robin_visits_every_endpoint_once_per_cycle() {
+        let s = cluster("balancer: round_robin", 4);
+        let picks: Vec<usize> = (0..40).map(|_| pick(c(&s), &[]).unwrap()).collect();
+        for cycle in picks.chunks(4) {
+            let mut seen = cycle.to_vec();
+            seen.sort_unstable();
+            assert_eq!(seen, [0, 1, 2, 3], "{picks:?}");
+        }
+    }
+
+    #[test]
+    fn weighted_round_robin_is_exact_over_one_cycle_and_interleaved() {
+        let registry = Registry::new(1);
+        let s = snapshot_with(
+            &registry,
+            "balancer: weighted_round_robin",
+            &[("127.0.0.1:80", 5), ("127.0.0.2:80", 1), ("127.0.0.3:80", 2)],
+        );
+        // One cycle is 8 picks: exactly the weights.
+        for _ in 0..10 {
+            assert_eq!(histogram(c(&s), 8), [5, 1, 2]);
+        }
+        // Smooth: the heavy endpoint never gets more than two in a row (nginx's order: a a c a b a c a).
+        let picks: Vec<usize> = (0..64).map(|_| pick(c(&s), &[]).unwrap()).collect();
+        assert!(!picks.windows(3).any(|w| w.iter().all(|&i| i == 0)), "{picks:?}");
+    }
+
+    #[test]
+    fn weights_with_a_common_divisor_give_the_same_proportions() {
+        let s = snapshot_with(
+            &Registry::new(1),
+            "balancer: weighted_round_robin",
+            &[("127.0.0.1:80", 3000), ("127.0.0.2:80", 1000)],
+        );
+        // The cycle is reduced to 3:1, so four picks already split exactly.
+        assert_eq!(histogram(c(&s), 4), [3, 1]);
+    }
+
+    #[test]
+    fn round_robin_ignores_weights() {
+        let s = snapshot_with(&Registry::new(1), "balancer: round_robin", &[("127.0.0.1:80", 9), ("127.0.0.2:80", 1)]);
+        assert_eq!(histogram(c(&s), 10), [5, 5]);
+    }
+
+    #[test]
+    fn random_follows_weights() {
+        let s = snapshot_with(&Registry::new(1), "balancer: random", &[("127.0.0.1:80", 1), ("127.0.0.2:80", 3)]);
+        let n = 20_000;
+        let h = histogram(c(&s), n);
+        let share = h[1] as f64 / n as f64;
+        // Expected 0.75; the standard deviation of the share is about 0.003.
+        assert!((0.72..0.78).contains(&share), "{h:?}");
+    }
+
+    #[test]
+    fn unavailable_endpoints_are_skipped_by_every_balancer() {
+        for kind in ALL_KINDS {
+            let s = cluster(&format!("balancer: {kind}"), 4);
+            let c = c(&s);
+            c.endpoints[1].health.set_active_healthy(false);
+            assert!(c.endpoints[3].health.eject(&outlier()).is_some());
+            let mut seen = HashSet::new();
+            for k in 0..200 {
+                // Vary the request so hashing balancers see many keys.
+                let r = req(&format!("GET /k{k} HTTP/1.1\r\nHost: a\r\n\r\n"));
+                let client_ip = IpAddr::from([10, 0, (k / 256) as u8, (k % 256) as u8]);
+                let p = pick_with(c, &r, client_ip, &[]).unwrap();
+                seen.insert(p.index);
+            }
+            assert_eq!(seen, HashSet::from([0, 2]), "{kind}");
+        }
+    }
+
+    #[test]
+    fn tried_endpoints_are_skipped_and_then_all_tried() {
+        for kind in ALL_KINDS {
+            let s = cluster(&format!("balancer: {kind}"), 3);
+            let c = c(&s);
+            let mut tried = Vec::new();
+            for _ in 0..3 {
+                let i = pick(c, &tried).unwrap_or_else(|e| panic!("{kind}: {e:?} after {tried:?}"));
+                assert!(!tried.contains(&i), "{kind}: {i} picked again after {tried:?}");
+                tried.push(i);
+            }
+            assert_eq!(pick(c, &tried), Err(NoPick::AllTried), "{kind}");
+            assert!(!c.balancer.has_candidate(&c.endpoints, &tried, false), "{kind}");
+        }
+    }
+
+    #[test]
+    fn untried_but_unhealthy_endpoints_are_not_retried() {
+        // Endpoint 0 was tried, endpoint 1 is down: the retry has nowhere to go, with or without panic mode
+        // (panic mode only applies when nothing at all is healthy).
+        for panic in [false, true] {
+            let s = cluster(&format!("balancer: round_robin\npanic_mode: {panic}"), 2);
+            let c = c(&s);
+            c.endpoints[1].health.set_active_healthy(false);
+            assert_eq!(pick(c, &[0]), Err(NoPick::AllTried), "panic_mode: {panic}");
+            assert!(!c.balancer.has_candidate(&c.endpoints, &[0], panic));
+        }
+    }
+
+    #[test]
+    fn none_healthy_without_panic_mode() {
+        for kind in ALL_KINDS {
+            let s = cluster(&format!("balancer: {kind}"), 3);
+            let c = c(&s);
+            for e in &c.endpoints {
+                e.health.set_active_healthy(false);
+            }
+            assert_eq!(pick(c, &[]), Err(NoPick::NoneHealthy), "{kind}");
+            assert!(!c.balancer.has_candidate(&c.endpoints, &[], false), "{kind}");
+            // A recovered endpoint is picked again.
+            c.endpoints[2].health.set_active_healthy(true);
+            assert_eq!(pick(c, &[]), Ok(2), "{kind}");
+        }
+    }
+
+    #[test]
+    fn panic_mode_spreads_over_all_endpoints_when_none_is_healthy() {
+        for kind in ALL_KINDS {
+            let s = cluster(&format!("balancer: {kind}\npanic_mode: true"), 3);
+            let c = c(&s);
+            c.endpoints[0].health.set_active_healthy(false);
+            c.endpoints[1].health.set_active_healthy(false);
+            assert!(c.endpoints[2].health.eject(&outlier()).is_some());
+            let mut seen = HashSet::new();
+            for k in 0..300 {
+                let r = req(&format!("GET /k{k} HTTP/1.1\r\nHost: a\r\n\r\n"));
+                let client_ip = IpAddr::from([10, 1, (k / 256) as u8, (k % 256) as u8]);
+                seen.insert(pick_with(c, &r, client_ip, &[]).unwrap().index);
+            }
+            assert_eq!(seen, HashSet::from([0, 1, 2]), "{kind}");
+            // Still honours `tried`, and runs out.
+            let first = pick(c, &[]).unwrap();
+            let second = pick(c, &[first]).unwrap();
+            assert_ne!(first, second, "{kind}");
+            let third = pick(c, &[first, second]).unwrap();
+            assert!(third != first && third != second, "{kind}");
+            assert_eq!(pick(c, &[0, 1, 2]), Err(NoPick::AllTried), "{kind}");
+            assert!(c.balancer.has_candidate(&c.endpoints, &[first, second], true), "{kind}");
+            assert!(!c.balancer.has_candidate(&c.endpoints, &[0, 1, 2], true), "{kind}");
+        }
+    }
+
+    #[test]
+    fn has_candidate_agrees_with_pick() {
+        // Every combination of health (3 endpoints) and `tried`, with and without panic mode.
+        for panic in [false, true] {
+            for kind in ["round_robin", "least_connections", "consistent_hash"] {
+                let s = cluster(&format!("balancer: {kind}\npanic_mode: {panic}"), 3);
+                let c = c(&s);
+                for healthy in 0..8u32 {
+                    for (i, e) in c.endpoints.iter().enumerate() {
+                        e.health.set_active_healthy(healthy & (1 << i) != 0);
+                    }
+                    for tried_mask in 0..8u32 {
+                        let tried: Vec<usize> = (0..3).filter(|i| tried_mask & (1 << i) != 0).collect();
+                        assert_eq!(
+                            c.balancer.has_candidate(&c.endpoints, &tried, panic),
+                            pick(c, &tried).is_ok(),
+                            "{kind} panic_mode {panic} healthy {healthy:03b} tried {tried:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn least_connections_prefers_fewer_in_flight() {
+        let s = cluster("balancer: least_connections", 3);
+        let c = c(&s);
+        // Endpoint 0 is busy on worker 0, endpoint 1 on worker 1: the load is counted across workers.
+        c.endpoints[0].begin(0);
+        c.endpoints[0].begin(0);
+        c.endpoints[1].begin(1);
+        for _ in 0..10 {
+            assert_eq!(pick(c, &[]), Ok(2));
+        }
+        c.endpoints[2].begin(0);
+        c.endpoints[2].begin(0);
+        // Now 2, 1, 2 in flight.
+        for _ in 0..10 {
+            assert_eq!(pick(c, &[]), Ok(1));
+        }
+        c.endpoints[0].end(0);
+        c.endpoints[0].end(0);
+        c.endpoints[1].end(1);
+        c.endpoints[2].end(0);
+        c.endpoints[2].end(0);
+        // All idle again: ties rotate, so every endpoint is used.
+        let h = histogram(c, 30);
+        assert!(h.iter().all(|&n| n >= 5), "{h:?}");
+    }
+
+    #[test]
+    fn least_connections_weighs_load_by_weight() {
+        let s = snapshot_with(
+            &Registry::new(1),
+            "balancer: least_connections",
+            &[("127.0.0.1:80", 4), ("127.0.0.2:80", 1)],
+        );
+        let c = c(&s);
+        // 3 in flight on weight 4 is a lighter load than 1 on weight 1.
+        for _ in 0..3 {
+            c.endpoints[0].begin(0);
+        }
+        c.endpoints[1].begin(0);
+        assert_eq!(histogram(c, 10), [10, 0]);
+        // 5 on weight 4 is heavier than 1 on weight 1.
+        c.endpoints[0].begin(0);
+        c.endpoints[0].begin(0);
+        assert_eq!(histogram(c, 10), [0, 10]);
+    }
+
+    #[test]
+    fn power_of_two_choices_never_picks_the_most_loaded() {
+        let s = cluster("balancer: power_of_two_choices", 3);
+        let c = c(&s);
+        for (i, e) in c.endpoints.iter().enumerate() {
+            for _ in 0..i * 3 {
+                e.begin(0);
+            }
+        }
+        // Loads 0, 3, 6: the two candidates differ, so the busiest always loses; the idle one wins whenever it
+        // is a candidate (2 in 3 picks).
+        let n = 3000;
+        let h = histogram(c, n);
+        assert_eq!(h[2], 0, "{h:?}");
+        let idle_share = h[0] as f64 / n as f64;
+        assert!((0.6..0.73).contains(&idle_share), "{h:?}");
+    }
+
+    #[test]
+    fn consistent_hash_is_stable_per_key_and_spreads_keys() {
+        let s = cluster("balancer: consistent_hash\nhash: { key: header, name: x-user }", 4);
+        let c = c(&s);
+        let mut first = HashMap::new();
+        for round in 0..3 {
+            for k in 0..400 {
+                let r = req(&format!("GET /any HTTP/1.1\r\nHost: a\r\nX-User: user-{k}\r\n\r\n"));
+                // Neither the path nor the client address matter for `key: header`.
+                let client_ip = IpAddr::from([10, 2, round, 1]);
+                let i = pick_with(c, &r, client_ip, &[]).unwrap().index;
+                assert_eq!(*first.entry(k).or_insert(i), i, "user-{k} moved in round {round}");
+            }
+        }
+        let mut h = [0usize; 4];
+        for i in first.values() {
+            h[*i] += 1;
+        }
+        // 100 each on average; 160 virtual nodes per endpoint keep every share well within ±50%.
+        assert!(h.iter().all(|&n| (50..150).contains(&n)), "{h:?}");
+    }
+
+    #[test]
+    fn consistent_hash_on_client_ip_path_and_cookie() {
+        for (conf, vary) in
+            [("hash: { key: client_ip }", 0), ("hash: { key: path }", 1), ("hash: { key: cookie, name: session }", 2)]
+        {
+            let s = cluster(&format!("balancer: consistent_hash\n{conf}"), 4);
+            let c = c(&s);
+            let mut seen = HashSet::new();
+            for k in 0..200u8 {
+                // Only the hashed part varies with k; the others vary with the repetition.
+                let mut picks = HashSet::new();
+                for rep in 0..3u8 {
+                    let path = if vary == 1 { format!("/p{k}") } else { format!("/r{rep}") };
+                    let cookie = if vary == 2 { format!("a=1; session=s{k}") } else { format!("session=r{rep}") };
+                    let client_ip = if vary == 0 { IpAddr::from([10, 3, 0, k]) } else { IpAddr::from([10, 4, 0, rep]) };
+                    let r = req(&format!("GET {path} HTTP/1.1\r\nHost: a\r\nCookie: {cookie}\r\n\r\n"));
+                    picks.insert(pick_with(c, &r, client_ip, &[]).unwrap().index);
+                }
+                assert_eq!(picks.len(), 1, "{conf}: key {k} went to {picks:?}");
+                seen.extend(picks);
+            }
+            assert_eq!(seen.len(), 4, "{conf}: keys used only {seen:?}");
+        }
+    }
+
+    #[test]
+    fn consistent_hash_without_the_key_still_picks() {
+        let s = cluster("balancer: consistent_hash\nhash: { key: header, name: x-user }", 3);
+        let h = histogram(c(&s), 30);
+        assert!(h.iter().all(|&n| n > 0), "{h:?}");
+    }
+
+    /// The endpoint (by address) each of `keys` paths goes to.
+    fn placement(s: &Snapshot, keys: usize) -> Vec<String> {
+        let c = c(s);
+        (0..keys)
+            .map(|k| {
+                let r = req(&format!("GET /obj/{k} HTTP/1.1\r\nHost: a\r\n\r\n"));
+                c.endpoints[pick_with(c, &r, ip(), &[]).unwrap().index].configured.clone()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn consistent_hash_moves_only_the_removed_endpoints_keys() {
+        let all = ["127.0.0.1:80", "127.0.0.2:80", "127.0.0.3:80", "127.0.0.4:80", "127.0.0.5:80"];
+        let conf = "balancer: consistent_hash\nhash: { key: path }";
+        let eps = |list: &[&'static str]| list.iter().map(|a| (*a, 1)).collect::<Vec<_>>();
+        let before = placement(&snapshot_with(&Registry::new(1), conf, &eps(&all)), 5000);
+        let removed = all[2];
+        let rest: Vec<&str> = all.iter().copied().filter(|a| *a != removed).collect();
+        let after = placement(&snapshot_with(&Registry::new(1), conf, &eps(&rest)), 5000);
+        let mut moved = 0;
+        for (k, (b, a)) in before.iter().zip(&after).enumerate() {
+            if b != a {
+                assert_eq!(b, removed, "key {k} moved from {b} to {a}, which was not removed");
+                moved += 1;
+            }
+        }
+        // About 1/5 of the keys were on the removed endpoint.
+        assert!((600..1400).contains(&moved), "{moved} of 5000 moved");
+
+        // An endpoint that is down loses its keys the same way, and gets them back when it recovers.
+        let s = snapshot_with(&Registry::new(1), conf, &eps(&all));
+        assert_eq!(placement(&s, 5000), before);
+        c(&s).endpoints[2].health.set_active_healthy(false);
+        let down = placement(&s, 5000);
+        for (k, (b, d)) in before.iter().zip(&down).enumerate() {
+            assert!(b == d || b == removed, "key {k} moved from {b} to {d}");
+            assert_ne!(d, removed);
+        }
+        c(&s).endpoints[2].health.set_active_healthy(true);
+        assert_eq!(placement(&s, 5000), before);
+    }
+
+    fn sticky_req(cookie: Option<String>) -> RequestHead {
+        match cookie {
+            Some(v) => req(&format!("GET / HTTP/1.1\r\nHost: a\r\nCookie: theme=dark; srv={v}\r\n\r\n")),
+            None => get(),
+        }
+    }
+
+    #[test]
+    fn sticky_cookie_follows_the_cookie_and_sets_one_when_missing() {
+        let s = cluster("balancer: sticky_cookie\nsticky: { cookie: srv }", 3);
+        let c = c(&s);
+        assert_eq!(c.balancer.sticky_cookie, "srv");
+        // No cookie: some endpoint, and the response must set the cookie.
+        let p = pick_with(c, &sticky_req(None), ip(), &[]).unwrap();
+        assert!(p.set_cookie);
+        // The cookie's value as the proxy writes it (`{:016x}` of the id) pins the endpoint.
+        for target in [2, 0, 1, 2] {
+            let cookie = format!("{:016x}", c.endpoints[target].id);
+            for _ in 0..5 {
+                let p = pick_with(c, &sticky_req(Some(cookie.clone())), ip(), &[]).unwrap();
+                assert_eq!(p, Pick { index: target, set_cookie: false });
+            }
+        }
+        // A cookie naming no endpoint of the cluster, or garbage: a fresh pick with a new cookie.
+        for bad in ["0123456789abcdef".to_string(), "zz".into(), String::new()] {
+            assert!(pick_with(c, &sticky_req(Some(bad.clone())), ip(), &[]).unwrap().set_cookie, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sticky_cookie_moves_off_an_unavailable_or_tried_endpoint() {
+        let s = cluster("balancer: sticky_cookie\nsticky: { cookie: srv }", 3);
+        let c = c(&s);
+        let cookie = format!("{:x}", c.endpoints[1].id);
+        // Tried (a retry): another endpoint, and the cookie is replaced.
+        let p = pick_with(c, &sticky_req(Some(cookie.clone())), ip(), &[1]).unwrap();
+        assert!(p.index != 1 && p.set_cookie, "{p:?}");
+        // Down: the same.
+        c.endpoints[1].health.set_active_healthy(false);
+        for _ in 0..6 {
+            let p = pick_with(c, &sticky_req(Some(cookie.clone())), ip(), &[]).unwrap();
+            assert!(p.index != 1 && p.set_cookie, "{p:?}");
+        }
+        // Back up: pinned again without a new cookie.
+        c.endpoints[1].health.set_active_healthy(true);
+        assert_eq!(pick_with(c, &sticky_req(Some(cookie)), ip(), &[]), Ok(Pick { index: 1, set_cookie: false }));
+    }
+
+    #[test]
+    fn sticky_cookie_ids_survive_a_rebuild() {
+        // The cookie is the endpoint's id, derived from its configured address: a reload that reorders the
+        // endpoints still sends the client to the same one.
+        let a = snapshot_with(
+            &Registry::new(1),
+            "balancer: sticky_cookie",
+            &[("127.0.0.1:80", 1), ("127.0.0.2:80", 1), ("127.0.0.3:80", 1)],
+        );
+        let b = snapshot_with(
+            &Registry::new(1),
+            "balancer: sticky_cookie",
+            &[("127.0.0.3:80", 1), ("127.0.0.1:80", 1), ("127.0.0.2:80", 1)],
+        );
+        let cookie = format!("{:016x}", c(&a).endpoints[0].id);
+        let r = req(&format!("GET / HTTP/1.1\r\nHost: a\r\nCookie: portico_sticky={cookie}\r\n\r\n"));
+        let p = pick_with(c(&b), &r, ip(), &[]).unwrap();
+        assert_eq!((c(&b).endpoints[p.index].configured.as_str(), p.set_cookie), ("127.0.0.1:80", false));
+    }
+
+    #[test]
+    #[ignore = "bug: round_robin/weighted_round_robin give an unavailable endpoint's whole share to the next \
+                endpoint of the cycle (next_in_cycle walks forward from the cursor), so with 4 endpoints and #1 \
+                down, #2 gets 50% and #0, #3 25% each instead of a third each"]
+    fn round_robin_spreads_an_unavailable_endpoints_share_evenly() {
+        let s = cluster("balancer: round_robin", 4);
+        let c = c(&s);
+        c.endpoints[1].health.set_active_healthy(false);
+        let n = 3000;
+        let h = histogram(c, n);
+        assert_eq!(h[1], 0);
+        for i in [0, 2, 3] {
+            let share = h[i] as f64 / n as f64;
+            assert!((0.30..0.37).contains(&share), "{h:?}");
+        }
     }
 }

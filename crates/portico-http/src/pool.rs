@@ -127,3 +127,295 @@ impl Pool {
         self.idle.retain(|_, l| !l.is_empty());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Pooled values are real TCP connections to a listener on 127.0.0.1, told apart by their local port; the
+    //! listener's side of each is kept to see whether the pool closed it (or to close it under the pool).
+    use super::{Pool, UpstreamConn};
+    use crate::io::Stream;
+    use crate::snapshot::{build, Endpoint, Registry, Snapshot};
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    /// Clusters `a` and `b`, each with the given endpoints (the same address may be in both; an unused one when
+    /// none is given); `tls` adds a TLS section to cluster `a`.
+    fn snapshot(registry: &Registry, a: &[u16], b: &[u16], tls: bool) -> Snapshot {
+        let mut yaml = String::from(
+            "listeners:\n  - name: web\n    address: 127.0.0.1:8080\nroutes:\n  - match: { path_prefix: /a }\n    \
+             cluster: a\n  - match: { path_prefix: / }\n    cluster: b\nclusters:\n",
+        );
+        for (name, ports) in [("a", a), ("b", b)] {
+            yaml.push_str(&format!("  {name}:\n"));
+            if tls && name == "a" {
+                yaml.push_str("    tls: { insecure_skip_verify: true }\n");
+            }
+            yaml.push_str("    endpoints:\n");
+            for p in ports {
+                yaml.push_str(&format!("      - address: 127.0.0.1:{p}\n"));
+            }
+            if ports.is_empty() {
+                yaml.push_str("      - address: 127.0.0.9:1\n");
+            }
+        }
+        let loaded = portico_config::load_str(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e:?}\n{yaml}"));
+        build(&loaded, registry).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    struct Upstream {
+        listener: TcpListener,
+        port: u16,
+    }
+
+    fn upstream() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        Upstream { listener, port }
+    }
+
+    /// A connection to `up` for `endpoint` of cluster `cluster`, and the upstream's side of it.
+    async fn connect(
+        s: &Snapshot,
+        cluster: usize,
+        endpoint: usize,
+        up: &Upstream,
+    ) -> (UpstreamConn, std::net::TcpStream) {
+        let c = &s.clusters[cluster];
+        let e = &c.endpoints[endpoint];
+        assert_eq!(e.addr.port(), up.port);
+        let tcp = tokio::net::TcpStream::connect(e.addr).await.unwrap();
+        let (server, _) = up.listener.accept().unwrap();
+        (UpstreamConn::new(Stream::Tcp(tcp), e.stats.clone(), c.stats.clone(), 0), server)
+    }
+
+    fn port(conn: &UpstreamConn) -> u16 {
+        match &conn.io {
+            Stream::Tcp(s) => s.local_addr().unwrap().port(),
+            _ => unreachable!(),
+        }
+    }
+
+    fn idle(e: &Endpoint) -> i64 {
+        e.stats.slots[0].0.idle.get()
+    }
+
+    fn open_connections(s: &Snapshot, cluster: usize) -> i64 {
+        s.clusters[cluster].stats.slots[0].0.connections.get()
+    }
+
+    /// Whether the pool closed the connection whose upstream side is `server` (a reset when it was closed with
+    /// bytes unread).
+    fn closed(server: &mut std::net::TcpStream) -> bool {
+        server.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        match server.read(&mut [0u8; 1]) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+
+    fn still_open(server: &mut std::net::TcpStream) -> bool {
+        server.set_nonblocking(true).unwrap();
+        let open = matches!(server.read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        server.set_nonblocking(false).unwrap();
+        open
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn checkout_returns_the_most_recently_used_first() {
+        let up = upstream();
+        let s = snapshot(&Registry::new(1), &[up.port], &[], false);
+        let e = &s.clusters[0].endpoints[0];
+        let mut pool = Pool::default();
+        let mut ports = Vec::new();
+        let mut servers = Vec::new();
+        for _ in 0..3 {
+            let (conn, server) = connect(&s, 0, 0, &up).await;
+            assert!(!conn.reused);
+            ports.push(port(&conn));
+            servers.push(server);
+            pool.checkin(e, conn, 8, LONG);
+        }
+        assert_eq!(idle(e), 3);
+        for expected in ports.iter().rev() {
+            let conn = pool.checkout(e, LONG).expect("a pooled connection");
+            assert_eq!(port(&conn), *expected);
+            assert!(conn.reused);
+            // Checked out, returned, it is again the first to go.
+            pool.checkin(e, conn, 8, LONG);
+            let again = pool.checkout(e, LONG).unwrap();
+            assert_eq!(port(&again), *expected);
+            drop(again);
+        }
+        assert!(pool.checkout(e, LONG).is_none());
+        assert_eq!(idle(e), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_idle_cap_closes_the_oldest() {
+        let up = upstream();
+        let s = snapshot(&Registry::new(1), &[up.port], &[], false);
+        let e = &s.clusters[0].endpoints[0];
+        let mut pool = Pool::default();
+        let mut ports = Vec::new();
+        let mut servers = Vec::new();
+        for _ in 0..4 {
+            let (conn, server) = connect(&s, 0, 0, &up).await;
+            ports.push(port(&conn));
+            servers.push(server);
+            pool.checkin(e, conn, 2, LONG);
+            assert!(idle(e) <= 2);
+        }
+        assert_eq!(idle(e), 2);
+        assert_eq!(open_connections(&s, 0), 2);
+        // The two oldest were closed, the two newest are kept.
+        assert!(closed(&mut servers[0]) && closed(&mut servers[1]));
+        assert!(still_open(&mut servers[2]) && still_open(&mut servers[3]));
+        assert_eq!(port(&pool.checkout(e, LONG).unwrap()), ports[3]);
+        assert_eq!(port(&pool.checkout(e, LONG).unwrap()), ports[2]);
+        assert!(pool.checkout(e, LONG).is_none());
+        assert_eq!(open_connections(&s, 0), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn nothing_is_kept_without_room_or_with_unread_bytes() {
+        let up = upstream();
+        let s = snapshot(&Registry::new(1), &[up.port], &[], false);
+        let e = &s.clusters[0].endpoints[0];
+        let mut pool = Pool::default();
+        let (conn, mut server) = connect(&s, 0, 0, &up).await;
+        pool.checkin(e, conn, 0, LONG);
+        assert!(closed(&mut server));
+        // Bytes of a response not yet consumed: the connection is out of step and must not be reused.
+        let (mut conn, mut server) = connect(&s, 0, 0, &up).await;
+        conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        pool.checkin(e, conn, 8, LONG);
+        assert!(closed(&mut server));
+        assert!(pool.checkout(e, LONG).is_none());
+        assert_eq!(idle(e), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn connections_idle_too_long_are_not_checked_out() {
+        let up = upstream();
+        let s = snapshot(&Registry::new(1), &[up.port], &[], false);
+        let e = &s.clusters[0].endpoints[0];
+        let mut pool = Pool::default();
+        let (old, mut old_server) = connect(&s, 0, 0, &up).await;
+        pool.checkin(e, old, 8, LONG);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (young, mut young_server) = connect(&s, 0, 0, &up).await;
+        let young_port = port(&young);
+        pool.checkin(e, young, 8, LONG);
+        let max_idle_time = Duration::from_millis(300);
+        assert_eq!(port(&pool.checkout(e, max_idle_time).unwrap()), young_port);
+        // The old one is past `max_idle_time`: discarded and closed, not handed out.
+        assert!(pool.checkout(e, max_idle_time).is_none());
+        assert!(closed(&mut old_server));
+        assert_eq!(idle(e), 0);
+        assert!(closed(&mut young_server));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sweep_closes_connections_past_their_idle_timeout() {
+        let up = upstream();
+        let s = snapshot(&Registry::new(1), &[up.port], &[], false);
+        let e = &s.clusters[0].endpoints[0];
+        let mut pool = Pool::default();
+        let (short, mut short_server) = connect(&s, 0, 0, &up).await;
+        pool.checkin(e, short, 8, Duration::from_millis(500));
+        let (long, mut long_server) = connect(&s, 0, 0, &up).await;
+        let long_port = port(&long);
+        pool.checkin(e, long, 8, LONG);
+        pool.sweep();
+        assert_eq!(idle(e), 2, "nothing has expired yet");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        pool.sweep();
+        assert_eq!(idle(e), 1);
+        assert!(closed(&mut short_server));
+        assert!(still_open(&mut long_server));
+        assert_eq!(port(&pool.checkout(e, LONG).unwrap()), long_port);
+        assert!(pool.checkout(e, LONG).is_none());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn connections_the_upstream_closed_or_wrote_to_are_skipped() {
+        let up = upstream();
+        let s = snapshot(&Registry::new(1), &[up.port], &[], false);
+        let e = &s.clusters[0].endpoints[0];
+        let mut pool = Pool::default();
+        let (good, mut good_server) = connect(&s, 0, 0, &up).await;
+        let good_port = port(&good);
+        pool.checkin(e, good, 8, LONG);
+        let (chatty, mut chatty_server) = connect(&s, 0, 0, &up).await;
+        pool.checkin(e, chatty, 8, LONG);
+        let (gone, gone_server) = connect(&s, 0, 0, &up).await;
+        pool.checkin(e, gone, 8, LONG);
+        drop(gone_server);
+        std::io::Write::write_all(&mut chatty_server, b"HTTP/1.1 408 Request Timeout\r\n\r\n").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(port(&pool.checkout(e, LONG).unwrap()), good_port);
+        assert!(pool.checkout(e, LONG).is_none());
+        assert!(closed(&mut chatty_server));
+        assert!(closed(&mut good_server));
+        assert_eq!(idle(e), 0);
+
+        // `sweep` drops them too.
+        let (gone, gone_server) = connect(&s, 0, 0, &up).await;
+        pool.checkin(e, gone, 8, LONG);
+        drop(gone_server);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pool.sweep();
+        assert_eq!(idle(e), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn endpoints_and_clusters_never_share_connections() {
+        let (up1, up2) = (upstream(), upstream());
+        // Cluster a: up1 and up2; cluster b: up1 as well.
+        let s = snapshot(&Registry::new(1), &[up1.port, up2.port], &[up1.port], false);
+        let a1 = &s.clusters[0].endpoints[0];
+        let a2 = &s.clusters[0].endpoints[1];
+        let b1 = &s.clusters[1].endpoints[0];
+        let mut pool = Pool::default();
+        let (conn, _server) = connect(&s, 0, 0, &up1).await;
+        let p = port(&conn);
+        pool.checkin(a1, conn, 8, LONG);
+        assert!(pool.checkout(a2, LONG).is_none(), "another endpoint of the cluster");
+        assert!(pool.checkout(b1, LONG).is_none(), "the same address in another cluster");
+        assert_eq!(port(&pool.checkout(a1, LONG).unwrap()), p);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reload_keeps_an_unchanged_endpoints_connections() {
+        let up = upstream();
+        let registry = Registry::new(1);
+        let before = snapshot(&registry, &[up.port], &[], false);
+        let mut pool = Pool::default();
+        let (conn, _server) = connect(&before, 0, 0, &up).await;
+        let p = port(&conn);
+        pool.checkin(&before.clusters[0].endpoints[0], conn, 8, LONG);
+        let after = snapshot(&registry, &[up.port], &[], false);
+        assert_eq!(port(&pool.checkout(&after.clusters[0].endpoints[0], LONG).unwrap()), p);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reload_that_turns_tls_on_starts_a_new_pool() {
+        let up = upstream();
+        let registry = Registry::new(1);
+        let plain = snapshot(&registry, &[up.port], &[], false);
+        let tls = snapshot(&registry, &[up.port], &[], true);
+        let (e_plain, e_tls) = (&plain.clusters[0].endpoints[0], &tls.clusters[0].endpoints[0]);
+        // Same cluster, same endpoint, same counters: only the way it is reached differs.
+        assert!(e_plain.tls.is_none() && e_tls.tls.is_some());
+        assert!(std::sync::Arc::ptr_eq(&e_plain.stats, &e_tls.stats));
+        let mut pool = Pool::default();
+        let (conn, _server) = connect(&plain, 0, 0, &up).await;
+        pool.checkin(e_plain, conn, 8, LONG);
+        assert!(pool.checkout(e_tls, LONG).is_none());
+        // And back: the plain connection is still there for a plain endpoint.
+        assert!(pool.checkout(e_plain, LONG).is_some());
+    }
+}
