@@ -31,6 +31,10 @@ fn error(message: impl Into<String>) -> PatternError {
     PatternError(message.into())
 }
 
+/// Captured values as byte ranges into the matched path, `(start, end)`, in the order of the pattern's
+/// parameter names.
+pub type Captures = Vec<(u32, u32)>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
     Literal(Box<[u8]>),
