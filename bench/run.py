@@ -32,8 +32,16 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTICO = os.path.join(ROOT, "target", "release", "portico")
+# The filters of `portico+filters`: the three of issue 12 on the route, each doing its work on every request
+# (the CORS filter answers for an Origin the load generator does not send, so it adds `Vary` and checks).
+FILTERS = """, match: { path_prefix: / }, filters: [
+    { headers: { request: { set: { x-api-version: "2" }, add: { x-tag: a }, remove: [cookie] },
+                 response: { set: { cache-control: no-store }, remove: [server] } } },
+    { rewrite: { replace_prefix: / } },
+    { cors: { allow_origins: ["https://app.example.com"], allow_methods: [GET, POST], allow_credentials: true } } ]"""
+
 PROXY_PORTS = {"portico": 18182, "nginx": 18180, "haproxy": 18181, "portico+log": 18183, "portico+pipe": 18184,
-               "baseline": 18185, "baseline+pipe": 18186, "portico+mp": 18187}
+               "baseline": 18185, "baseline+pipe": 18186, "portico+mp": 18187, "portico+filters": 18188}
 BACKEND_BASE_PORT = 19000
 STATUS_PORT = 18999
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -216,7 +224,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 log: {{ level: error }}
 admin: {{ address: "127.0.0.1:{port + 100}" }}
 listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
-routes: [ {{ cluster: be }} ]
+routes: [ {{ cluster: be{FILTERS if name == "portico+filters" else ""} }} ]
 {f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
   be:
@@ -442,6 +450,7 @@ def main():
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     ap.add_argument("--proxies", default="nginx,haproxy,portico",
                     help="any of nginx, haproxy, portico, portico+log (Portico with the JSON access log on), "
+                         "portico+filters (the route with headers, rewrite and cors filters), "
                          "portico+pipe (with pool.pipeline_depth, --pipeline-depth), portico+mp (process_model: multi_process), baseline and baseline+pipe (the same with the binary "
                          "in $PORTICO_BASELINE, for A/B runs of a change)")
     ap.add_argument("--runs", type=int, default=3)
@@ -514,6 +523,10 @@ def main():
                 if peer in med:
                     ratios.append((sc_name, f"{ours} / {peer}", med[ours][1] / med[peer][1],
                                    med[ours][0] / med[peer][0], med[ours][2] / med[peer][2] if med[peer][2] else None))
+        if "portico" in med and "portico+filters" in med:
+            on, off = med["portico+filters"], med["portico"]
+            ratios.append((sc_name, "filters on / off", on[1] / off[1], on[0] / off[0],
+                           on[2] / off[2] if off[2] else None))
         if "portico" in med and "portico+log" in med:
             log_on, log_off = med["portico+log"], med["portico"]
             ratios.append((sc_name, "access log on / off", log_on[1] / log_off[1], log_on[0] / log_off[0],

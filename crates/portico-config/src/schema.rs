@@ -114,6 +114,9 @@ pub struct Listener {
     pub name: String,
     /// `IP:PORT`, for example `127.0.0.1:8080`, `0.0.0.0:80` or `[::]:8080`.
     pub address: String,
+    /// What the listener speaks: `http` (HTTP/1.1 and HTTP/2). The MQTT plane will add its own.
+    #[serde(default)]
+    pub protocol: ListenerProtocol,
     #[serde(default)]
     pub timeouts: ListenerTimeouts,
     #[serde(default)]
@@ -126,6 +129,13 @@ pub struct Listener {
     /// How request paths are normalised before routing and forwarding.
     #[serde(default)]
     pub paths: crate::route::PathPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenerProtocol {
+    #[default]
+    Http,
 }
 
 /// HTTP/2 from clients: through ALPN on TLS listeners, by prior knowledge (h2c) on plain ones.

@@ -5,11 +5,13 @@
 //! ends.
 
 use crate::balancer::{NoPick, Pick, PickInput};
+use crate::body::ReqBody;
 use crate::codec::Known;
 use crate::codec::{self, Parsed, RequestHead};
 use crate::http2::Connection;
-use crate::proxy::{another_endpoint, answer, record, Client, InflightGuard, Next, Outcome, ReqBody};
+use crate::proxy::{another_endpoint, answer, record, Client, InflightGuard, Next, Outcome};
 use crate::relay::{relay_body, write_timed, RelayError};
+use crate::response_body::{local, Finish, ProxyBody, Recorded};
 use crate::retry::{may_retry, RetryGauge};
 use crate::snapshot::ListenerSettings;
 use crate::snapshot::{Cluster, Snapshot};
@@ -26,58 +28,10 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
-
-/// A response body towards an HTTP/2 client.
-pub(crate) enum ProxyBody {
-    /// From the HTTP/1 engine, through the pipe.
-    Piped(Incoming),
-    /// Straight from an HTTP/2 upstream, recorded when it ends.
-    Forwarded(Box<Recorded>),
-    /// Made by Portico itself.
-    Local(Full<Bytes>),
-}
-
-impl Body for ProxyBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            ProxyBody::Piped(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-            ProxyBody::Forwarded(b) => Pin::new(b.as_mut()).poll_frame(cx),
-            ProxyBody::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ProxyBody::Piped(b) => b.is_end_stream(),
-            ProxyBody::Forwarded(b) => b.body.is_end_stream(),
-            ProxyBody::Local(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ProxyBody::Piped(b) => b.size_hint(),
-            ProxyBody::Forwarded(b) => b.body.size_hint(),
-            ProxyBody::Local(b) => b.size_hint(),
-        }
-    }
-}
-
-/// A short plain-text answer made by Portico.
-pub(crate) fn local(status: StatusCode, reason: &str) -> Response<ProxyBody> {
-    let mut resp = Response::new(ProxyBody::Local(Full::new(Bytes::from(format!("{reason}\n")))));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    resp
-}
 
 /// The request head as the HTTP/1 side sees it (for routing, balancing and the log): the same strict parser
 /// and limits, fed with the HTTP/2 request's fields.
@@ -186,11 +140,7 @@ pub(crate) async fn forward(
             observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
             let (mut parts, body) = resp.into_parts();
             if pick.set_cookie {
-                let mut cookie = format!("{}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
-                if let Some(age) = cluster.balancer.sticky_max_age {
-                    cookie.push_str(&format!("; Max-Age={age}"));
-                }
-                if let Ok(v) = HeaderValue::from_str(&cookie) {
+                if let Ok(v) = HeaderValue::from_str(&crate::proxy::sticky_cookie(cluster, endpoint)) {
                     parts.headers.append(header::SET_COOKIE, v);
                 }
             }
@@ -261,86 +211,6 @@ async fn connect_any(
                 return Err(NotConnected { failure, upstream });
             }
         }
-    }
-}
-
-/// Everything needed to count and log a forwarded request once its response has ended (or was abandoned).
-struct Finish {
-    ctx: Rc<WorkerCtx>,
-    snapshot: Arc<Snapshot>,
-    route: usize,
-    cluster: usize,
-    endpoint: usize,
-    head: RequestHead,
-    peer: IpAddr,
-    status: u16,
-    /// Response body bytes sent.
-    bytes: u64,
-    done: bool,
-    retries: u32,
-    started: Instant,
-    upstream_started: Instant,
-}
-
-impl Finish {
-    fn done(&mut self) {
-        if std::mem::replace(&mut self.done, true) {
-            return;
-        }
-        let bytes = self.bytes;
-        let worker = self.ctx.index;
-        let cluster = &self.snapshot.clusters[self.cluster];
-        let endpoint = &cluster.endpoints[self.endpoint];
-        endpoint.end(worker);
-        let counters = slot(&cluster.stats.slots, worker);
-        counters.requests.add(-1);
-        counters.retries_active.add(-i64::from(self.retries));
-        let upstream_time = self.upstream_started.elapsed();
-        let endpoint_slot = slot(&endpoint.stats.slots, worker);
-        endpoint_slot.by_class[class_index(self.status)].inc();
-        endpoint_slot.duration.observe(upstream_time);
-        let outcome = Outcome {
-            next: Next::KeepAlive,
-            status: self.status,
-            bytes,
-            upstream: Some(endpoint.addr),
-            upstream_time: Some(upstream_time),
-            retries: self.retries,
-        };
-        let route = self.snapshot.router.get(self.route);
-        record(&self.ctx, &self.snapshot, route, &self.head, (self.peer, true), &outcome, self.started.elapsed());
-    }
-}
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        self.done();
-    }
-}
-
-/// A forwarded response body that counts its bytes and records the request when it ends.
-pub(crate) struct Recorded {
-    body: Incoming,
-    finish: Finish,
-}
-
-impl Body for Recorded {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.finish.bytes += data.len() as u64;
-                }
-            }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.finish.done(),
-            Poll::Pending => {}
-        }
-        polled.map_err(Into::into)
     }
 }
 

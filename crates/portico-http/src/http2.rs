@@ -5,22 +5,21 @@
 //! metrics and the access log are one code path for both protocols, at the cost of one extra serialization
 //! per request (measured in bench/RESULTS.md).
 
-use crate::forward_h2::{local, ProxyBody};
 use crate::io::Stream;
-use crate::phases::Front;
-use crate::proxy::{serve_http1, Client};
+use crate::response_body::{local, ProxyBody};
 use crate::snapshot::Http2Settings;
 use crate::upstream::ClientFacts;
 use crate::worker::WorkerCtx;
-use bytes::{Buf, Bytes, BytesMut};
-use hyper::body::{Body, Incoming};
-use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use bytes::{Buf, Bytes};
+use futures_util::FutureExt;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::cell::Cell;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -31,10 +30,6 @@ use tokio::time::Instant;
 
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Bytes in flight between an HTTP/2 stream and the HTTP/1 engine, each way: enough for a request head and a
-/// small body in one go, and a bound on what a stream holds while its reader is slow.
-const PIPE_BUFFER: usize = 64 * 1024;
 
 /// What every stream of one connection shares.
 pub(crate) struct Connection {
@@ -142,81 +137,21 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
     if req.method() == Method::CONNECT {
         return Ok(local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported"));
     }
-    // Requests for HTTP/2 upstreams go stream to stream, so trailers (gRPC) survive.
-    let snapshot = conn.ctx.snapshot.load_full();
-    if snapshot.h2_upstreams {
-        let Some(limits) = snapshot.listener(&conn.listener).map(|l| l.limits) else {
-            return Ok(local(StatusCode::SERVICE_UNAVAILABLE, "listener removed"));
-        };
-        let mut head = match crate::forward_h2::head_of(&req, &limits) {
-            Ok(head) => head,
-            Err(reason) => return Ok(local(StatusCode::BAD_REQUEST, reason)),
-        };
-        let settings = snapshot.listener(&conn.listener);
-        let front = settings.map(|l| crate::phases::front(&mut head, &snapshot, l, conn.facts.https));
-        if let Some(Front::Cluster { route, cluster }) = front {
-            if snapshot.clusters.get(cluster).is_some_and(|c| c.settings.http2) {
-                return Ok(crate::forward_h2::forward(req, head, snapshot, route, &conn).await);
-            }
+    // A panic (a bug) costs this stream, answered 500, never the connection or the worker.
+    let served = AssertUnwindSafe(crate::serve_h2::serve(req, &conn)).catch_unwind().await;
+    Ok(served.unwrap_or_else(|panic| {
+        if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
+            crate::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
         }
-        // Everything else (other targets, local answers, errors) goes through the engine below, which runs
-        // the same phases on the request as it reads it.
-    }
-    let (near, far) = tokio::io::duplex(PIPE_BUFFER);
-    let client = Client {
-        io: Stream::Pipe(far),
-        buf: BytesMut::new(),
-        peer: conn.peer,
-        facts: conn.facts.clone(),
-        out: Vec::new(),
-        response_started: false,
-        filters: None,
-    };
-    tokio::task::spawn_local(serve_http1(client, conn.listener.clone(), conn.ctx.clone()));
-    let Ok((mut sender, h1)) = hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(near)).await else {
-        return Ok(local(StatusCode::INTERNAL_SERVER_ERROR, "cannot bridge the HTTP/2 stream"));
-    };
-    tokio::task::spawn_local(async move {
-        let _ = h1.await;
-    });
-    match sender.send_request(to_http1(req)).await {
-        Ok(resp) => Ok(to_http2(resp)),
-        // The engine answers every request it can parse; this is one it could not even frame.
-        Err(_) => Ok(local(StatusCode::BAD_REQUEST, "request could not be forwarded")),
-    }
-}
-
-/// The request as an HTTP/1.1 request in origin form, with `:authority` as its `Host`.
-fn to_http1(req: Request<Incoming>) -> Request<Incoming> {
-    let (mut parts, body) = req.into_parts();
-    if let Some(authority) = parts.uri.authority() {
-        if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
-            parts.headers.insert(header::HOST, host);
-        }
-    }
-    let origin = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    parts.uri = origin.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
-    parts.version = Version::HTTP_11;
-    // `te: trailers` is the only TE allowed in HTTP/2 and means nothing to an HTTP/1.1 hop.
-    parts.headers.remove(header::TE);
-    // A body of unknown length must be framed as chunked: hyper's HTTP/1 client would otherwise send a GET's or
-    // HEAD's body as empty.
-    if !body.is_end_stream() && !parts.headers.contains_key(header::CONTENT_LENGTH) {
-        parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-    }
-    Request::from_parts(parts, body)
-}
-
-/// The engine's HTTP/1.1 response as an HTTP/2 one: connection-specific fields are not allowed there.
-fn to_http2(resp: Response<Incoming>) -> Response<ProxyBody> {
-    let (mut parts, body) = resp.into_parts();
-    for name in [header::CONNECTION, header::TRANSFER_ENCODING, header::UPGRADE] {
-        parts.headers.remove(name);
-    }
-    parts.headers.remove("keep-alive");
-    parts.headers.remove("proxy-connection");
-    parts.version = Version::HTTP_2;
-    Response::from_parts(parts, ProxyBody::Piped(body))
+        tracing::error!(
+            listener = %conn.listener,
+            client = %conn.peer,
+            "HTTP/2 stream handling panicked at {}: {}",
+            crate::worker::last_panic_location(),
+            crate::proxy::panic_message(panic.as_ref())
+        );
+        local(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    }))
 }
 
 /// A stream with bytes already read from it put back in front: the preface read while telling h2c from

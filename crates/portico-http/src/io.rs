@@ -15,8 +15,6 @@ pub(crate) enum Stream {
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// TLS opened to an upstream.
     UpstreamTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-    /// An in-process pipe: an HTTP/2 stream's request, serialized as HTTP/1.1 for the HTTP/1 engine.
-    Pipe(tokio::io::DuplexStream),
 }
 
 impl Stream {
@@ -24,8 +22,6 @@ impl Stream {
     pub async fn readable(&mut self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.readable().await,
-            // A pipe has no readiness to wait for without reading; it lives for one request anyway.
-            Stream::Pipe(_) => Ok(()),
             // Records already written into the session (resumption tickets) must reach the peer, and plaintext
             // already decrypted (a request sent with the handshake) is ready now.
             Stream::Tls(s) => {
@@ -75,7 +71,6 @@ impl AsyncRead for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Stream::UpstreamTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Stream::Pipe(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -87,7 +82,6 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Stream::UpstreamTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Stream::Pipe(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -101,7 +95,6 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             Stream::UpstreamTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-            Stream::Pipe(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -110,7 +103,6 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
             Stream::UpstreamTls(s) => s.is_write_vectored(),
-            Stream::Pipe(s) => s.is_write_vectored(),
         }
     }
 
@@ -120,7 +112,6 @@ impl AsyncWrite for Stream {
             Stream::Tcp(_) => Poll::Ready(Ok(())),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Stream::UpstreamTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            Stream::Pipe(_) => Poll::Ready(Ok(())),
         }
     }
 
@@ -129,7 +120,6 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Stream::UpstreamTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Stream::Pipe(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -3,9 +3,11 @@
 
 pub mod access_log;
 pub mod balancer;
+mod body;
 mod buffers;
 pub mod codec;
 pub mod filters;
+mod forward;
 mod forward_h2;
 pub mod health;
 mod http2;
@@ -19,8 +21,10 @@ pub mod pool;
 mod proxy;
 mod redirect;
 mod relay;
+mod response_body;
 mod retry;
 pub mod router;
+mod serve_h2;
 pub mod snapshot;
 pub mod stats;
 pub mod tls;

@@ -12,10 +12,10 @@
 //! follows a response whose body is suppressed (HEAD is not pipelined; a 204 or 304 ends its batch): an
 //! upstream that wrongly sends a body there would otherwise have it read as the next member's response.
 
+use crate::body::{Downstream, ReqBody};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, Parsed, RequestHead, ResponseHead};
 use crate::pool::{self, PoolKey, UpstreamConn};
-use crate::proxy::{Client, ReqBody};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
 use crate::stats::slot;
@@ -118,7 +118,7 @@ fn lost() -> Failed {
 
 /// Sends the request as part of a batch to `endpoint` and reads its response head.
 pub(crate) async fn exchange(
-    client: &mut Client,
+    down: &mut Downstream<'_>,
     ctx: &WorkerCtx,
     cluster: &Cluster,
     endpoint: &Endpoint,
@@ -132,7 +132,7 @@ pub(crate) async fn exchange(
                 let batch = batch.clone();
                 let index = batch.members.get();
                 batch.members.set(index + 1);
-                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, &client.facts);
+                upstream::write_request_head(&mut batch.out.borrow_mut(), head, cluster, endpoint, down.facts);
                 if index + 1 >= cluster.settings.pipeline_depth {
                     open.remove(&key);
                 }
@@ -143,14 +143,14 @@ pub(crate) async fn exchange(
     };
     let ticket = match joined {
         Some(ticket) => ticket,
-        None => lead(client, ctx, cluster, endpoint, head, key).await?,
+        None => lead(down, ctx, cluster, endpoint, head, key).await?,
     };
-    take_turn(client, ticket, head, cluster).await
+    take_turn(down, ticket, head, cluster).await
 }
 
 /// Opens a batch, lets the requests woken in the same turn join, and writes them all.
 async fn lead(
-    client: &mut Client,
+    down: &mut Downstream<'_>,
     ctx: &WorkerCtx,
     cluster: &Cluster,
     endpoint: &Endpoint,
@@ -171,7 +171,7 @@ async fn lead(
     {
         let mut out = batch.out.borrow_mut();
         buffers::reserve_vec(&mut out, 1024);
-        upstream::write_request_head(&mut out, head, cluster, endpoint, &client.facts);
+        upstream::write_request_head(&mut out, head, cluster, endpoint, down.facts);
     }
     ctx.batches.open.borrow_mut().insert(key, batch.clone());
     // From here on, leaving early drops the ticket, which sends the members to retry on their own.
@@ -217,7 +217,7 @@ async fn lead(
 /// The wait is bounded by `response_header`: the members ahead are bounded only per read and per write, so a
 /// streamed response or a slow client ahead could hold this one for ever. Giving up breaks the batch (the
 /// ticket's drop): the member holding the connection finishes, the others retry on their own.
-async fn take_turn(client: &mut Client, mut ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
+async fn take_turn(down: &mut Downstream<'_>, mut ticket: Ticket, head: &RequestHead, cluster: &Cluster) -> Exchanged {
     let batch = ticket.batch.clone();
     // No timer is armed unless the member actually has to wait (`Timeout` polls the wait first).
     let deadline = Instant::now() + cluster.settings.response_header_timeout;
@@ -261,7 +261,7 @@ async fn take_turn(client: &mut Client, mut ticket: Ticket, head: &RequestHead, 
     conn.reused |= ticket.index > 0;
     let out_of_step = ticket.index > 0;
     conn.ticket = Some(ticket);
-    match upstream::read_response_head(client, &mut conn, head, cluster, &ReqBody::InHand(Bytes::new())).await {
+    match upstream::read_response_head(&mut down.body, &mut conn, head, cluster, &ReqBody::InHand(Bytes::new())).await {
         Ok(resp) => Ok((Source::Conn(conn), resp)),
         // Dropping the connection (and its ticket) sends the members behind to retry on their own.
         Err(mut failure) => {

@@ -4,18 +4,18 @@
 //! access log.
 
 use crate::access_log::Entry;
-use crate::balancer::{NoPick, PickInput};
+use crate::body::{BodySource, Downstream, ReqBody};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
+use crate::forward::Answered;
 use crate::io::Stream;
 use crate::message::{LocalResponse, ResponseEdits};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
-use crate::retry::{backoff, may_retry, RetryGauge};
 use crate::router::CompiledRoute;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::stats::{class_index, slot};
-use crate::upstream::{self, push_u64, Failed, Fault, Observed, Source, UpstreamFailure};
+use crate::upstream::{self, push_u64, Observed, Source};
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -31,7 +31,7 @@ use tokio::time::{timeout_at, Instant};
 
 /// A request body up to this size that has fully arrived with its head is kept until the response starts,
 /// so the request can be replayed on another connection or endpoint.
-const REPLAYABLE_BODY: u64 = 64 * 1024;
+pub(crate) const REPLAYABLE_BODY: u64 = 64 * 1024;
 /// Read buffer for a request head: large enough that a head and a small body usually arrive in one read.
 /// Only connections with a request in progress hold it.
 const HEAD_READ_BUFFER: usize = 16 * 1024;
@@ -66,27 +66,6 @@ impl Client {
     /// The response filters' edits for a response to `head` with `status`.
     pub fn response_edits(&self, head: &RequestHead, status: u16) -> Option<ResponseEdits> {
         self.filters.as_ref().map(|chain| crate::filters::response_edits(chain, head, status))
-    }
-}
-
-/// The request body as the proxy holds it.
-pub(crate) enum ReqBody {
-    /// No body, or a body received in full with the head: kept, so the request can be sent again.
-    InHand(Bytes),
-    /// A body still to stream from the client with this framing.
-    Streaming(BodyFraming),
-    /// A streamed body, sent in full: the client connection is clean, but the request cannot be replayed.
-    Sent,
-}
-
-impl ReqBody {
-    /// The request can be sent again (to another connection or endpoint) as it was.
-    pub fn replayable(&self) -> bool {
-        matches!(self, ReqBody::InHand(_))
-    }
-    /// The client has sent the whole body: its connection is ready for the next request.
-    pub fn consumed(&self) -> bool {
-        !matches!(self, ReqBody::Streaming(_))
     }
 }
 
@@ -338,7 +317,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 /// panic costs one request, not the worker.
 /// `PORTICO_DEBUG_KILL_WORKER_PATH` takes the whole worker runtime down instead (the supervisor restarts it).
 #[cfg(debug_assertions)]
-fn debug_panic_hook(head: &RequestHead, ctx: &WorkerCtx) {
+pub(crate) fn debug_panic_hook(head: &RequestHead, ctx: &WorkerCtx) {
     type Paths = (Option<Vec<u8>>, Option<Vec<u8>>);
     static PATHS: std::sync::OnceLock<Paths> = std::sync::OnceLock::new();
     let (panic_path, kill_path) = PATHS.get_or_init(|| {
@@ -466,6 +445,13 @@ pub(crate) struct InflightGuard<'a> {
     pub worker: usize,
 }
 
+impl InflightGuard<'_> {
+    /// Leaves the endpoint's in-flight count up: a holder that outlives this borrow calls `Endpoint::end`.
+    pub fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
         self.endpoint.end(self.worker);
@@ -559,165 +545,51 @@ async fn handle_request(
     if cluster.settings.http2 {
         return Box::pin(crate::forward_h2::from_http1(client, head, cluster, body, settings, ctx)).await;
     }
-    let input = PickInput { req: head, client_ip: client.peer.ip(), worker: ctx.index };
-    let policy = &cluster.settings.retries;
-    let idempotent = head.is_idempotent();
-    let mut tried: Vec<usize> = Vec::new();
-    let mut fresh_only = false;
-    let mut retrying = RetryGauge::new(counters);
-    let mut last = UpstreamFailure::upstream(502, "no upstream endpoint could be reached");
-    let mut last_upstream = None;
-    loop {
-        let pick = match cluster.balancer.pick(&cluster.endpoints, &input, &tried, cluster.settings.panic_mode) {
-            Ok(p) => p,
-            // After a failed try, report that failure rather than the ejection it may have caused.
-            Err(NoPick::NoneHealthy) if tried.is_empty() => {
-                counters.no_healthy_endpoint.inc();
-                last = UpstreamFailure::breaker("no healthy upstream endpoint");
-                break;
-            }
-            Err(_) => break,
-        };
-        let endpoint = &cluster.endpoints[pick.index];
-        last_upstream = Some(endpoint.addr);
-        let attempt_started = std::time::Instant::now();
-        endpoint.begin(ctx.index);
-        let _inflight = InflightGuard { endpoint, worker: ctx.index };
-        let exchanged = if !fresh_only && pipeline::eligible(head, cluster) {
-            pipeline::exchange(client, ctx, cluster, endpoint, head).await
-        } else {
-            upstream::exchange(client, ctx, cluster, endpoint, fresh_only, head, &mut body, settings).await
-        };
-        let replayable = body.replayable();
-        let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
-        let (source, resp) = match exchanged {
-            Ok(exchanged) => exchanged,
-            Err(Failed { failure, connected: false, .. }) => {
-                if failure.fault != Fault::Upstream {
-                    // The breaker refused a new connection: after a failed try, report that failure instead.
-                    if tried.is_empty() {
-                        last = failure;
-                    }
-                    break;
-                }
-                last = failure;
-                upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
-                tried.push(pick.index);
-                // Nothing reached the upstream: any request may go to another endpoint.
-                if another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
-                    retrying.add();
-                    continue;
-                }
-                break;
-            }
-            Err(Failed { failure: f, .. }) if f.fault == Fault::ClientGone => {
-                return Outcome { retries: retrying.count(), ..Outcome::local(Next::Close, 499, 0) };
-            }
-            Err(Failed { failure: f, reused: true, batch_lost, .. }) if f.retry_fresh && replayable => {
-                // A pooled connection the upstream had closed, or a pipelined batch that lost its connection:
-                // replay on a fresh one (same endpoint allowed). The first is a race the request never
-                // reached the upstream in; the second may have reached it, so it counts as a retry (outside
-                // `attempts` and the budget: refusing it would turn one broken batch into many errors).
-                if batch_lost {
-                    retrying.add();
-                }
-                fresh_only = true;
-                last = f;
-                continue;
-            }
-            Err(Failed { failure: f, .. }) => {
-                last = f;
-                if f.fault == Fault::Upstream {
-                    upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
-                    endpoint_slot.by_class[4].inc();
-                    endpoint_slot.duration.observe(attempt_started.elapsed());
-                    tried.push(pick.index);
-                    let timeout_retry = f.timed_out && policy.on_timeout;
-                    if timeout_retry
-                        && idempotent
-                        && replayable
-                        && another_endpoint(cluster, &tried)
-                        && may_retry(retrying.count(), policy, counters)
-                    {
-                        retrying.add();
-                        backoff(policy, retrying.count()).await;
-                        continue;
-                    }
-                }
-                let mut outcome = answer(client, head, f.status, f.reason, body.consumed()).await;
-                outcome.upstream = Some(endpoint.addr);
-                outcome.upstream_time = Some(attempt_started.elapsed());
-                outcome.retries = retrying.count();
-                return outcome;
-            }
-        };
-        let status = resp.1.status;
-        let observed = if status >= 500 { Observed::ServerError } else { Observed::Success };
-        upstream::observe(cluster, endpoint, ctx.index, observed);
-        if status == 101 {
-            // A WebSocket handshake the upstream accepted: the connection becomes a tunnel until it closes.
-            endpoint_slot.by_class[0].inc();
-            let bytes = match source {
-                Source::Conn(conn) => crate::tunnel::relay(client, conn, resp, cluster, settings, ctx).await,
-                Source::Buffered(_) => 0, // upgrades are never pipelined
+    let mut down = Downstream {
+        facts: &client.facts,
+        out: &mut client.out,
+        body: BodySource::Connection { io: &mut client.io, buf: &mut client.buf },
+    };
+    let forwarded = crate::forward::forward(&mut down, head, &mut body, cluster, client.peer.ip(), settings, ctx).await;
+    let answered = match forwarded {
+        Ok(answered) => answered,
+        Err(failed) => {
+            let mut outcome = match failed.client_gone {
+                true => Outcome::local(Next::Close, 499, 0),
+                false => answer(client, head, failed.status, failed.reason, body.consumed()).await,
             };
-            let upstream_time = attempt_started.elapsed();
-            endpoint_slot.duration.observe(upstream_time);
-            return Outcome {
-                next: Next::Close,
-                status,
-                bytes,
-                upstream: Some(endpoint.addr),
-                upstream_time: Some(upstream_time),
-                retries: retrying.count(),
-            };
+            outcome.upstream = failed.upstream;
+            outcome.upstream_time = failed.upstream_time;
+            outcome.retries = failed.retries;
+            return outcome;
         }
-        let retry_on_status = policy.on_status.contains(&status) && idempotent && replayable;
-        if retry_on_status {
-            tried.push(pick.index);
+    };
+    let Answered { source, resp, endpoint, set_cookie, started, retrying, inflight, .. } = answered;
+    let status = resp.1.status;
+    let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
+    let (next, bytes) = if status == 101 {
+        // A WebSocket handshake the upstream accepted: the connection becomes a tunnel until it closes.
+        match source {
+            Source::Conn(conn) => (Next::Close, crate::tunnel::relay(client, conn, resp, cluster, settings, ctx).await),
+            Source::Buffered(_) => (Next::Close, 0), // upgrades are never pipelined
         }
-        if retry_on_status && another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
-            // Drop this response (and its connection) and try another endpoint. Without one left, the
-            // response is passed on as it is.
-            endpoint_slot.by_class[class_index(status)].inc();
-            retrying.add();
-            if let Source::Conn(conn) = source {
-                pipeline::discard(ctx, cluster, endpoint, conn, &resp.1);
-            }
-            backoff(policy, retrying.count()).await;
-            continue;
-        }
+    } else {
         // The request body may still be partly unread when the upstream answered early.
         let request_done = body.consumed();
-        let (next, bytes) = forward_response(
-            client,
-            source,
-            resp,
-            head,
-            cluster,
-            endpoint,
-            pick.set_cookie,
-            request_done,
-            settings,
-            ctx,
-        )
-        .await;
-        let upstream_time = attempt_started.elapsed();
-        endpoint_slot.by_class[class_index(status)].inc();
-        endpoint_slot.duration.observe(upstream_time);
-        return Outcome {
-            next,
-            status,
-            bytes,
-            upstream: Some(endpoint.addr),
-            upstream_time: Some(upstream_time),
-            retries: retrying.count(),
-        };
+        forward_response(client, source, resp, head, cluster, endpoint, set_cookie, request_done, settings, ctx).await
+    };
+    drop(inflight);
+    let upstream_time = started.elapsed();
+    endpoint_slot.by_class[class_index(status)].inc();
+    endpoint_slot.duration.observe(upstream_time);
+    Outcome {
+        next,
+        status,
+        bytes,
+        upstream: Some(endpoint.addr),
+        upstream_time: Some(upstream_time),
+        retries: retrying.count(),
     }
-    let mut outcome = answer(client, head, last.status, last.reason, body.consumed()).await;
-    outcome.upstream = last_upstream;
-    outcome.retries = retrying.count();
-    outcome
 }
 
 /// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.
@@ -892,11 +764,8 @@ pub(crate) fn end_response_head(
     http10: bool,
 ) {
     if set_cookie {
-        use std::io::Write;
-        let _ = write!(out, "set-cookie: {}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
-        if let Some(age) = cluster.balancer.sticky_max_age {
-            let _ = write!(out, "; Max-Age={age}");
-        }
+        out.extend_from_slice(b"set-cookie: ");
+        out.extend_from_slice(sticky_cookie(cluster, endpoint).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     if !keep_alive {
@@ -908,6 +777,15 @@ pub(crate) fn end_response_head(
 }
 
 /// The reason phrase for a status (empty for one without a registered phrase, as RFC 9112 allows).
+/// The `Set-Cookie` value that pins a client to `endpoint` (sticky_cookie balancing).
+pub(crate) fn sticky_cookie(cluster: &Cluster, endpoint: &Endpoint) -> String {
+    let mut cookie = format!("{}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
+    if let Some(age) = cluster.balancer.sticky_max_age {
+        cookie.push_str(&format!("; Max-Age={age}"));
+    }
+    cookie
+}
+
 pub(crate) fn status_text(status: u16) -> &'static str {
     hyper::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("")
 }

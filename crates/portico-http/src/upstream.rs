@@ -2,16 +2,17 @@
 //! request head and body sent, the response head read, and what the outcome says about the endpoint's health
 //! (outlier detection).
 
+use crate::body::{BodySource, Downstream, ReqBody};
 use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
 use crate::io::Stream;
 use crate::pool::UpstreamConn;
-use crate::proxy::{Client, ReqBody};
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::snapshot::{now_ms, Cluster, Endpoint, ListenerSettings};
 use crate::stats::slot;
 use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
@@ -156,7 +157,7 @@ pub(crate) type Exchanged = Result<(Source, (Bytes, ResponseHead)), Failed>;
 /// the response head read.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn exchange(
-    client: &mut Client,
+    down: &mut Downstream<'_>,
     ctx: &WorkerCtx,
     cluster: &Cluster,
     endpoint: &Endpoint,
@@ -171,9 +172,9 @@ pub(crate) async fn exchange(
         reused: false,
         batch_lost: false,
     })?;
-    let sent = send_request(client, &mut conn, head, body, cluster, endpoint, settings).await;
+    let sent = send_request(down, &mut conn, head, body, cluster, endpoint, settings).await;
     let response = match sent {
-        Ok(()) => read_response_head(client, &mut conn, head, cluster, body).await,
+        Ok(()) => read_response_head(&mut down.body, &mut conn, head, cluster, body).await,
         Err(f) => Err(f),
     };
     match response {
@@ -249,7 +250,7 @@ pub(crate) fn observe(cluster: &Cluster, endpoint: &Endpoint, worker: usize, wha
 
 /// Writes the request head (with a body in hand, in the same write) and streams a body still at the client.
 async fn send_request(
-    client: &mut Client,
+    down: &mut Downstream<'_>,
     conn: &mut UpstreamConn,
     head: &RequestHead,
     body: &mut ReqBody,
@@ -257,10 +258,10 @@ async fn send_request(
     endpoint: &Endpoint,
     settings: &ListenerSettings,
 ) -> Result<(), UpstreamFailure> {
-    let out = &mut client.out;
+    let out = &mut *down.out;
     out.clear();
     crate::buffers::reserve_vec(out, 1024);
-    write_request_head(out, head, cluster, endpoint, &client.facts);
+    write_request_head(out, head, cluster, endpoint, down.facts);
     if let ReqBody::InHand(bytes) = body {
         out.extend_from_slice(bytes);
     }
@@ -276,24 +277,17 @@ async fn send_request(
         return Ok(());
     };
     if head.expect_continue && !head.http10 {
-        let _ = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout).await;
+        if let BodySource::Connection { io, .. } = &mut down.body {
+            let _ = write_timed(*io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout).await;
+        }
     }
-    let out_chunked = framing == BodyFraming::Chunked;
     let timeouts = (settings.body_read_timeout, send_timeout);
     // An upstream may answer before the body is complete (413, 401) and stop reading it: watch for any byte
     // (or a close) from it while relaying, rather than waiting for the send timeout.
     let relayed = match &mut conn.io {
         Stream::Tcp(tcp) => {
             let (upstream_read, mut upstream_write) = tcp.split();
-            let relay = relay_body(
-                &mut client.io,
-                &mut client.buf,
-                framing,
-                &mut upstream_write,
-                out_chunked,
-                timeouts,
-                &mut client.out,
-            );
+            let relay = relay_request_body(&mut down.body, framing, &mut upstream_write, timeouts, down.out);
             // `peek` consumes nothing: the response is read afterwards as usual.
             let mut probe = [0u8; 1];
             let answered_early = upstream_read.as_ref().peek(&mut probe);
@@ -306,15 +300,7 @@ async fn send_request(
             // Over TLS a peek would also see records that carry no data (session tickets): read for real, into
             // the buffer the response head is parsed from.
             let (mut upstream_read, mut upstream_write) = tokio::io::split(tls);
-            let relay = relay_body(
-                &mut client.io,
-                &mut client.buf,
-                framing,
-                &mut upstream_write,
-                out_chunked,
-                timeouts,
-                &mut client.out,
-            );
+            let relay = relay_request_body(&mut down.body, framing, &mut upstream_write, timeouts, down.out);
             conn.buf.reserve(4096);
             let answered_early = upstream_read.read_buf(&mut conn.buf);
             tokio::select! {
@@ -338,6 +324,25 @@ async fn send_request(
         Err(RelayError::Dest) => {
             // The upstream stopped reading: it may have answered early (413, 401). Let the caller read it.
             Ok(())
+        }
+    }
+}
+
+/// Streams a request body from its source to the upstream, chunked when `framing` says so. A connection's
+/// body is decoded with the request's framing; frames are read to their end (a `Length` is still enforced).
+async fn relay_request_body<W: tokio::io::AsyncWrite + Unpin>(
+    source: &mut BodySource<'_>,
+    framing: BodyFraming,
+    dst: &mut W,
+    timeouts: (Duration, Duration),
+    out: &mut Vec<u8>,
+) -> Result<u64, RelayError> {
+    let out_chunked = framing == BodyFraming::Chunked;
+    match source {
+        BodySource::Connection { io, buf } => relay_body(*io, buf, framing, dst, out_chunked, timeouts, out).await,
+        BodySource::Frames { reader, buf } => {
+            let until_end = if out_chunked { BodyFraming::UntilClose } else { framing };
+            relay_body(*reader, buf, until_end, dst, out_chunked, timeouts, out).await
         }
     }
 }
@@ -528,7 +533,7 @@ impl IpText {
 }
 
 pub(crate) async fn read_response_head(
-    client: &mut Client,
+    source: &mut BodySource<'_>,
     conn: &mut UpstreamConn,
     head: &RequestHead,
     cluster: &Cluster,
@@ -572,7 +577,7 @@ pub(crate) async fn read_response_head(
         let nothing_yet = conn.buf.is_empty() && !interim_seen;
         let read = tokio::select! {
             r = timeout_at(deadline, conn.io.read_buf(&mut conn.buf)) => r,
-            _ = client_gone(&mut client.io, &mut client.buf), if watch_client => {
+            _ = source.client_gone(PIPELINE_READ_AHEAD), if watch_client => {
                 return Err(UpstreamFailure::client_gone());
             }
         };
@@ -596,20 +601,6 @@ pub(crate) async fn read_response_head(
                     ..UpstreamFailure::upstream(504, "upstream timed out before responding")
                 })
             }
-        }
-    }
-}
-
-/// Resolves when the client closes its side (or errors). Pipelined bytes read meanwhile stay in `buf`.
-async fn client_gone(io: &mut crate::io::Stream, buf: &mut BytesMut) {
-    loop {
-        if buf.len() >= PIPELINE_READ_AHEAD {
-            std::future::pending::<()>().await;
-        }
-        buf.reserve(4096);
-        match io.read_buf(buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
         }
     }
 }

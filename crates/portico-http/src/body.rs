@@ -1,0 +1,112 @@
+//! Where the upstream side reads a request body from, and how it learns that the client left: never a
+//! client connection as such, but a `BodySource`.
+//!
+//! - An HTTP/1 client's connection: a streamed body is decoded from it with the request's framing, and once
+//!   the body is in, the connection closing is the client leaving (its request is abandoned).
+//! - Any body delivered in frames (an HTTP/2 stream; later a function or a bridge): read as bytes until its
+//!   end. Its request is cancelled by dropping the request's future, which is what the HTTP/2 server does when
+//!   the client resets the stream.
+
+use crate::codec::BodyFraming;
+use crate::io::Stream;
+use crate::upstream::ClientFacts;
+use bytes::{Buf, Bytes, BytesMut};
+use hyper::body::Body;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// The request body as the proxy holds it.
+pub(crate) enum ReqBody {
+    /// No body, or a body received in full with the head: kept, so the request can be sent again.
+    InHand(Bytes),
+    /// A body still to stream from the client with this framing.
+    Streaming(BodyFraming),
+    /// A streamed body, sent in full: the client connection is clean, but the request cannot be replayed.
+    Sent,
+}
+
+impl ReqBody {
+    /// The request can be sent again (to another connection or endpoint) as it was.
+    pub fn replayable(&self) -> bool {
+        matches!(self, ReqBody::InHand(_))
+    }
+    /// The client has sent the whole body: its connection is ready for the next request.
+    pub fn consumed(&self) -> bool {
+        !matches!(self, ReqBody::Streaming(_))
+    }
+}
+
+pub(crate) enum BodySource<'a> {
+    Connection { io: &'a mut Stream, buf: &'a mut BytesMut },
+    Frames { reader: &'a mut FrameReader, buf: &'a mut BytesMut },
+}
+
+/// What the upstream side gets from the client side of a request.
+pub(crate) struct Downstream<'a> {
+    /// What the upstream is told about the client (`x-forwarded-*`, the certificate header).
+    pub facts: &'a ClientFacts,
+    /// Scratch space for the request head and body pieces.
+    pub out: &'a mut Vec<u8>,
+    pub body: BodySource<'a>,
+}
+
+impl BodySource<'_> {
+    /// Resolves when the client has gone, as far as this source can tell while the request waits for its
+    /// response: an HTTP/1 connection that closes (bytes read meanwhile, a pipelined request, stay in the
+    /// buffer, at most `limit`); never for frames, whose request is cancelled by being dropped.
+    pub async fn client_gone(&mut self, limit: usize) {
+        let BodySource::Connection { io, buf } = self else {
+            return std::future::pending().await;
+        };
+        use tokio::io::AsyncReadExt;
+        loop {
+            if buf.len() >= limit {
+                std::future::pending::<()>().await;
+            }
+            buf.reserve(4096);
+            match io.read_buf(*buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// A frame-delivered body read as bytes: data frames in order, trailers dropped (an HTTP/1 upstream is not
+/// sent trailers).
+pub(crate) struct FrameReader {
+    body: hyper::body::Incoming,
+    rest: Bytes,
+}
+
+impl FrameReader {
+    pub fn new(body: hyper::body::Incoming) -> FrameReader {
+        FrameReader { body, rest: Bytes::new() }
+    }
+}
+
+impl AsyncRead for FrameReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.rest.is_empty() {
+                let n = this.rest.len().min(out.remaining());
+                out.put_slice(&this.rest[..n]);
+                this.rest.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            match Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io::Error::other(e))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        this.rest = data;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! HTTP/2 streams served natively. A stream's request head goes through the same phases as an HTTP/1
+//! request (normalise, route, request filters, target) and, for a cluster, the same upstream loop
+//! (`forward`): no bridge, no second serialisation. The response goes back as it arrives: an HTTP/1
+//! upstream's body is decoded straight into DATA frames (`UpstreamBody`), a `protocol: h2` upstream's stream
+//! is relayed with its trailers (`forward_h2`), and local answers are written as they are. Response filters
+//! run on every response head; every request is counted and logged once, when its response has ended.
+
+use crate::body::{BodySource, Downstream, FrameReader, ReqBody};
+use crate::codec::{self, BodyFraming, Known, RequestHead};
+use crate::forward::Answered;
+use crate::http2::Connection;
+use crate::message::LocalResponse;
+use crate::phases::Front;
+use crate::proxy::{record, Next, Outcome, REPLAYABLE_BODY};
+use crate::relay::{read_more, RelayError, SourceFault};
+use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
+use crate::snapshot::{ListenerSettings, Snapshot};
+use crate::stats::slot;
+use bytes::{Bytes, BytesMut};
+use http_body_util::Full;
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Serves one stream's request.
+pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let snapshot = conn.ctx.snapshot.load_full();
+    let Some(settings) = snapshot.listener(&conn.listener) else {
+        return local(StatusCode::SERVICE_UNAVAILABLE, "listener removed");
+    };
+    let mut head = match crate::forward_h2::head_of(&req, &settings.limits) {
+        Ok(head) => head,
+        Err(reason) => return local(StatusCode::BAD_REQUEST, reason),
+    };
+    #[cfg(debug_assertions)]
+    crate::proxy::debug_panic_hook(&head, &conn.ctx);
+    let front = crate::phases::front(&mut head, &snapshot, settings, conn.facts.https);
+    let reply = Reply { snapshot: &snapshot, conn, started };
+    match front {
+        Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
+            crate::forward_h2::forward(req, head, snapshot.clone(), route, conn).await
+        }
+        Front::Cluster { route, cluster } => to_cluster(req, head, route, cluster, settings, &reply).await,
+        Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
+        Front::NoRoute => reply.local(None, &head, &LocalResponse::text(404, "no route matches this request"), |_| {}),
+        Front::BadPath(e) => reply.local(None, &head, &LocalResponse::text(e.status, e.reason), |_| {}),
+    }
+}
+
+/// What answering a stream needs to count and log it.
+struct Reply<'a> {
+    snapshot: &'a Arc<Snapshot>,
+    conn: &'a Rc<Connection>,
+    started: Instant,
+}
+
+impl Reply<'_> {
+    /// A response made by Portico, through the route's response filters; `outcome` adds what the log should
+    /// know (the endpoint that failed, the retries).
+    fn local(
+        &self,
+        route: Option<usize>,
+        head: &RequestHead,
+        resp: &LocalResponse,
+        outcome: impl FnOnce(&mut Outcome),
+    ) -> Response<ProxyBody> {
+        let compiled = route.and_then(|r| self.snapshot.router.get(r));
+        let edits = compiled
+            .and_then(|r| r.filters.as_ref())
+            .map(|chain| crate::filters::response_edits(chain, head, resp.status))
+            .unwrap_or_default();
+        let head_only = head.method() == b"HEAD";
+        let mut logged =
+            Outcome::local(Next::KeepAlive, resp.status, if head_only { 0 } else { resp.body.len() as u64 });
+        outcome(&mut logged);
+        let peer = (self.conn.peer.ip(), true);
+        record(&self.conn.ctx, self.snapshot, compiled, head, peer, &logged, self.started.elapsed());
+        let (mut parts, body) = resp.to_http(&edits).into_parts();
+        let body = if head_only {
+            parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+            Bytes::new()
+        } else {
+            body
+        };
+        Response::from_parts(parts, ProxyBody::Local(Full::new(body)))
+    }
+}
+
+/// A request for an HTTP/1 cluster.
+async fn to_cluster(
+    req: Request<Incoming>,
+    mut head: RequestHead,
+    route: usize,
+    cluster_index: usize,
+    settings: &ListenerSettings,
+    reply: &Reply<'_>,
+) -> Response<ProxyBody> {
+    let (snapshot, conn) = (reply.snapshot, reply.conn);
+    let ctx = &conn.ctx;
+    let cluster = &snapshot.clusters[cluster_index];
+    let counters = slot(&cluster.stats.slots, ctx.index);
+    if counters.requests.get() >= cluster.settings.max_requests_per_worker {
+        counters.breaker_rejections.inc();
+        let refused = LocalResponse::text(503, "too many requests in flight to the cluster (circuit breaker)");
+        return reply.local(Some(route), &head, &refused, |_| {});
+    }
+    let incoming = req.into_body();
+    if !incoming.is_end_stream() && head.body == BodyFraming::None {
+        // A body without a declared length: chunked to the upstream.
+        head.body = BodyFraming::Chunked;
+    }
+    let mut reader = FrameReader::new(incoming);
+    let mut received = BytesMut::new();
+    let mut body = match head.body {
+        BodyFraming::None => ReqBody::InHand(Bytes::new()),
+        // A small body is read whole first, as for HTTP/1: it leaves with the head and can be replayed.
+        BodyFraming::Length(n) if n <= REPLAYABLE_BODY => {
+            match read_whole(&mut reader, &mut received, n as usize, settings).await {
+                Ok(bytes) => ReqBody::InHand(bytes),
+                Err(status) => {
+                    let failed = LocalResponse::text(status, "request body not received in time");
+                    return reply.local(Some(route), &head, &failed, |_| {});
+                }
+            }
+        }
+        framing => ReqBody::Streaming(framing),
+    };
+    counters.requests.add(1);
+    let mut out = Vec::new();
+    let mut down = Downstream {
+        facts: &conn.facts,
+        out: &mut out,
+        body: BodySource::Frames { reader: &mut reader, buf: &mut received },
+    };
+    let forwarded = crate::forward::forward(&mut down, &head, &mut body, cluster, conn.peer.ip(), settings, ctx).await;
+    let answered = match forwarded {
+        Ok(answered) => answered,
+        Err(failed) => {
+            counters.requests.add(-1);
+            let resp = LocalResponse::text(failed.status, failed.reason);
+            return reply.local(Some(route), &head, &resp, |o| {
+                o.upstream = failed.upstream;
+                o.upstream_time = failed.upstream_time;
+                o.retries = failed.retries;
+            });
+        }
+    };
+    let Answered { source, resp: (resp_bytes, resp), endpoint, index, set_cookie, started, retrying, inflight } =
+        answered;
+    // From here `Finish` takes the request, the endpoint's in-flight count and the retries down when the
+    // response ends, however it ends.
+    inflight.disarm();
+    let mut finish = Finish {
+        ctx: ctx.clone(),
+        snapshot: snapshot.clone(),
+        route,
+        cluster: cluster_index,
+        endpoint: index,
+        head,
+        peer: conn.peer.ip(),
+        status: resp.status,
+        bytes: 0,
+        done: false,
+        retries: retrying.disarm(),
+        started: reply.started,
+        upstream_started: started,
+    };
+    if resp.other_codings.is_some() {
+        // HTTP/2 has no transfer codings: a body still encoded with one cannot be labelled.
+        finish.status = 502;
+        return local(StatusCode::BAD_GATEWAY, "upstream used a transfer coding HTTP/2 cannot carry");
+    }
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let headers = response.headers_mut();
+    for h in &resp.headers {
+        let name = h.name.get(&resp_bytes);
+        let keep = match codec::classify(name) {
+            Known::HopByHop => false,
+            // Written below from the framing, except on bodiless responses where it describes the would-be body.
+            Known::ContentLength => resp.body == BodyFraming::None,
+            _ => resp.connection.is_empty() || !resp.named_by_connection(&resp_bytes, name),
+        };
+        if let (true, Ok(n), Ok(v)) =
+            (keep, HeaderName::from_bytes(name), HeaderValue::from_bytes(h.value.get(&resp_bytes)))
+        {
+            headers.append(n, v);
+        }
+    }
+    if let BodyFraming::Length(n) = resp.body {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    if set_cookie {
+        if let Ok(v) = HeaderValue::from_str(&crate::proxy::sticky_cookie(cluster, endpoint)) {
+            headers.append(header::SET_COOKIE, v);
+        }
+    }
+    if let Some(chain) = snapshot.router.get(route).and_then(|r| r.filters.as_ref()) {
+        crate::filters::response_edits(chain, &finish.head, resp.status).apply(headers);
+    }
+    let reusable = resp.reusable && body.consumed();
+    let upstream_body = UpstreamBody::new(source, resp.body, reusable, cluster.settings.read_timeout, finish);
+    response.map(|()| ProxyBody::Upstream(Box::new(upstream_body)))
+}
+
+/// Reads a body of `n` bytes whole; `Err(499)` when the client left, `Err(408)` when it was too slow.
+async fn read_whole(
+    reader: &mut FrameReader,
+    buf: &mut BytesMut,
+    n: usize,
+    settings: &ListenerSettings,
+) -> Result<Bytes, u16> {
+    while buf.len() < n {
+        match read_more(reader, buf, settings.body_read_timeout).await {
+            Ok(0) | Err(RelayError::Source(SourceFault::Closed)) => return Err(499),
+            Ok(_) => {}
+            Err(_) => return Err(408),
+        }
+    }
+    Ok(buf.split_to(n).freeze())
+}
