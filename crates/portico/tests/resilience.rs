@@ -241,6 +241,37 @@ fn a_panic_costs_one_request_not_the_worker() {
 }
 
 #[test]
+fn a_panic_in_an_http2_stream_costs_that_stream_only() {
+    use http_body_util::{BodyExt, Full};
+    let b = portico_testkit::Backend::start("b0").unwrap();
+    let p = Portico::simple("round_robin", &[b.addr], "");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // One HTTP/2 connection (prior knowledge): the panicking stream is answered 500, the streams after it on
+    // the same connection are served.
+    let statuses = runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let mut statuses = Vec::new();
+        for path in ["/", "/__panic", "/", "/"] {
+            let req =
+                hyper::Request::get(format!("http://{}{path}", p.addr)).body(Full::new(bytes::Bytes::new())).unwrap();
+            let resp = sender.send_request(req).await.unwrap();
+            statuses.push(resp.status().as_u16());
+            let _ = resp.into_body().collect().await.unwrap();
+        }
+        statuses
+    });
+    assert_eq!(statuses, [200, 500, 200, 200]);
+    assert_eq!(p.metric("portico_panics_total{listener=\"web\"}"), 1.0);
+}
+
+#[test]
 fn a_worker_whose_runtime_dies_is_started_again() {
     let b = portico_testkit::Backend::start("b0").unwrap();
     let p = Portico::start(&simple_yaml("round_robin", &[b.addr], "").replacen("workers: 1", "workers: 2", 1));

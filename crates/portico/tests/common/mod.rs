@@ -2,6 +2,7 @@
 //! configuration, talk to it over real sockets.
 #![allow(dead_code)]
 
+pub mod echo;
 pub mod pki;
 
 use std::io::{Read, Write};
