@@ -360,17 +360,7 @@ pub(crate) async fn from_http1(
     observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
     let response = Upstream { resp, set_cookie: pick.set_cookie, close };
     let (next, bytes) = write_response(client, head, response, cluster, endpoint, settings, ctx).await;
-    let upstream_time = started.elapsed();
-    endpoint_slot.by_class[class_index(status)].inc();
-    endpoint_slot.duration.observe(upstream_time);
-    Outcome {
-        next,
-        status,
-        bytes,
-        upstream: Some(endpoint.addr),
-        upstream_time: Some(upstream_time),
-        retries: retrying.count(),
-    }
+    crate::proxy::upstream_outcome(endpoint, worker, (next, status, bytes), started, retrying.count())
 }
 
 /// An HTTP/2 upstream's response on its way to an HTTP/1 client.

@@ -566,7 +566,6 @@ async fn handle_request(
     };
     let Answered { source, resp, endpoint, set_cookie, started, retrying, inflight, .. } = answered;
     let status = resp.1.status;
-    let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
     let (next, bytes) = if status == 101 {
         // A WebSocket handshake the upstream accepted: the connection becomes a tunnel until it closes.
         match source {
@@ -579,17 +578,23 @@ async fn handle_request(
         forward_response(client, source, resp, head, cluster, endpoint, set_cookie, request_done, settings, ctx).await
     };
     drop(inflight);
+    upstream_outcome(endpoint, ctx.index, (next, status, bytes), started, retrying.count())
+}
+
+/// Counts a response an endpoint gave (by status class, with its time since `started`) and makes the
+/// request's outcome of it.
+pub(crate) fn upstream_outcome(
+    endpoint: &Endpoint,
+    worker: usize,
+    (next, status, bytes): (Next, u16, u64),
+    started: std::time::Instant,
+    retries: u32,
+) -> Outcome {
     let upstream_time = started.elapsed();
+    let endpoint_slot = slot(&endpoint.stats.slots, worker);
     endpoint_slot.by_class[class_index(status)].inc();
     endpoint_slot.duration.observe(upstream_time);
-    Outcome {
-        next,
-        status,
-        bytes,
-        upstream: Some(endpoint.addr),
-        upstream_time: Some(upstream_time),
-        retries: retrying.count(),
-    }
+    Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
 }
 
 /// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.

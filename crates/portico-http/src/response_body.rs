@@ -3,9 +3,9 @@
 //! request is counted and logged when its body ends or is abandoned (`Finish`), however that happens.
 
 use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, RequestHead};
-use crate::proxy::{record, Next, Outcome};
+use crate::proxy::{record, upstream_outcome, Next};
 use crate::snapshot::Snapshot;
-use crate::stats::{class_index, slot};
+use crate::stats::slot;
 use crate::upstream::{observe, Observed, Source};
 use crate::upstream_h2::BoxError;
 use crate::worker::WorkerCtx;
@@ -100,18 +100,8 @@ impl Finish {
         let counters = slot(&cluster.stats.slots, worker);
         counters.requests.add(-1);
         counters.retries_active.add(-i64::from(self.retries));
-        let upstream_time = self.upstream_started.elapsed();
-        let endpoint_slot = slot(&endpoint.stats.slots, worker);
-        endpoint_slot.by_class[class_index(self.status)].inc();
-        endpoint_slot.duration.observe(upstream_time);
-        let outcome = Outcome {
-            next: Next::KeepAlive,
-            status: self.status,
-            bytes,
-            upstream: Some(endpoint.addr),
-            upstream_time: Some(upstream_time),
-            retries: self.retries,
-        };
+        let what = (Next::KeepAlive, self.status, bytes);
+        let outcome = upstream_outcome(endpoint, worker, what, self.upstream_started, self.retries);
         let route = self.snapshot.router.get(self.route);
         record(&self.ctx, &self.snapshot, route, &self.head, (self.peer, true), &outcome, self.started.elapsed());
     }

@@ -707,14 +707,7 @@ fn filters_do_not_leak_between_requests_on_one_connection() {
     }
     // HTTP/2: streams on one connection.
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tcp),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let mut sender = h2c(p.addr).await;
         for path in ["/a/x", "/b/y", "/a/x", "/b/y"] {
             let req = hyper::Request::get(format!("http://test.local{path}"))
                 .header("origin", "https://app.example.com")

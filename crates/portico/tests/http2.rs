@@ -206,14 +206,7 @@ fn a_get_body_of_unknown_length_survives_the_bridge() {
     let b = Backend::start("b0").unwrap();
     let p = Portico::start(&yaml(b.addr, ""));
     runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tcp),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let mut sender = h2c(p.addr).await;
         let frames = futures_util::stream::iter(
             ["abc", "defg"].map(|s| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(s)))),
         );

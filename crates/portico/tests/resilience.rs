@@ -249,14 +249,7 @@ fn a_panic_in_an_http2_stream_costs_that_stream_only() {
     // One HTTP/2 connection (prior knowledge): the panicking stream is answered 500, the streams after it on
     // the same connection are served.
     let statuses = runtime.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tcp),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let mut sender = h2c(p.addr).await;
         let mut statuses = Vec::new();
         for path in ["/", "/__panic", "/", "/"] {
             let req =

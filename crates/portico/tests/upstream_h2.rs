@@ -93,19 +93,6 @@ fn h2_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// hyper's HTTP/2 client on a plain connection (prior knowledge).
-async fn h2c(
-    addr: std::net::SocketAddr,
-) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>> {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    sender
-}
-
 #[test]
 fn streams_reset_by_the_client_are_counted_down() {
     // Review finding: a stream reset before its response head left the cluster's in-flight gauge up for good,

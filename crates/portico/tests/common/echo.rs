@@ -260,14 +260,7 @@ pub fn request(
         Proto::H2 => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-                let (mut sender, conn) = hyper::client::conn::http2::handshake(
-                    hyper_util::rt::TokioExecutor::new(),
-                    hyper_util::rt::TokioIo::new(tcp),
-                )
-                .await
-                .expect("h2c handshake");
-                tokio::spawn(conn);
+                let mut sender = h2c(addr).await;
                 let mut b = hyper::Request::builder()
                     .method(method)
                     .uri(format!("http://{authority}{path}"))

@@ -503,3 +503,19 @@ pub fn kill_processes_with_arg(needle: &str) {
         }
     }
 }
+
+/// An HTTP/2 connection by prior knowledge (h2c) to `addr`, driven on the current runtime.
+pub async fn h2c<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: hyper::body::Body + Unpin + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
