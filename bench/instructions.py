@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""User-space instructions per request, counted with callgrind: repeatable to well under 1%, where the CPU time
+that bench/run.py measures swings 5-20% on these shared machines.
+
+Each binary (`--binary NAME=PATH`, several allowed) runs under `valgrind --tool=callgrind` with one worker in
+front of one nginx backend (100 B responses), and h2load sends a fixed number of requests over 8 keep-alive
+connections: HTTP/1.1 (`--protocol h1`) or HTTP/2 by prior knowledge (`--protocol h2`). It is run twice, with
+N1 and N2 requests; (instructions(N2) - instructions(N1)) / (N2 - N1) is the cost of one request without the
+start-up and shutdown. Extra YAML for the route (`--route-extra`) measures a route's filters.
+
+    python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BACKEND_PORT = 18280
+PROXY_PORT = 18281
+
+
+def wait_port(port, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def start_backend(work):
+    conf = f"""worker_processes 1; daemon off; pid {work}/nginx.pid; error_log stderr error;
+events {{ worker_connections 1024; }}
+http {{ access_log off; keepalive_requests 10000000;
+  server {{ listen 127.0.0.1:{BACKEND_PORT}; location / {{ return 200 "{"x" * 100}"; }} }} }}
+"""
+    with open(f"{work}/nginx.conf", "w") as f:
+        f.write(conf)
+    proc = subprocess.Popen(["nginx", "-c", f"{work}/nginx.conf"], stderr=subprocess.DEVNULL)
+    wait_port(BACKEND_PORT)
+    return proc
+
+
+def count(binary, requests, protocol, route_extra, work):
+    """Total instructions (Ir) of a Portico run that served `requests` requests."""
+    conf = f"""workers: 1
+log: {{ level: error }}
+listeners: [ {{ name: web, address: "127.0.0.1:{PROXY_PORT}" }} ]
+routes:
+  - cluster: be
+{route_extra}
+clusters:
+  be: {{ endpoints: [ {{ address: "127.0.0.1:{BACKEND_PORT}" }} ] }}
+"""
+    path = f"{work}/portico.yaml"
+    with open(path, "w") as f:
+        f.write(conf)
+    out = f"{work}/callgrind.out"
+    if os.path.exists(out):
+        os.remove(out)
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "run", "-c", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(PROXY_PORT)
+        if requests:
+            args = ["h2load", "-n", str(requests), "-c", "8", "-m", "1"]
+            if protocol == "h1":
+                args.append("--h1")
+            args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
+            done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+            ok = re.search(r"requests: .* (\d+) succeeded", done.stdout)
+            if not ok or int(ok.group(1)) != requests:
+                raise SystemExit(f"h2load did not complete every request:\n{done.stdout}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise SystemExit("no totals in the callgrind output")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", action="append", required=True, help="NAME=PATH of a portico binary")
+    ap.add_argument("--protocol", choices=["h1", "h2"], default="h1")
+    ap.add_argument("--requests", default="2000,12000", help="N1,N2")
+    ap.add_argument("--route-extra", default="", help="YAML lines added under the route (indented 4 spaces)")
+    a = ap.parse_args()
+    for tool in ("valgrind", "nginx", "h2load"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is needed (apt-get install valgrind nginx nghttp2-client)")
+    n1, n2 = (int(x) for x in a.requests.split(","))
+    work = tempfile.mkdtemp(prefix="portico-instr-")
+    backend = start_backend(work)
+    try:
+        print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections) |")
+        print("|---|---|---|")
+        for spec in a.binary:
+            name, path = spec.split("=", 1)
+            low = count(path, n1, a.protocol, a.route_extra, work)
+            high = count(path, n2, a.protocol, a.route_extra, work)
+            print(f"| {name} | {a.protocol} | {(high - low) / (n2 - n1):,.0f} |", flush=True)
+    finally:
+        backend.send_signal(signal.SIGQUIT)
+        backend.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
