@@ -78,7 +78,7 @@ const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
 /// Returns `Cow::Borrowed(path)` when nothing changes, which costs one scan and no allocation. Input that does
 /// not start with `/` (asterisk-form, empty) is returned unchanged.
 pub fn normalize<'a>(path: &'a [u8], opts: &NormalizeOptions) -> Result<Cow<'a, [u8]>, PathError> {
-    if path.first() != Some(&b'/') || is_normal(path, opts)? {
+    if path.first() != Some(&b'/') || plainly_normal(path, opts.merge_slashes) || is_normal(path, opts)? {
         return Ok(Cow::Borrowed(path));
     }
     let decoded = decode(path, opts)?;
@@ -116,6 +116,19 @@ fn overlong(prev: u8, cur: u8) -> bool {
 
 fn is_dot_segment(segment: &[u8]) -> bool {
     segment == b"." || segment == b".."
+}
+
+/// The cheapest look at the commonest path: ASCII, no `%`, and no segment that starts with `.` (a possible dot
+/// segment) or is empty (`//`, when merging). Such a path is normal; anything else gets the full scan.
+fn plainly_normal(path: &[u8], merge_slashes: bool) -> bool {
+    let mut prev = b'/';
+    for &b in &path[1..] {
+        if b == b'%' || b >= 0x80 || (prev == b'/' && (b == b'.' || (merge_slashes && b == b'/'))) {
+            return false;
+        }
+        prev = b;
+    }
+    true
 }
 
 /// The single scan of the common case: `Ok(true)` when `path` (starting with `/`) is already normal. `Ok(false)`

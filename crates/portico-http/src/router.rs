@@ -300,3 +300,95 @@ fn compile_route(
         query: m.query.as_ref().map(|q| q.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::codec::{parse_request, take_request, HeadLimits, Parsed, RequestHead};
+    use crate::snapshot::{build, Registry, Snapshot};
+
+    const LIMITS: HeadLimits = HeadLimits { max_request_line: 8192, max_header_bytes: 32768, max_headers: 100 };
+
+    /// A snapshot whose routes are `routes` (YAML list items), each a static route answering its own name.
+    fn snapshot(routes: &[&str]) -> Snapshot {
+        let mut yaml = String::from("listeners: [ { name: web, address: 127.0.0.1:1 } ]\nroutes:\n");
+        for (i, r) in routes.iter().enumerate() {
+            yaml += &format!("  - {{ name: r{i}, match: {r}, static: {{ body: r{i} }} }}\n");
+        }
+        let loaded = portico_config::load_str(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        build(&loaded, &Registry::new(1)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn head(request: &str) -> RequestHead {
+        let mut buf = bytes::BytesMut::from(request.as_bytes());
+        let Ok(Parsed::Complete(h, used)) = parse_request(&buf, &LIMITS) else { panic!("bad request {request:?}") };
+        take_request(&mut buf, h, used)
+    }
+
+    /// The name of the route `find` picks for `GET path` on `host`, or "none".
+    fn pick(s: &Snapshot, host: &str, target: &str, extra: &str) -> String {
+        let h = head(&format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n"));
+        s.router.find(&h).and_then(|(i, _)| s.router.get(i)).map_or("none".into(), |r| r.name.clone())
+    }
+
+    #[test]
+    fn an_exact_path_beats_parameters_which_beat_the_longest_prefix() {
+        // Written from least to most specific.
+        let s = snapshot(&[
+            "{ path_prefix: / }",
+            "{ path_prefix: /users }",
+            "{ path_prefix: /users/admin }",
+            "{ path: \"/users/:id/:tab\" }",
+            "{ path: \"/users/:id/profile\" }",
+            "{ path: /users/me/profile }",
+        ]);
+        assert_eq!(pick(&s, "a", "/users/me/profile", ""), "r5", "exact");
+        assert_eq!(pick(&s, "a", "/users/7/profile", ""), "r4", "more literal text among parameters");
+        assert_eq!(pick(&s, "a", "/users/7/posts", ""), "r3", "parameters before any prefix");
+        assert_eq!(pick(&s, "a", "/users/admin/x/y", ""), "r2", "the longest prefix");
+        assert_eq!(pick(&s, "a", "/users", ""), "r1", "a prefix matches itself");
+        assert_eq!(pick(&s, "a", "/usersx", ""), "r0", "not on a segment boundary");
+    }
+
+    #[test]
+    fn the_host_ranks_before_the_path() {
+        let s = snapshot(&[
+            "{ path: /exact }",
+            "{ host: \"*.example.com\" }",
+            "{ host: \"*.api.example.com\" }",
+            "{ host: www.example.com }",
+        ]);
+        assert_eq!(pick(&s, "www.example.com", "/exact", ""), "r3", "an exact host beats a path on any host");
+        assert_eq!(pick(&s, "v1.api.example.com:8080", "/exact", ""), "r2", "the longer wildcard, port ignored");
+        assert_eq!(pick(&s, "shop.EXAMPLE.com", "/exact", ""), "r1");
+        assert_eq!(pick(&s, "example.com", "/exact", ""), "r0", "a wildcard does not match its own domain");
+    }
+
+    #[test]
+    fn more_conditions_then_the_order_written() {
+        let s = snapshot(&[
+            "{ path_prefix: /api }",
+            "{ path_prefix: /api, methods: [GET] }",
+            "{ path_prefix: /api, methods: [GET], headers: { x-canary: \"1\" } }",
+            "{ path_prefix: /api, query: { v: \"2\" } }",
+            "{ path_prefix: /api, methods: [POST] }",
+        ]);
+        assert_eq!(pick(&s, "a", "/api/x", "x-canary: 1\r\n"), "r2");
+        assert_eq!(pick(&s, "a", "/api/x", ""), "r1", "one condition, written before the query route");
+        assert_eq!(pick(&s, "a", "/api/x?v=2", ""), "r1", "equally specific: the order written");
+        assert_eq!(pick(&s, "a", "/api/x?v=3", "x-canary: 2\r\n"), "r1");
+        let post = head("POST /api/x?v=%32 HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+        let name = |h: &RequestHead| s.router.find(h).and_then(|(i, _)| s.router.get(i)).map(|r| r.name.clone());
+        assert_eq!(name(&post).as_deref(), Some("r3"), "the query route was written first among the POST ones");
+    }
+
+    #[test]
+    fn parameters_are_captured_from_the_path() {
+        let s = snapshot(&["{ path: \"/files/:owner/*rest\" }"]);
+        let h = head("GET /files/ann/a/b.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+        let (_, captured) = s.router.find(&h).expect("matches");
+        let values: Vec<&[u8]> = captured.ranges.iter().map(|&(a, b)| &captured.path[a as usize..b as usize]).collect();
+        assert_eq!(values, [&b"ann"[..], &b"a/b.txt"[..]]);
+        assert_eq!(pick(&s, "a", "/files/ann", ""), "r0", "the rest may be empty");
+        assert_eq!(pick(&s, "a", "/files/", ""), "none", "the owner may not");
+    }
+}
