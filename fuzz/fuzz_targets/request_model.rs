@@ -43,15 +43,15 @@ fuzz_target!(|data: &[u8]| {
         let edits = &mut head.edits_mut().headers;
         match i % 3 {
             0 => {
-                edits.set(name, "v");
+                edits.set(name.as_str(), "v");
                 assert!(edits.drops(name.as_bytes()) && edits.appended_value(name) == Some("v"));
             }
             1 => {
-                edits.add(name, "w");
+                edits.add(name.as_str(), "w");
                 assert_eq!(edits.appended_value(name), Some("w"));
             }
             _ => {
-                edits.remove(name);
+                edits.remove(name.as_str());
                 assert!(edits.drops(name.as_bytes()) && edits.appended_value(name).is_none());
             }
         }

@@ -192,13 +192,25 @@ impl RequestHead {
     }
     /// Replaces the path, keeping the query.
     pub fn set_path(&mut self, path: &[u8]) {
-        let mut target = Vec::with_capacity(path.len() + self.query().map_or(0, |q| q.len() + 1));
-        target.extend_from_slice(path);
-        if let Some(q) = self.query() {
+        self.set_path_with(|_, out| {
+            out.extend_from_slice(path);
+            true
+        });
+    }
+    /// Replaces the path with what `write` appends to an empty buffer, given the current path, keeping the
+    /// query: one allocation. `write` returning false leaves the path as it is.
+    pub fn set_path_with(&mut self, write: impl FnOnce(&[u8], &mut Vec<u8>) -> bool) {
+        let (path, query) = (self.path(), self.query());
+        let mut target = Vec::with_capacity(path.len() + 16 + query.map_or(0, |q| q.len() + 1));
+        if !write(path, &mut target) {
+            return;
+        }
+        let path_len = target.len();
+        if let Some(q) = query {
             target.push(b'?');
             target.extend_from_slice(q);
         }
-        self.edits_mut().target = Some((target, path.len()));
+        self.edits_mut().target = Some((target, path_len));
     }
     /// The overlay, created on first use.
     pub fn edits_mut(&mut self) -> &mut crate::message::HeadEdits {

@@ -9,6 +9,15 @@
 
 use crate::upstream::same_header_name;
 use bytes::Bytes;
+use std::sync::Arc;
+
+/// Room reserved in an edit list on its first use.
+const EDITS_CAPACITY: usize = 8;
+
+thread_local! {
+    /// The name `vary`, shared rather than allocated per response.
+    static VARY: Arc<str> = Arc::from("vary");
+}
 
 /// Changes to a request head, applied when it is forwarded.
 #[derive(Debug, Default, Clone)]
@@ -22,12 +31,15 @@ pub struct HeadEdits {
 pub type ResponseEdits = HeaderEdits;
 
 /// Header changes over a head that stays as it was read. Names are compared without case.
+///
+/// Names and values are shared strings: a filter compiled from the configuration hands out reference-counted
+/// copies of its own, so editing a request allocates nothing but the two lists.
 #[derive(Debug, Default, Clone)]
 pub struct HeaderEdits {
     /// Headers of the original head left out, including every name in `set` (its new value is appended).
-    pub dropped: Vec<Box<str>>,
+    pub dropped: Vec<Arc<str>>,
     /// Headers written after the kept ones, in order.
-    pub appended: Vec<(Box<str>, Box<str>)>,
+    pub appended: Vec<(Arc<str>, Arc<str>)>,
 }
 
 impl HeaderEdits {
@@ -43,33 +55,47 @@ impl HeaderEdits {
         self.dropped.iter().any(|d| same_header_name(name, d.as_bytes()))
     }
     /// Replaces every value of `name` with `value`.
-    pub fn set(&mut self, name: &str, value: &str) {
-        self.remove(name);
-        self.appended.push((name.into(), value.into()));
+    pub fn set(&mut self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) {
+        let name = name.into();
+        self.remove(name.clone());
+        self.push_appended(name, value.into());
     }
     /// Adds a value of `name`, keeping those present.
-    pub fn add(&mut self, name: &str, value: &str) {
-        self.appended.push((name.into(), value.into()));
+    pub fn add(&mut self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) {
+        self.push_appended(name.into(), value.into());
     }
     /// Removes `name`, including values appended by earlier edits.
-    pub fn remove(&mut self, name: &str) {
-        self.appended.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        if !self.drops(name.as_bytes()) {
+    pub fn remove(&mut self, name: impl Into<Arc<str>> + AsRef<str>) {
+        let text = name.as_ref();
+        if self.appended.iter().any(|(n, _)| n.eq_ignore_ascii_case(text)) {
+            self.appended.retain(|(n, _)| !n.eq_ignore_ascii_case(text));
+        }
+        if !self.drops(text.as_bytes()) {
+            if self.dropped.capacity() == 0 {
+                // One allocation for the usual handful of names, not one per doubling.
+                self.dropped.reserve(EDITS_CAPACITY);
+            }
             self.dropped.push(name.into());
         }
+    }
+    fn push_appended(&mut self, name: Arc<str>, value: Arc<str>) {
+        if self.appended.capacity() == 0 {
+            self.appended.reserve(EDITS_CAPACITY);
+        }
+        self.appended.push((name, value));
     }
     /// The value appended last for `name` (for headers Portico writes itself, such as `host`).
     pub fn appended_value(&self, name: &str) -> Option<&str> {
         self.appended.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| &**v)
     }
     /// Appends `Vary: value` unless an appended `Vary` already lists it.
-    pub fn vary(&mut self, value: &str) {
+    pub fn vary(&mut self, value: &Arc<str>) {
         let listed = self
             .appended
             .iter()
             .any(|(n, v)| n.eq_ignore_ascii_case("vary") && v.split(',').any(|x| x.trim().eq_ignore_ascii_case(value)));
         if !listed {
-            self.add("vary", value);
+            self.push_appended(VARY.with(Arc::clone), value.clone());
         }
     }
 
@@ -161,8 +187,8 @@ mod tests {
     #[test]
     fn vary_is_added_once() {
         let mut r = ResponseEdits::default();
-        r.vary("Origin");
-        r.vary("origin");
+        r.vary(&Arc::from("Origin"));
+        r.vary(&Arc::from("origin"));
         assert_eq!(r.appended.len(), 1);
         let mut out = Vec::new();
         r.write_appended(&mut out);

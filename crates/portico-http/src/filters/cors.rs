@@ -9,6 +9,7 @@ use super::{Filter, RequestCx, Step};
 use crate::codec::RequestHead;
 use crate::message::{LocalResponse, ResponseEdits};
 use portico_config::CorsFilter;
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct Cors {
@@ -20,9 +21,19 @@ pub struct Cors {
     methods: String,
     /// `None`: echo what the preflight asks for (`"*"` configured).
     headers: Option<String>,
-    expose: Option<String>,
     credentials: bool,
     max_age: Option<String>,
+    /// The response's header names and fixed values, shared rather than allocated per response.
+    shared: Shared,
+}
+
+#[derive(Debug)]
+struct Shared {
+    answer_headers: [Arc<str>; 4],
+    origin: Arc<str>,
+    any: Arc<str>,
+    yes: Arc<str>,
+    expose: Option<Arc<str>>,
 }
 
 const ANSWER_HEADERS: [&str; 4] = [
@@ -56,9 +67,15 @@ impl Cors {
             subdomains,
             methods: list(&c.allow_methods.iter().map(|m| m.to_ascii_uppercase()).collect::<Vec<_>>()),
             headers: (!c.allow_headers.iter().any(|h| h == "*")).then(|| list(&c.allow_headers)),
-            expose: (!c.expose_headers.is_empty()).then(|| list(&c.expose_headers)),
             credentials: c.allow_credentials,
             max_age: c.max_age.map(|d| d.0.as_secs().to_string()),
+            shared: Shared {
+                answer_headers: ANSWER_HEADERS.map(Arc::from),
+                origin: Arc::from("Origin"),
+                any: Arc::from("*"),
+                yes: Arc::from("true"),
+                expose: (!c.expose_headers.is_empty()).then(|| Arc::from(list(&c.expose_headers))),
+            },
         }
     }
 
@@ -127,22 +144,26 @@ impl Filter for Cors {
         if is_preflight(head) {
             return; // answered by `on_request`, with its own headers
         }
-        for name in ANSWER_HEADERS {
-            edits.remove(name);
+        let [allow_origin, allow_credentials, expose_headers, _] = &self.shared.answer_headers;
+        for name in &self.shared.answer_headers {
+            edits.remove(name.clone());
         }
         if self.varies() {
-            edits.vary("Origin");
+            edits.vary(&self.shared.origin);
         }
         let Some(origin) = head.values("origin").next().filter(|o| self.allows(o)) else {
             return;
         };
-        let origin = String::from_utf8_lossy(origin);
-        edits.set("access-control-allow-origin", self.allow_origin_value(&origin));
+        let value = match self.allow_origin_value(&String::from_utf8_lossy(origin)) {
+            "*" => self.shared.any.clone(),
+            origin => Arc::from(origin),
+        };
+        edits.set(allow_origin.clone(), value);
         if self.credentials {
-            edits.set("access-control-allow-credentials", "true");
+            edits.set(allow_credentials.clone(), self.shared.yes.clone());
         }
-        if let Some(expose) = &self.expose {
-            edits.set("access-control-expose-headers", expose);
+        if let Some(expose) = &self.shared.expose {
+            edits.set(expose_headers.clone(), expose.clone());
         }
     }
 

@@ -15,13 +15,13 @@ pub struct Headers {
 fn compile(config: &EditsConfig) -> HeaderEdits {
     let mut edits = HeaderEdits::default();
     for name in &config.remove {
-        edits.remove(&name.to_ascii_lowercase());
+        edits.remove(name.to_ascii_lowercase());
     }
     for (name, value) in &config.set {
-        edits.set(&name.to_ascii_lowercase(), value);
+        edits.set(name.to_ascii_lowercase(), value.as_str());
     }
     for (name, value) in &config.add {
-        edits.add(&name.to_ascii_lowercase(), value);
+        edits.add(name.to_ascii_lowercase(), value.as_str());
     }
     edits
 }
@@ -29,10 +29,10 @@ fn compile(config: &EditsConfig) -> HeaderEdits {
 /// Applies `edits` on top of `target`'s, in order.
 fn merge(target: &mut HeaderEdits, edits: &HeaderEdits) {
     for name in &edits.dropped {
-        target.remove(name);
+        target.remove(name.clone());
     }
     for (name, value) in &edits.appended {
-        target.add(name, value);
+        target.add(name.clone(), value.clone());
     }
 }
 

@@ -63,41 +63,35 @@ impl Rewrite {
         Ok(Rewrite(How::Regex(compiled, replacement.clone())))
     }
 
-    /// The new path for `path`, or `None` to leave it.
-    fn rewrite(&self, path: &[u8], cx: &RequestCx<'_>) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(path.len() + 16);
+    /// Writes the new path for `path` into `out` (empty); false to leave the path as it is.
+    fn rewrite(&self, path: &[u8], cx: &RequestCx<'_>, out: &mut Vec<u8>) -> bool {
         match &self.0 {
-            How::Path(t) => t.render(cx.matched_path, cx.captures, &mut out),
+            How::Path(t) => t.render(cx.matched_path, cx.captures, out),
             How::StripPrefix(prefix) => {
-                let rest = after_prefix(path, prefix).filter(|_| prefix != b"/")?;
+                let Some(rest) = after_prefix(path, prefix).filter(|_| prefix != b"/") else { return false };
                 out.extend_from_slice(if rest.is_empty() { b"/" } else { rest });
             }
             How::ReplacePrefix(new) => {
                 // `rest` is empty or starts with '/'.
-                let rest = after_prefix(path, cx.prefix?)?;
+                let Some(rest) = cx.prefix.and_then(|p| after_prefix(path, p)) else { return false };
                 let rest = if cx.prefix == Some(b"/") { path } else { rest };
                 if new != b"/" {
                     out.extend_from_slice(new);
                 }
                 out.extend_from_slice(rest);
             }
-            How::Regex(re, replacement) => {
-                let replaced = re.replace(path, replacement.as_bytes());
-                out.extend_from_slice(&replaced);
-            }
+            How::Regex(re, replacement) => out.extend_from_slice(&re.replace(path, replacement.as_bytes())),
         }
         if out.first() != Some(&b'/') {
             out.insert(0, b'/');
         }
-        Some(out)
+        true
     }
 }
 
 impl Filter for Rewrite {
     fn on_request(&self, head: &mut RequestHead, cx: &RequestCx<'_>) -> Step {
-        if let Some(path) = self.rewrite(head.path(), cx) {
-            head.set_path(&path);
-        }
+        head.set_path_with(|path, out| self.rewrite(path, cx, out));
         Step::Continue
     }
 }
