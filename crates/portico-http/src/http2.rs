@@ -137,8 +137,9 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
     if req.method() == Method::CONNECT {
         return Ok(local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported"));
     }
-    // A panic (a bug) costs this stream, answered 500, never the connection or the worker.
-    let served = AssertUnwindSafe(crate::serve_h2::serve(req, &conn)).catch_unwind().await;
+    // A panic (a bug) costs this stream, answered 500, never the connection or the worker. Boxed: the stream's
+    // task is moved several times as hyper and tokio set it up, and this future is most of its size.
+    let served = AssertUnwindSafe(Box::pin(crate::serve_h2::serve(req, &conn))).catch_unwind().await;
     Ok(served.unwrap_or_else(|panic| {
         if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
             crate::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
