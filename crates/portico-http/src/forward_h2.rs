@@ -134,7 +134,7 @@ pub(crate) async fn forward(
         upstream_started,
     };
     let req = Request::from_parts(parts, body);
-    match crate::upstream_h2::exchange(sender, req, cluster, endpoint, Some(&sent)).await {
+    match crate::upstream_h2::exchange(ctx, sender, req, cluster, endpoint, Some(&sent)).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
@@ -295,7 +295,7 @@ pub(crate) async fn from_http1(
     let (exchanged, close) = match body {
         ReqBody::InHand(bytes) => {
             let req = Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
-            (crate::upstream_h2::exchange(sender, req, cluster, endpoint, None).await, false)
+            (crate::upstream_h2::exchange(ctx, sender, req, cluster, endpoint, None).await, false)
         }
         ReqBody::Sent => (Err(UpstreamFailure::upstream(502, "request body already sent")), true),
         ReqBody::Streaming(framing) => {
@@ -326,7 +326,7 @@ pub(crate) async fn from_http1(
                 drop(writer);
                 relayed
             };
-            let exchange = crate::upstream_h2::exchange(sender, req, cluster, endpoint, Some(&sent));
+            let exchange = crate::upstream_h2::exchange(ctx, sender, req, cluster, endpoint, Some(&sent));
             let (mut pump, mut exchange) = (std::pin::pin!(pump), std::pin::pin!(exchange));
             tokio::select! {
                 relayed = &mut pump => match relayed {

@@ -99,12 +99,84 @@ impl Drop for Opening<'_> {
 /// Sends `req` and waits for the response head: within `timeouts.response_header` from the moment the request
 /// body has been sent (`sent` is notified then; without it, or for a request without a body, from now).
 pub(crate) async fn exchange(
-    mut sender: SendRequest<UpBody>,
+    ctx: &WorkerCtx,
+    first: SendRequest<UpBody>,
     req: Request<UpBody>,
     cluster: &Cluster,
     endpoint: &Endpoint,
     sent: Option<&tokio::sync::Notify>,
 ) -> Result<Response<Incoming>, UpstreamFailure> {
+    // A bodiless request can be sent again as it is: kept for a stream the upstream did not process.
+    let again = req.body().is_end_stream().then(|| {
+        let mut copy = Request::new(empty_body());
+        *copy.method_mut() = req.method().clone();
+        *copy.uri_mut() = req.uri().clone();
+        *copy.version_mut() = req.version();
+        *copy.headers_mut() = req.headers().clone();
+        copy
+    });
+    match exchange_once(first, req, cluster, endpoint, sent).await {
+        Err(Unsent::NotProcessed) => {
+            let Some(req) = again else {
+                return Err(UpstreamFailure::upstream(
+                    502,
+                    "upstream refused the stream (its body cannot be sent again)",
+                ));
+            };
+            // The upstream said it did nothing with the stream (REFUSED_STREAM, or above a GOAWAY's last stream,
+            // RFC 9113 8.7): safe to send once more, on a new connection.
+            forget(ctx, endpoint);
+            let fresh = sender(ctx, cluster, endpoint).await?;
+            exchange_once(fresh, req, cluster, endpoint, None).await.map_err(|e| match e {
+                Unsent::NotProcessed => UpstreamFailure::upstream(502, "upstream refused the stream twice"),
+                Unsent::Failed(f) => f,
+            })
+        }
+        Err(Unsent::Failed(f)) => Err(f),
+        Ok(resp) => Ok(resp),
+    }
+}
+
+/// Why one try got no response.
+enum Unsent {
+    /// The upstream did not process the stream: it may be sent again.
+    NotProcessed,
+    Failed(UpstreamFailure),
+}
+
+fn empty_body() -> UpBody {
+    use http_body_util::BodyExt;
+    http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+/// Whether `e` says the upstream did not process the stream: reset with REFUSED_STREAM, or left above the last
+/// stream of a GOAWAY it sent.
+fn not_processed(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM) || (h2.is_go_away() && h2.is_remote());
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Drops the worker's connection to `endpoint`, so the next request opens a new one.
+fn forget(ctx: &WorkerCtx, endpoint: &Endpoint) {
+    let mut pool = ctx.h2.borrow_mut();
+    if let Some(Slot::Open(_)) = pool.conns.get(&key(endpoint)) {
+        pool.conns.remove(&key(endpoint));
+    }
+}
+
+async fn exchange_once(
+    mut sender: SendRequest<UpBody>,
+    req: Request<UpBody>,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    sent: Option<&tokio::sync::Notify>,
+) -> Result<Response<Incoming>, Unsent> {
     let wait_for_body = if req.body().is_end_stream() { None } else { sent };
     let exchange = async {
         // Waits while the connection has as many streams open as the upstream allows.
@@ -121,18 +193,21 @@ pub(crate) async fn exchange(
     tokio::select! {
         r = exchange => match r {
             Ok(resp) => Ok(resp),
+            Err(e) if not_processed(&e) => Err(Unsent::NotProcessed),
             // The request itself could not be sent (its body broke off, a field HTTP/2 refuses): not the
             // upstream's fault.
-            Err(e) if e.is_user() => Err(UpstreamFailure::client(400, "the request could not be sent upstream")),
+            Err(e) if e.is_user() => {
+                Err(Unsent::Failed(UpstreamFailure::client(400, "the request could not be sent upstream")))
+            }
             Err(e) => {
                 tracing::debug!(endpoint = %endpoint.configured, "HTTP/2 upstream request failed: {e}");
-                Err(UpstreamFailure::upstream(502, "upstream HTTP/2 request failed"))
+                Err(Unsent::Failed(UpstreamFailure::upstream(502, "upstream HTTP/2 request failed")))
             }
         },
-        _ = timer => Err(UpstreamFailure {
+        _ = timer => Err(Unsent::Failed(UpstreamFailure {
             timed_out: true,
             ..UpstreamFailure::upstream(504, "upstream timed out before responding")
-        }),
+        })),
     }
 }
 

@@ -231,3 +231,125 @@ fn a_burst_on_a_fresh_worker_opens_one_connection() {
     });
     assert_eq!(b.connections(), 1, "one worker, one endpoint: one HTTP/2 connection");
 }
+
+/// How the hand-written upstream below treats the first stream on its first connection.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// `GOAWAY` with last stream 0: the stream was not processed.
+    GoAway,
+    /// `RST_STREAM` with `REFUSED_STREAM`.
+    Refused,
+    /// `RST_STREAM` with `INTERNAL_ERROR`: the stream may have been processed.
+    Internal,
+}
+
+/// A minimal HTTP/2 upstream on raw frames (prior knowledge): the first stream of its first connection gets
+/// `refusal`; every other stream is answered `200` with body `ok`. Counts connections and streams.
+struct RawH2 {
+    addr: std::net::SocketAddr,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+impl RawH2 {
+    fn start(refusal: Refusal) -> RawH2 {
+        use std::io::Read;
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let streams = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (c, s) = (connections.clone(), streams.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let first_connection = c.fetch_add(1, Ordering::SeqCst) == 0;
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut preface = [0u8; 24];
+                    if conn.read_exact(&mut preface).is_err() {
+                        return;
+                    }
+                    let _ = conn.write_all(&frame(4, 0, 0, &[]));
+                    let mut first_stream = true;
+                    loop {
+                        let mut head = [0u8; 9];
+                        if conn.read_exact(&mut head).is_err() {
+                            return;
+                        }
+                        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+                        let (kind, flags) = (head[3], head[4]);
+                        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+                        let mut payload = vec![0u8; len];
+                        if conn.read_exact(&mut payload).is_err() {
+                            return;
+                        }
+                        match kind {
+                            4 if flags & 1 == 0 => {
+                                let _ = conn.write_all(&frame(4, 1, 0, &[]));
+                            }
+                            1 => {
+                                s.fetch_add(1, Ordering::SeqCst);
+                                if first_connection && first_stream {
+                                    first_stream = false;
+                                    match refusal {
+                                        Refusal::GoAway => {
+                                            let _ = conn.write_all(&frame(7, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0]));
+                                            return;
+                                        }
+                                        Refusal::Refused => {
+                                            let _ = conn.write_all(&frame(3, 0, stream, &7u32.to_be_bytes()));
+                                        }
+                                        Refusal::Internal => {
+                                            let _ = conn.write_all(&frame(3, 0, stream, &2u32.to_be_bytes()));
+                                        }
+                                    }
+                                    continue;
+                                }
+                                // `:status: 200` is entry 8 of HPACK's static table.
+                                let mut answer = frame(1, 4, stream, &[0x88]);
+                                answer.extend(frame(0, 1, stream, b"ok"));
+                                let _ = conn.write_all(&answer);
+                            }
+                            _ => {}
+                        }
+                    }
+                });
+            }
+        });
+        RawH2 { addr, connections, streams }
+    }
+}
+
+#[test]
+fn streams_the_upstream_did_not_process_are_sent_again() {
+    use std::sync::atomic::Ordering;
+    for refusal in [Refusal::GoAway, Refusal::Refused] {
+        let up = RawH2::start(refusal);
+        let p = Portico::start(&yaml(&up.addr.to_string(), ""));
+        let r = Conn::open(p.addr).get("/", "");
+        assert_eq!((r.status, r.text().as_str()), (200, "ok"), "the refused stream was sent again");
+        assert_eq!(up.connections.load(Ordering::SeqCst), 2, "on a new connection");
+        assert_eq!(up.streams.load(Ordering::SeqCst), 2);
+        // A request with a body is not sent twice: its body went with the first stream.
+        let up = RawH2::start(refusal);
+        let p = Portico::start(&yaml(&up.addr.to_string(), ""));
+        let mut conn = Conn::open(p.addr);
+        conn.send(b"POST /form HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc");
+        assert_eq!(conn.read_response(false).status, 502);
+        assert_eq!(up.streams.load(Ordering::SeqCst), 1);
+    }
+    // A reset that does not say "not processed" is not retried.
+    let up = RawH2::start(Refusal::Internal);
+    let p = Portico::start(&yaml(&up.addr.to_string(), ""));
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 502);
+    assert_eq!(up.streams.load(Ordering::SeqCst), 1);
+}
