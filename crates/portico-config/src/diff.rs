@@ -43,7 +43,7 @@ impl fmt::Display for Change {
             Change::Added { kind, name } => write!(f, "+ {kind} {name}"),
             Change::Removed { kind, name } => write!(f, "- {kind} {name}"),
             Change::ListenerMoved { name, from, to } => {
-                write!(f, "! listener {name}: {from} -> {to} (listener addresses change only with a restart)")
+                write!(f, "! listener {name}: {from} -> {to} (moved by a reload; with worker processes, by a restart)")
             }
             Change::EndpointAdded { cluster, address } => write!(f, "+ endpoint {address} in cluster {cluster}"),
             Change::EndpointRemoved { cluster, address } => write!(f, "- endpoint {address} in cluster {cluster}"),

@@ -68,6 +68,17 @@ pub struct BoundListener {
     pub socket: std::net::TcpListener,
 }
 
+/// A change to a running worker's listening sockets, made by a reload.
+pub enum ListenerChange {
+    /// Start accepting on this socket.
+    Add(BoundListener),
+    /// Stop accepting on the socket bound to `address` for listener `name`. Its connections go on.
+    Stop { name: Arc<str>, address: SocketAddr },
+}
+
+/// Where a worker's listener changes are sent.
+pub type ListenerChanges = tokio::sync::mpsc::UnboundedSender<ListenerChange>;
+
 /// Binds `addr` with SO_REUSEPORT so that every worker can own a socket on the same port and the kernel
 /// spreads connections between them.
 pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -90,6 +101,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 pub fn spawn(
     index: usize,
     listeners: Vec<BoundListener>,
+    changes: tokio::sync::mpsc::UnboundedReceiver<ListenerChange>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     shutdown: watch::Receiver<bool>,
     access_log: Option<Arc<AccessLogSink>>,
@@ -103,13 +115,14 @@ pub fn spawn(
             }
         };
         let local = tokio::task::LocalSet::new();
-        local.block_on(&runtime, run(index, listeners, snapshot, shutdown, access_log));
+        local.block_on(&runtime, run(index, listeners, changes, snapshot, shutdown, access_log));
     })
 }
 
 async fn run(
     index: usize,
     listeners: Vec<BoundListener>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<ListenerChange>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     mut shutdown: watch::Receiver<bool>,
     access_log: Option<Arc<AccessLogSink>>,
@@ -127,16 +140,12 @@ async fn run(
         #[cfg(debug_assertions)]
         debug_kill: Notify::new(),
     });
+    // The accept loops running, by listener and address, with what stops each.
+    let mut accepting: Vec<(Arc<str>, Option<SocketAddr>, Rc<Notify>)> = Vec::new();
     for l in listeners {
-        match tokio::net::TcpListener::from_std(l.socket) {
-            Ok(listener) => {
-                tokio::task::spawn_local(accept_loop(ctx.clone(), l.name, listener));
-            }
-            Err(e) => {
-                tracing::error!(worker = index, listener = %l.name, "cannot register the listener: {e}")
-            }
-        }
+        start_accepting(&ctx, l, &mut accepting);
     }
+    let mut changes_open = true;
     tokio::task::spawn_local(sweep_pool(ctx.clone()));
     if ctx.access_log.is_some() {
         tokio::task::spawn_local(flush_access_log(ctx.clone()));
@@ -148,6 +157,17 @@ async fn run(
         let killed = std::future::pending::<()>();
         tokio::select! {
             changed = shutdown.changed() => if changed.is_err() { break },
+            change = changes.recv(), if changes_open => match change {
+                Some(ListenerChange::Add(l)) => start_accepting(&ctx, l, &mut accepting),
+                Some(ListenerChange::Stop { name, address }) => accepting.retain(|(n, a, stop)| {
+                    let stopping = *n == name && *a == Some(address);
+                    if stopping {
+                        stop.notify_one();
+                    }
+                    !stopping
+                }),
+                None => changes_open = false,
+            },
             // Outside any task, so it takes the whole runtime down, as a bug in the runtime itself would.
             _ = killed => panic!("worker runtime killed through PORTICO_DEBUG_KILL_WORKER_PATH"),
         }
@@ -171,7 +191,26 @@ async fn run(
     }
 }
 
-async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::TcpListener) {
+/// Registers `l` with this worker's runtime and starts its accept loop.
+fn start_accepting(
+    ctx: &Rc<WorkerCtx>,
+    l: BoundListener,
+    accepting: &mut Vec<(Arc<str>, Option<SocketAddr>, Rc<Notify>)>,
+) {
+    let address = l.socket.local_addr().ok();
+    match tokio::net::TcpListener::from_std(l.socket) {
+        Ok(listener) => {
+            let stop = Rc::new(Notify::new());
+            tokio::task::spawn_local(accept_loop(ctx.clone(), l.name.clone(), listener, stop.clone()));
+            accepting.push((l.name, address, stop));
+        }
+        Err(e) => tracing::error!(worker = ctx.index, listener = %l.name, "cannot register the listener: {e}"),
+    }
+}
+
+/// Accepts connections until shutdown or `stop` (a reload removed or moved the listener); dropping the socket
+/// then stops the kernel from queueing more for this worker.
+async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::TcpListener, stop: Rc<Notify>) {
     let mut shutdown = ctx.shutdown.clone();
     loop {
         let limit = {
@@ -183,11 +222,13 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::T
             tokio::select! {
                 _ = ctx.connection_closed.notified() => {}
                 _ = shutdown.changed() => return,
+                _ = stop.notified() => return,
             }
         }
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = shutdown.changed() => return, // dropping the listener stops accepting
+            _ = stop.notified() => return,
         };
         match accepted {
             Ok((io, peer)) => {

@@ -160,6 +160,8 @@ struct Reloader {
     lock: Mutex<()>,
     /// With worker processes: gives them the configuration text the master validated and applied.
     forward: Option<ApplyFn>,
+    /// With worker threads in this process: their sockets, which reloads change.
+    listeners: Option<Arc<Mutex<WorkerSockets>>>,
 }
 
 impl Reloader {
@@ -176,12 +178,25 @@ impl Reloader {
             None => portico_config::load_file(&self.path),
         };
         let result = loaded.and_then(|loaded| portico_http::build(&loaded, &self.registry)).map_err(|e| e.to_string());
+        // Listeners added or moved are bound before anything is applied, so an address that cannot be had
+        // fails the reload and the running configuration stays.
+        let result = result.and_then(|next| {
+            let plan = ListenerPlan::between(&self.shared.load(), &next);
+            let Some(table) = self.listeners.as_ref().filter(|_| !plan.is_empty()) else {
+                return Ok((next, None));
+            };
+            let workers = lock(table).sockets.len();
+            let bound = plan.bind(workers)?;
+            Ok((next, Some((plan, bound))))
+        });
         let outcome = match result {
-            Ok(next) => {
+            Ok((next, listener_changes)) => {
                 let current = self.shared.load();
-                for l in &next.listeners {
-                    if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
-                        tracing::warn!(listener = %l.name, "listener addresses are bound at start-up; restart to apply {}", l.address);
+                if self.listeners.is_none() {
+                    for l in &next.listeners {
+                        if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
+                            tracing::warn!(listener = %l.name, "with worker processes, listener addresses are bound at start-up; restart to apply {}", l.address);
+                        }
                     }
                 }
                 let (old, new) = (&current.source.config, &next.source.config);
@@ -201,6 +216,15 @@ impl Reloader {
                 }
                 let next = Arc::new(next);
                 self.shared.store(next.clone());
+                if let (Some(table), Some((plan, bound))) = (&self.listeners, listener_changes) {
+                    for (name, address) in &plan.start {
+                        tracing::info!(listener = %name, "listening on {address}");
+                    }
+                    for (name, address) in &plan.stop {
+                        tracing::info!(listener = %name, "no longer listening on {address}; its connections go on");
+                    }
+                    plan.apply(bound, &mut lock(table));
+                }
                 self.registry.prune_health(&next);
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
                 let forwarded = self.forward.as_ref().map_or(Ok(()), |forward| forward(&next.source.source));
@@ -230,6 +254,84 @@ impl Reloader {
     }
 }
 
+/// The worker threads' listening sockets and where each worker hears of changes to them: shared by the
+/// supervisor (which restarts a worker on its current sockets), reloads (which add, move and remove listeners)
+/// and upgrades (which hand every socket over).
+#[derive(Default)]
+struct WorkerSockets {
+    sockets: Vec<Vec<BoundListener>>,
+    changes: Vec<Option<worker::ListenerChanges>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a reload does to the listening sockets: listeners to bind (new, or at a new address) and to stop.
+#[derive(Default)]
+struct ListenerPlan {
+    start: Vec<(Arc<str>, std::net::SocketAddr)>,
+    stop: Vec<(Arc<str>, std::net::SocketAddr)>,
+}
+
+impl ListenerPlan {
+    fn between(current: &Snapshot, next: &Snapshot) -> ListenerPlan {
+        let mut plan = ListenerPlan::default();
+        for l in &next.listeners {
+            if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
+                plan.start.push((Arc::from(l.name.as_str()), l.address));
+            }
+        }
+        for c in &current.listeners {
+            if next.listener(&c.name).is_none_or(|l| l.address != c.address) {
+                plan.stop.push((Arc::from(c.name.as_str()), c.address));
+            }
+        }
+        plan
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start.is_empty() && self.stop.is_empty()
+    }
+
+    /// Binds every new socket, one per worker, before anything changes: a taken address fails the reload.
+    fn bind(&self, workers: usize) -> Result<Vec<Vec<BoundListener>>, String> {
+        let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
+        for (name, address) in &self.start {
+            for slot in per_worker.iter_mut() {
+                let socket = worker::bind(*address).map_err(|e| format!("{:#}", bind_error(e, *address, name)))?;
+                slot.push(BoundListener { name: name.clone(), socket });
+            }
+        }
+        Ok(per_worker)
+    }
+
+    /// Hands the new sockets to the workers and stops the old ones; the table keeps what now serves.
+    fn apply(self, bound: Vec<Vec<BoundListener>>, table: &mut WorkerSockets) {
+        for (w, new) in bound.into_iter().enumerate() {
+            let sockets = &mut table.sockets[w];
+            sockets.retain(|l| {
+                let address = l.socket.local_addr().ok();
+                !self.stop.iter().any(|(name, a)| *name == l.name && Some(*a) == address)
+            });
+            for l in new {
+                if let Ok(copy) = l.socket.try_clone() {
+                    if let Some(changes) = &table.changes[w] {
+                        let _ = changes
+                            .send(worker::ListenerChange::Add(BoundListener { name: l.name.clone(), socket: copy }));
+                    }
+                }
+                sockets.push(l);
+            }
+            for (name, address) in &self.stop {
+                if let Some(changes) = &table.changes[w] {
+                    let _ = changes.send(worker::ListenerChange::Stop { name: name.clone(), address: *address });
+                }
+            }
+        }
+    }
+}
+
 /// Keeps the workers running: a worker thread whose runtime died (a bug outside any connection's task) is
 /// started again on the same listening sockets, after a back-off that grows with repeated deaths.
 struct Supervisor {
@@ -237,8 +339,8 @@ struct Supervisor {
     first_index: usize,
     threads: Vec<Option<std::thread::JoinHandle<()>>>,
     /// Each worker's listening sockets, kept so a new thread gets duplicates of the same sockets (connections
-    /// wait in their queues meanwhile, none is refused).
-    sockets: Vec<Vec<BoundListener>>,
+    /// wait in their queues meanwhile, none is refused); reloads change them.
+    sockets: Arc<Mutex<WorkerSockets>>,
     /// Per worker: deaths in a row, when it was last started, when it is due to start again.
     deaths: Vec<(u32, std::time::Instant, Option<std::time::Instant>)>,
     snapshot: Arc<ArcSwap<portico_http::Snapshot>>,
@@ -249,14 +351,19 @@ struct Supervisor {
 
 impl Supervisor {
     fn spawn(&mut self, index: usize) -> std::io::Result<std::thread::JoinHandle<()>> {
-        let listeners = self.sockets[index]
+        let mut table = lock(&self.sockets);
+        let listeners = table.sockets[index]
             .iter()
             .map(|l| Ok(BoundListener { name: l.name.clone(), socket: l.socket.try_clone()? }))
             .collect::<std::io::Result<Vec<_>>>()?;
+        let (changes, receiver) = tokio::sync::mpsc::unbounded_channel();
+        table.changes[index] = Some(changes);
+        drop(table);
         self.deaths[index].1 = std::time::Instant::now();
         worker::spawn(
             self.first_index + index,
             listeners,
+            receiver,
             self.snapshot.clone(),
             self.shutdown.clone(),
             self.access_log.clone(),
@@ -443,12 +550,15 @@ enum Workers {
 }
 
 impl Workers {
-    fn sockets(&self) -> impl Iterator<Item = &std::net::TcpListener> {
-        let sockets = match self {
-            Workers::Threads(s) => &s.sockets,
-            Workers::Processes(m) => &m.sockets,
+    /// Copies of every worker's listening sockets (for an upgrade to inherit).
+    fn sockets(&self) -> Vec<std::net::TcpListener> {
+        let copy = |sockets: &[Vec<BoundListener>]| -> Vec<std::net::TcpListener> {
+            sockets.iter().flatten().filter_map(|l| l.socket.try_clone().ok()).collect()
         };
-        sockets.iter().flatten().map(|l| &l.socket)
+        match self {
+            Workers::Threads(s) => copy(&lock(&s.sockets).sockets),
+            Workers::Processes(m) => copy(&m.sockets),
+        }
     }
 
     fn check(&mut self) {
@@ -489,7 +599,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let mut admin_socket: Option<std::net::TcpListener> = None;
     // A worker process runs one worker thread; the others bind a socket per worker.
     let slots = if worker_process.is_some() { 1 } else { workers };
-    let per_worker = match worker_process {
+    let mut per_worker = match worker_process {
         Some(_) => vec![sockets_from_master(&inherited)?],
         None => bind_listeners(&snapshot, &inherited, workers)?,
     };
@@ -521,13 +631,18 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let watch = loaded.config.watch && worker_process.is_none();
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    // Reloads change the listeners of worker threads; a worker process's come from its master.
+    let worker_sockets = (!master).then(|| {
+        let changes = per_worker.iter().map(|_| None).collect();
+        Arc::new(Mutex::new(WorkerSockets { sockets: std::mem::take(&mut per_worker), changes }))
+    });
     let mut pool = if master {
         Workers::Processes(crate::processes::Master::new(per_worker, registry.clone(), shared.clone()))
     } else {
         Workers::Threads(Supervisor {
             first_index: worker_process.map_or(0, |w| w.index),
             threads: Vec::with_capacity(slots),
-            sockets: per_worker,
+            sockets: worker_sockets.clone().unwrap_or_default(),
             deaths: vec![(0, std::time::Instant::now(), None); slots],
             snapshot: shared.clone(),
             shutdown: shutdown_rx.clone(),
@@ -541,6 +656,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             Workers::Threads(_) => None,
         };
         Arc::new(Reloader {
+            listeners: worker_sockets.clone().filter(|_| worker_process.is_none()),
             path,
             shared: shared.clone(),
             registry: registry.clone(),
@@ -661,7 +777,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     // Zero-downtime upgrade: the binary now on disk takes over the same sockets; once it says it
                     // is ready, this process drains like on SIGTERM. If it fails, this one keeps serving.
                     // Every worker's socket: each has its own queue of connections waiting to be accepted.
-                    let mut sockets: Vec<&std::net::TcpListener> = pool.sockets().collect();
+                    let copies = pool.sockets();
+                    let mut sockets: Vec<&std::net::TcpListener> = copies.iter().collect();
                     sockets.extend(admin_socket.as_ref());
                     match crate::upgrade::hand_over(&sockets) {
                         Ok(pid) => {
@@ -715,9 +832,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let _ = shutdown_tx.send(true);
     match pool {
         Workers::Processes(m) => m.stop(grace),
-        Workers::Threads(mut supervisor) => {
+        Workers::Threads(supervisor) => {
             // The supervisor's copies of the listening sockets go too, so the kernel stops accepting at once.
-            drop(std::mem::take(&mut supervisor.sockets));
+            drop(std::mem::take(&mut lock(&supervisor.sockets).sockets));
             // Workers end on their own within the grace period; the extra second covers their last writes.
             let deadline = std::time::Instant::now() + grace + Duration::from_secs(1);
             for t in supervisor.threads.into_iter().flatten() {

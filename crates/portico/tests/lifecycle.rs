@@ -608,3 +608,56 @@ fn portico_upgrade_asks_the_running_process_and_waits_for_the_new_one() {
     let out = Command::new(portico_bin()).args(["upgrade", "-c"]).arg(&bare).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("SIGUSR2"));
 }
+
+#[test]
+fn reloads_add_move_and_remove_listeners_and_connections_on_the_others_stay() {
+    let b = Backend::start("b0").unwrap();
+    let base = |extra: &str| {
+        format!(
+            "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\n{extra}routes: [ {{ cluster: app }} ]\nclusters:\n  app:\n    endpoints: [ {{ address: \"{}\" }} ]\n",
+            b.addr
+        )
+    };
+    let p = Portico::start(&base(""));
+    let mut kept = Conn::open(p.addr);
+    assert_eq!(kept.get("/", "").status, 200);
+    let reloaded =
+        |n: f64| wait_until("the reload", Duration::from_secs(10), || p.metric("portico_reloads_total") == n);
+    let answers = |port: u16| {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && Conn::open(format!("127.0.0.1:{port}").parse().unwrap()).get("/", "").status == 200
+    };
+    let refused = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_err();
+
+    // Added.
+    let (first, second) = (free_port(), free_port());
+    p.rewrite_config(&base(&format!("  - name: extra\n    address: \"127.0.0.1:{first}\"\n")));
+    p.signal(libc::SIGHUP);
+    reloaded(1.0);
+    assert!((0..20).all(|_| answers(first)), "every worker accepts on the added listener");
+    // Moved.
+    p.rewrite_config(&base(&format!("  - name: extra\n    address: \"127.0.0.1:{second}\"\n")));
+    p.signal(libc::SIGHUP);
+    reloaded(2.0);
+    assert!((0..20).all(|_| answers(second)));
+    wait_until("the old address is closed", Duration::from_secs(5), || refused(first));
+    // An address that cannot be had fails the reload; the running listeners stay.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    p.rewrite_config(&base(&format!(
+        "  - name: extra\n    address: \"127.0.0.1:{second}\"\n  - name: clash\n    address: \"127.0.0.1:{taken_port}\"\n"
+    )));
+    p.signal(libc::SIGHUP);
+    wait_until("the failure", Duration::from_secs(10), || p.metric("portico_reload_failures_total") == 1.0);
+    assert!(answers(second), "the running configuration still serves");
+    // Removed.
+    p.rewrite_config(&base(""));
+    p.signal(libc::SIGHUP);
+    reloaded(3.0);
+    wait_until("the removed listener is closed", Duration::from_secs(5), || refused(second));
+    // The connection on the listener that stayed never noticed.
+    for _ in 0..5 {
+        assert_eq!(kept.get("/", "").status, 200);
+    }
+    assert!(answers(p.addr.port()));
+}
