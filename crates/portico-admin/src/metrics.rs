@@ -1,6 +1,7 @@
 //! Prometheus text exposition of Portico's counters: per-worker slots summed at scrape time.
 
-use portico_http::snapshot::{now_ms, Registry, Snapshot};
+use portico_http::shared::now_ms;
+use portico_http::snapshot::{Registry, Snapshot};
 use portico_http::stats::{sum_histograms, Histogram, BUCKETS, CLASS_LABELS};
 use std::fmt::Write;
 use std::sync::atomic::Ordering;

@@ -3,7 +3,7 @@
 //! channel; a worker never waits for the disk. When the writer falls behind, whole buffers are dropped and
 //! counted (`portico_access_log_dropped_total`) rather than stalling requests. SIGUSR1 reopens the file.
 
-use crate::snapshot::Registry;
+use crate::stats::Global;
 use portico_config::{AccessLog, AccessLogFormat};
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -32,7 +32,7 @@ pub struct AccessLogSink {
     tx: SyncSender<Msg>,
     pub format: AccessLogFormat,
     reopen: Arc<AtomicBool>,
-    registry: Arc<Registry>,
+    counters: Arc<Global>,
 }
 
 enum Target {
@@ -51,7 +51,7 @@ fn open(path: &PathBuf) -> io::Result<File> {
 
 impl AccessLogSink {
     /// Opens the log (so a bad path fails start-up) and starts the writer thread.
-    pub fn start(cfg: &AccessLog, registry: Arc<Registry>) -> io::Result<Arc<AccessLogSink>> {
+    pub fn start(cfg: &AccessLog, counters: Arc<Global>) -> io::Result<Arc<AccessLogSink>> {
         let target = if cfg.path == "-" {
             Target::Stdout
         } else {
@@ -63,7 +63,7 @@ impl AccessLogSink {
         let reopen = Arc::new(AtomicBool::new(false));
         let flag = reopen.clone();
         std::thread::Builder::new().name("portico-access-log".into()).spawn(move || write_loop(rx, target, flag))?;
-        Ok(Arc::new(AccessLogSink { tx, format: cfg.format, reopen, registry }))
+        Ok(Arc::new(AccessLogSink { tx, format: cfg.format, reopen, counters }))
     }
 
     /// Asks the writer to reopen the file before its next write (log rotation).
@@ -86,7 +86,7 @@ impl AccessLogSink {
         match self.tx.try_send(Msg::Batch(batch)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.registry.global.access_log_dropped.fetch_add(1, Ordering::Relaxed);
+                self.counters.access_log_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -6,7 +6,8 @@
 //! `power_of_two_choices` read per-worker in-flight counters (each worker writes only its own slot).
 
 use crate::codec::RequestHead;
-use crate::snapshot::{now_ms, Endpoint, Padded};
+use crate::endpoint::Endpoint;
+use crate::shared::{now_ms, Padded};
 use portico_config::{BalancerKind, HashOn};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -59,6 +60,15 @@ pub struct Pick {
 }
 
 impl Balancer {
+    /// The `Set-Cookie` value that pins a client to `endpoint` (sticky_cookie balancing).
+    pub fn cookie_for(&self, endpoint: &Endpoint) -> String {
+        let mut cookie = format!("{}={:016x}; Path=/; HttpOnly", self.sticky_cookie, endpoint.id);
+        if let Some(age) = self.sticky_max_age {
+            cookie.push_str(&format!("; Max-Age={age}"));
+        }
+        cookie
+    }
+
     pub fn new(cfg: &portico_config::Cluster, endpoints: &[Arc<Endpoint>], workers: usize) -> Balancer {
         let _ = workers;
         let weights: Vec<u32> = if cfg.balancer == BalancerKind::WeightedRoundRobin {

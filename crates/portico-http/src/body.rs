@@ -9,7 +9,6 @@
 
 use crate::codec::BodyFraming;
 use crate::io::Stream;
-use crate::upstream::ClientFacts;
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::Body;
 use std::io;
@@ -37,6 +36,10 @@ impl ReqBody {
         !matches!(self, ReqBody::Streaming(_))
     }
 }
+
+/// A request body up to this size that has fully arrived with its head is kept until the response starts,
+/// so the request can be replayed on another connection or endpoint.
+pub(crate) const REPLAYABLE_BODY: u64 = 64 * 1024;
 
 pub(crate) enum BodySource<'a> {
     Connection { io: &'a mut Stream, buf: &'a mut BytesMut },
@@ -107,6 +110,59 @@ impl AsyncRead for FrameReader {
                     }
                 }
             }
+        }
+    }
+}
+
+/// What the upstream is told about the client, worked out once per connection.
+#[derive(Clone)]
+pub(crate) struct ClientFacts {
+    /// The client's address for `x-forwarded-for`.
+    pub ip: IpText,
+    /// The client connected over TLS: `x-forwarded-proto: https`.
+    pub https: bool,
+    /// The request came over HTTP/2 (and reaches the engine as HTTP/1.1): `via: 2 portico`.
+    pub http2: bool,
+    /// With mutual TLS: the header that carries the client certificate's subject (always removed from what
+    /// the client sent), and the subject when the client presented a certificate.
+    pub cert_header: Option<std::sync::Arc<str>>,
+    pub cert_subject: Option<Box<str>>,
+}
+
+/// An IP address as text, formatted once per client connection for `x-forwarded-for`.
+#[derive(Clone, Copy)]
+pub(crate) struct IpText {
+    len: u8,
+    /// The longest form, an IPv4-mapped IPv6 address, is 45 bytes.
+    bytes: [u8; 46],
+}
+
+impl IpText {
+    pub fn new(ip: std::net::IpAddr) -> IpText {
+        use std::io::Write;
+        let mut bytes = [0u8; 46];
+        let mut rest = &mut bytes[..];
+        let _ = write!(rest, "{ip}");
+        let len = (46 - rest.len()) as u8;
+        IpText { len, bytes }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_text() {
+        for ip in
+            ["127.0.0.1", "::1", "2001:db8::5", "::ffff:255.255.255.255", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
+        {
+            let parsed: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(IpText::new(parsed).as_bytes(), parsed.to_string().as_bytes());
         }
     }
 }

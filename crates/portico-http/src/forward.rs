@@ -6,13 +6,12 @@
 use crate::balancer::{NoPick, PickInput};
 use crate::body::{Downstream, ReqBody};
 use crate::codec::{RequestHead, ResponseHead};
+use crate::context::WorkerCtx;
 use crate::pipeline;
-use crate::proxy::{another_endpoint, InflightGuard};
 use crate::retry::{backoff, may_retry, RetryGauge};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
 use crate::stats::{class_index, slot};
 use crate::upstream::{self, Failed, Fault, Observed, Source, UpstreamFailure};
-use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -183,4 +182,27 @@ pub(crate) async fn forward<'s>(
         });
     }
     Err(not_answered(last, last_upstream, None, retrying.count()))
+}
+
+pub(crate) struct InflightGuard<'a> {
+    pub endpoint: &'a Endpoint,
+    pub worker: usize,
+}
+
+impl InflightGuard<'_> {
+    /// Leaves the endpoint's in-flight count up: a holder that outlives this borrow calls `Endpoint::end`.
+    pub fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.endpoint.end(self.worker);
+    }
+}
+
+/// Whether some endpoint is left to retry on.
+pub(crate) fn another_endpoint(cluster: &Cluster, tried: &[usize]) -> bool {
+    cluster.balancer.has_candidate(&cluster.endpoints, tried, cluster.settings.panic_mode)
 }

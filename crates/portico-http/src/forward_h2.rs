@@ -6,10 +6,13 @@
 
 use crate::balancer::{NoPick, Pick, PickInput};
 use crate::body::ReqBody;
+use crate::client::{answer, Client};
 use crate::codec::Known;
 use crate::codec::{self, Parsed, RequestHead};
-use crate::http2::Connection;
-use crate::proxy::{another_endpoint, answer, record, Client, InflightGuard, Next, Outcome};
+use crate::context::Connection;
+use crate::context::WorkerCtx;
+use crate::forward::{another_endpoint, InflightGuard};
+use crate::outcome::{record, upstream_outcome, Next, Outcome};
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::response_body::{local, Finish, ProxyBody, Recorded};
 use crate::retry::{may_retry, RetryGauge};
@@ -19,7 +22,6 @@ use crate::stats::{class_index, slot};
 use crate::upstream::push_u64;
 use crate::upstream::{observe, Fault, Observed, UpstreamFailure};
 use crate::upstream_h2::{BoxError, UpBody};
-use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -140,7 +142,7 @@ pub(crate) async fn forward(
             observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
             let (mut parts, body) = resp.into_parts();
             if pick.set_cookie {
-                if let Ok(v) = HeaderValue::from_str(&crate::proxy::sticky_cookie(cluster, endpoint)) {
+                if let Ok(v) = HeaderValue::from_str(&cluster.balancer.cookie_for(endpoint)) {
                     parts.headers.append(header::SET_COOKIE, v);
                 }
             }
@@ -360,7 +362,7 @@ pub(crate) async fn from_http1(
     observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
     let response = Upstream { resp, set_cookie: pick.set_cookie, close };
     let (next, bytes) = write_response(client, head, response, cluster, endpoint, settings, ctx).await;
-    crate::proxy::upstream_outcome(endpoint, worker, (next, status, bytes), started, retrying.count())
+    upstream_outcome(endpoint, worker, (next, status, bytes), started, retrying.count())
 }
 
 /// An HTTP/2 upstream's response on its way to an HTTP/1 client.
@@ -424,7 +426,7 @@ async fn write_response(
     } else if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
-    crate::proxy::end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
+    crate::client::end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
     let send = settings.send_timeout;
     if bodiless {
         let written = write_timed(&mut client.io, &client.out, send).await;

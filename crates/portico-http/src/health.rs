@@ -175,7 +175,7 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
 /// is `SERVING` with `grpc-status: 0`.
 async fn grpc_probe(io: crate::io::Stream, check: &HealthCheck, endpoint: &Endpoint) -> Result<(), String> {
     use http_body_util::BodyExt;
-    let builder = hyper::client::conn::http2::Builder::new(crate::http2::LocalExec);
+    let builder = hyper::client::conn::http2::Builder::new(crate::context::LocalExec);
     let (mut sender, conn) =
         builder.handshake(hyper_util::rt::TokioIo::new(io)).await.map_err(|e| format!("HTTP/2 handshake: {e}"))?;
     tokio::task::spawn_local(async move {

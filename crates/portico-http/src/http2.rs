@@ -5,11 +5,13 @@
 //! metrics and the access log are one code path for both protocols, at the cost of one extra serialization
 //! per request (measured in bench/RESULTS.md).
 
+use crate::body::ClientFacts;
+use crate::context::Connection;
+use crate::context::LocalExec;
+use crate::context::WorkerCtx;
 use crate::io::Stream;
 use crate::response_body::{local, ProxyBody};
 use crate::snapshot::Http2Settings;
-use crate::upstream::ClientFacts;
-use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes};
 use futures_util::FutureExt;
 use hyper::body::Incoming;
@@ -30,27 +32,6 @@ use tokio::time::Instant;
 
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// What every stream of one connection shares.
-pub(crate) struct Connection {
-    pub peer: SocketAddr,
-    pub facts: ClientFacts,
-    pub listener: Arc<str>,
-    pub ctx: Rc<WorkerCtx>,
-    /// When the last request arrived, and how many are being answered: for the idle timeout.
-    last_request: Cell<Instant>,
-    active: Cell<usize>,
-}
-
-/// Runs hyper's executor contract on the worker's thread: streams are local tasks, like connections.
-#[derive(Clone, Copy)]
-pub(crate) struct LocalExec;
-
-impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
-    fn execute(&self, fut: F) {
-        tokio::task::spawn_local(fut);
-    }
-}
 
 /// Serves one HTTP/2 connection until the client closes it, it idles for the listener's keep-alive timeout,
 /// or the process shuts down (then with a GOAWAY that lets open streams finish).
@@ -148,8 +129,8 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
             listener = %conn.listener,
             client = %conn.peer,
             "HTTP/2 stream handling panicked at {}: {}",
-            crate::worker::last_panic_location(),
-            crate::proxy::panic_message(panic.as_ref())
+            crate::context::last_panic_location(),
+            crate::context::panic_message(panic.as_ref())
         );
         local(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     }))

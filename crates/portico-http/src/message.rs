@@ -7,7 +7,6 @@
 //! forwarded from its bytes with `ResponseEdits` applied while it is written, and a response Portico makes
 //! itself is a `LocalResponse`.
 
-use crate::upstream::same_header_name;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -17,6 +16,13 @@ const EDITS_CAPACITY: usize = 8;
 thread_local! {
     /// The name `vary`, shared rather than allocated per response.
     static VARY: Arc<str> = Arc::from("vary");
+}
+
+/// Header names compared as many upstreams read them: case-insensitive, with `_` the same as `-` (CGI, WSGI
+/// and PHP turn both into `_`), so `X_Client_Cert` cannot pass for `x-client-cert`.
+pub fn same_header_name(a: &[u8], b: &[u8]) -> bool {
+    let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
 }
 
 /// Changes to a request head, applied when it is forwarded.

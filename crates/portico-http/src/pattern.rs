@@ -235,6 +235,13 @@ impl PathTemplate {
     }
 }
 
+/// The route's path parameters captured from a request, as ranges into `path`.
+#[derive(Debug, Default)]
+pub struct Captured {
+    pub path: Vec<u8>,
+    pub ranges: Vec<(u32, u32)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,12 +15,12 @@
 use crate::body::{Downstream, ReqBody};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, Parsed, RequestHead, ResponseHead};
+use crate::context::WorkerCtx;
 use crate::pool::{self, PoolKey, UpstreamConn};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
 use crate::stats::slot;
 use crate::upstream::{self, Exchanged, Failed, Fault, Source, UpstreamFailure, MAX_RESPONSE_HEAD};
-use crate::worker::WorkerCtx;
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

@@ -4,22 +4,23 @@
 //! access log.
 
 use crate::access_log::Entry;
+use crate::body::REPLAYABLE_BODY;
 use crate::body::{BodySource, Downstream, ReqBody};
 use crate::buffers;
+pub(crate) use crate::client::Client;
+use crate::client::{answer, end_response_head, reply, respond_error};
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
+use crate::context::WorkerCtx;
 use crate::forward::Answered;
 use crate::io::Stream;
-use crate::message::{LocalResponse, ResponseEdits};
+use crate::outcome::{record, upstream_outcome, Next, Outcome};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
-use crate::router::CompiledRoute;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::stats::{class_index, slot};
 use crate::upstream::{self, push_u64, Observed, Source};
-use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
-use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -29,9 +30,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
-/// A request body up to this size that has fully arrived with its head is kept until the response starts,
-/// so the request can be replayed on another connection or endpoint.
-pub(crate) const REPLAYABLE_BODY: u64 = 64 * 1024;
 /// Read buffer for a request head: large enough that a head and a small body usually arrive in one read.
 /// Only connections with a request in progress hold it.
 const HEAD_READ_BUFFER: usize = 16 * 1024;
@@ -40,57 +38,12 @@ const CLOSE_NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Empty lines tolerated before a request line.
 const MAX_EMPTY_LINES: usize = 8;
 
-/// What the client connection does after a request.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub(crate) enum Next {
-    KeepAlive,
-    Close,
-}
-
-pub(crate) struct Client {
-    pub io: Stream,
-    pub buf: BytesMut,
-    pub peer: SocketAddr,
-    /// What the upstream is told about the client.
-    pub facts: upstream::ClientFacts,
-    /// Scratch space for heads written to either side, reused across requests.
-    pub out: Vec<u8>,
-    /// The current request's response has begun (its head was written, or is being): a failure now can only
-    /// close the connection, not answer with an error.
-    pub response_started: bool,
-    /// The current request's filter chain, for the response hooks of whatever writes its response head.
-    pub filters: Option<crate::filters::Chain>,
-}
-
-impl Client {
-    /// The response filters' edits for a response to `head` with `status`.
-    pub fn response_edits(&self, head: &RequestHead, status: u16) -> Option<ResponseEdits> {
-        self.filters.as_ref().map(|chain| crate::filters::response_edits(chain, head, status))
-    }
-}
-
-/// How a request ended, for the counters and the access log.
-pub(crate) struct Outcome {
-    pub next: Next,
-    pub status: u16,
-    pub bytes: u64,
-    pub upstream: Option<SocketAddr>,
-    pub upstream_time: Option<Duration>,
-    pub retries: u32,
-}
-
-impl Outcome {
-    pub fn local(next: Next, status: u16, bytes: u64) -> Outcome {
-        Outcome { next, status, bytes, upstream: None, upstream_time: None, retries: 0 }
-    }
-}
-
 pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str>, ctx: Rc<WorkerCtx>) {
     if !cfg!(target_os = "linux") {
         let _ = io.set_nodelay(true); // inherited from the listening socket on Linux
     }
-    let mut facts = upstream::ClientFacts {
-        ip: upstream::IpText::new(peer.ip()),
+    let mut facts = crate::body::ClientFacts {
+        ip: crate::body::IpText::new(peer.ip()),
         https: false,
         http2: false,
         cert_header: None,
@@ -176,8 +129,8 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
                     client = %client.peer,
                     request = %String::from_utf8_lossy(&[head.method(), b" ", head.target()].concat()),
                     "request handling panicked at {}: {}; the connection is closed",
-                    crate::worker::last_panic_location(),
-                    panic_message(panic.as_ref())
+                    crate::context::last_panic_location(),
+                    crate::context::panic_message(panic.as_ref())
                 );
                 let bytes = match client.response_started {
                     true => 0,
@@ -262,73 +215,6 @@ fn record_refused(ctx: &WorkerCtx, snapshot: &Snapshot, client: &Client, status:
             user_agent: None,
             referer: None,
         });
-    }
-}
-
-/// Counts the request for its route and writes its access-log line.
-pub(crate) fn record(
-    ctx: &WorkerCtx,
-    snapshot: &Snapshot,
-    route: Option<&CompiledRoute>,
-    head: &RequestHead,
-    (client, http2): (std::net::IpAddr, bool),
-    outcome: &Outcome,
-    elapsed: Duration,
-) {
-    let stats = route.map_or(&snapshot.unrouted, |r| &r.stats);
-    let counters = slot(&stats.slots, ctx.index);
-    counters.by_class[class_index(outcome.status)].inc();
-    counters.duration.observe(elapsed);
-    if let Some(log) = &ctx.access_log {
-        log.record(&Entry {
-            client,
-            method: head.method(),
-            target: head.target(),
-            protocol: match (http2, head.http10) {
-                (true, _) => "HTTP/2.0",
-                (false, true) => "HTTP/1.0",
-                (false, false) => "HTTP/1.1",
-            },
-            host: head.host(),
-            status: outcome.status,
-            bytes: outcome.bytes,
-            duration: elapsed,
-            upstream: outcome.upstream,
-            upstream_duration: outcome.upstream_time,
-            retries: outcome.retries,
-            route: &stats.route,
-            cluster: &stats.cluster,
-            user_agent: head.values("user-agent").next(),
-            referer: head.values("referer").next(),
-        });
-    }
-}
-
-/// The text a panic was raised with, if it has one.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
-}
-
-/// In debug builds, a request for the path in `PORTICO_DEBUG_PANIC_PATH` panics: the tests' way to show that a
-/// panic costs one request, not the worker.
-/// `PORTICO_DEBUG_KILL_WORKER_PATH` takes the whole worker runtime down instead (the supervisor restarts it).
-#[cfg(debug_assertions)]
-pub(crate) fn debug_panic_hook(head: &RequestHead, ctx: &WorkerCtx) {
-    type Paths = (Option<Vec<u8>>, Option<Vec<u8>>);
-    static PATHS: std::sync::OnceLock<Paths> = std::sync::OnceLock::new();
-    let (panic_path, kill_path) = PATHS.get_or_init(|| {
-        let var = |name| std::env::var_os(name).map(|p: std::ffi::OsString| p.into_encoded_bytes());
-        (var("PORTICO_DEBUG_PANIC_PATH"), var("PORTICO_DEBUG_KILL_WORKER_PATH"))
-    });
-    if panic_path.as_deref().is_some_and(|p| head.path() == p) {
-        panic!("PORTICO_DEBUG_PANIC_PATH requested");
-    }
-    if kill_path.as_deref().is_some_and(|p| head.path() == p) {
-        ctx.debug_kill.notify_one();
     }
 }
 
@@ -440,44 +326,6 @@ impl Drop for GaugeGuard<'_> {
     }
 }
 
-pub(crate) struct InflightGuard<'a> {
-    pub endpoint: &'a Endpoint,
-    pub worker: usize,
-}
-
-impl InflightGuard<'_> {
-    /// Leaves the endpoint's in-flight count up: a holder that outlives this borrow calls `Endpoint::end`.
-    pub fn disarm(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for InflightGuard<'_> {
-    fn drop(&mut self) {
-        self.endpoint.end(self.worker);
-    }
-}
-
-/// Answers locally, keeping the connection when the request was complete and the client wants it.
-pub(crate) async fn answer(
-    client: &mut Client,
-    head: &RequestHead,
-    status: u16,
-    reason: &str,
-    body_done: bool,
-) -> Outcome {
-    reply(client, head, &LocalResponse::text(status, reason), body_done).await
-}
-
-/// Sends a response made by Portico to a request, through the route's response filters.
-pub(crate) async fn reply(client: &mut Client, head: &RequestHead, resp: &LocalResponse, body_done: bool) -> Outcome {
-    let close = !body_done || !head.keep_alive;
-    let edits = client.response_edits(head, resp.status);
-    let written = write_local(client, resp, Some(head), close, edits.as_ref()).await;
-    let next = if close || written.is_err() { Next::Close } else { Next::KeepAlive };
-    Outcome::local(next, resp.status, written.unwrap_or(0))
-}
-
 async fn handle_request(
     client: &mut Client,
     head: &RequestHead,
@@ -488,7 +336,7 @@ async fn handle_request(
 ) -> Outcome {
     use crate::phases::Front;
     #[cfg(debug_assertions)]
-    debug_panic_hook(head, ctx);
+    crate::context::debug_panic_hook(head, ctx);
     let cluster = match front {
         Front::Cluster { cluster, .. } => &snapshot.clusters[cluster],
         Front::Answer { response, .. } => {
@@ -581,22 +429,6 @@ async fn handle_request(
     upstream_outcome(endpoint, ctx.index, (next, status, bytes), started, retrying.count())
 }
 
-/// Counts a response an endpoint gave (by status class, with its time since `started`) and makes the
-/// request's outcome of it.
-pub(crate) fn upstream_outcome(
-    endpoint: &Endpoint,
-    worker: usize,
-    (next, status, bytes): (Next, u16, u64),
-    started: std::time::Instant,
-    retries: u32,
-) -> Outcome {
-    let upstream_time = started.elapsed();
-    let endpoint_slot = slot(&endpoint.stats.slots, worker);
-    endpoint_slot.by_class[class_index(status)].inc();
-    endpoint_slot.duration.observe(upstream_time);
-    Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
-}
-
 /// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.
 async fn read_small_body(
     client: &mut Client,
@@ -618,11 +450,6 @@ async fn read_small_body(
         }
     }
     Ok(())
-}
-
-/// Whether some endpoint is left to retry on.
-pub(crate) fn another_endpoint(cluster: &Cluster, tried: &[usize]) -> bool {
-    cluster.balancer.has_candidate(&cluster.endpoints, tried, cluster.settings.panic_mode)
 }
 
 /// Skips a body already received in full so the connection can serve the next request; otherwise the
@@ -756,100 +583,6 @@ async fn forward_response(
             (Next::Close, 0)
         }
     }
-}
-
-/// The last fields of a proxied response head: the sticky cookie when the balancer set one, and what the
-/// connection does next (an HTTP/1.0 client kept alive must be told, or it closes).
-pub(crate) fn end_response_head(
-    out: &mut Vec<u8>,
-    cluster: &Cluster,
-    endpoint: &Endpoint,
-    set_cookie: bool,
-    keep_alive: bool,
-    http10: bool,
-) {
-    if set_cookie {
-        out.extend_from_slice(b"set-cookie: ");
-        out.extend_from_slice(sticky_cookie(cluster, endpoint).as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep_alive {
-        out.extend_from_slice(b"connection: close\r\n");
-    } else if http10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// The reason phrase for a status (empty for one without a registered phrase, as RFC 9112 allows).
-/// The `Set-Cookie` value that pins a client to `endpoint` (sticky_cookie balancing).
-pub(crate) fn sticky_cookie(cluster: &Cluster, endpoint: &Endpoint) -> String {
-    let mut cookie = format!("{}={:016x}; Path=/; HttpOnly", cluster.balancer.sticky_cookie, endpoint.id);
-    if let Some(age) = cluster.balancer.sticky_max_age {
-        cookie.push_str(&format!("; Max-Age={age}"));
-    }
-    cookie
-}
-
-pub(crate) fn status_text(status: u16) -> &'static str {
-    hyper::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("")
-}
-
-/// A short plain-text answer to a request that could not be read, closing the connection.
-async fn respond_error(client: &mut Client, status: u16, reason: &str, close: bool) -> io::Result<u64> {
-    write_local(client, &LocalResponse::text(status, reason), None, close, None).await
-}
-
-/// Writes a response made by Portico: its headers, then `edits`' (the response filters'), the framing and the
-/// body (none for HEAD). An HTTP/1.0 client kept alive is told so, or it would close. Returns the body bytes.
-async fn write_local(
-    client: &mut Client,
-    resp: &LocalResponse,
-    head: Option<&RequestHead>,
-    close: bool,
-    edits: Option<&ResponseEdits>,
-) -> io::Result<u64> {
-    client.response_started = true;
-    let http10 = head.is_some_and(|h| h.http10);
-    let send_body = head.is_none_or(|h| h.method() != b"HEAD") && !matches!(resp.status, 204 | 304);
-    let out = &mut client.out;
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_u64(out, u64::from(resp.status));
-    out.push(b' ');
-    out.extend_from_slice(status_text(resp.status).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &resp.headers {
-        if edits.is_some_and(|e| e.drops(name.as_bytes())) {
-            continue;
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if let Some(edits) = edits {
-        edits.write_appended(out);
-    }
-    if resp.status != 204 {
-        out.extend_from_slice(b"content-length: ");
-        push_u64(out, resp.body.len() as u64);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(match (close, http10) {
-        (true, _) => b"connection: close\r\n\r\n",
-        (false, true) => b"connection: keep-alive\r\n\r\n",
-        (false, false) => b"\r\n",
-    });
-    let body: &[u8] = if send_body { &resp.body } else { &[] };
-    if body.len() <= 16 * 1024 {
-        out.extend_from_slice(body);
-        write_timed(&mut client.io, out, Duration::from_secs(5)).await?;
-    } else {
-        write_timed(&mut client.io, out, Duration::from_secs(5)).await?;
-        write_timed(&mut client.io, body, Duration::from_secs(30)).await?;
-    }
-    Ok(body.len() as u64)
 }
 
 /// Closes after an answer without losing it: half-close, then drain what the client still sends for a

@@ -3,7 +3,7 @@
 
 use crate::codec::RequestHead;
 use crate::message::LocalResponse;
-use crate::router::Captured;
+use crate::pattern::Captured;
 use bytes::Bytes;
 use portico_config::{LoadedConfig, Redirect, StaticResponse};
 

@@ -3,12 +3,12 @@
 //! request is counted and logged when its body ends or is abandoned (`Finish`), however that happens.
 
 use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, RequestHead};
-use crate::proxy::{record, upstream_outcome, Next};
+use crate::context::WorkerCtx;
+use crate::outcome::{record, upstream_outcome, Next};
 use crate::snapshot::Snapshot;
 use crate::stats::slot;
 use crate::upstream::{observe, Observed, Source};
 use crate::upstream_h2::BoxError;
-use crate::worker::WorkerCtx;
 use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};

@@ -14,8 +14,8 @@
 use crate::codec::RequestHead;
 use crate::filters::{self, Chain};
 use crate::message::LocalResponse;
-use crate::pattern::PathPattern;
-use crate::snapshot::Registry;
+use crate::pattern::{Captured, PathPattern};
+use crate::registry::Registry;
 use crate::stats::RouteStats;
 use portico_config::{LoadedConfig, Route};
 use std::collections::HashMap;
@@ -61,13 +61,6 @@ pub struct CompiledRoute {
     methods: Option<Vec<Vec<u8>>>,
     headers: Vec<(String, Vec<u8>)>,
     query: Vec<(String, String)>,
-}
-
-/// The route's path parameters captured from a request, as ranges into `path`.
-#[derive(Debug, Default)]
-pub struct Captured {
-    pub path: Vec<u8>,
-    pub ranges: Vec<(u32, u32)>,
 }
 
 impl CompiledRoute {

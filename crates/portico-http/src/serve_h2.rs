@@ -5,13 +5,14 @@
 //! is relayed with its trailers (`forward_h2`), and local answers are written as they are. Response filters
 //! run on every response head; every request is counted and logged once, when its response has ended.
 
+use crate::body::REPLAYABLE_BODY;
 use crate::body::{BodySource, Downstream, FrameReader, ReqBody};
 use crate::codec::{self, BodyFraming, Known, RequestHead};
+use crate::context::Connection;
 use crate::forward::Answered;
-use crate::http2::Connection;
 use crate::message::LocalResponse;
+use crate::outcome::{record, Next, Outcome};
 use crate::phases::Front;
-use crate::proxy::{record, Next, Outcome, REPLAYABLE_BODY};
 use crate::relay::{read_more, RelayError, SourceFault};
 use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
 use crate::snapshot::{ListenerSettings, Snapshot};
@@ -37,7 +38,7 @@ pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Resp
         Err(reason) => return local(StatusCode::BAD_REQUEST, reason),
     };
     #[cfg(debug_assertions)]
-    crate::proxy::debug_panic_hook(&head, &conn.ctx);
+    crate::context::debug_panic_hook(&head, &conn.ctx);
     let front = crate::phases::front(&mut head, &snapshot, settings, conn.facts.https);
     let reply = Reply { snapshot: &snapshot, conn, started };
     match front {
@@ -195,7 +196,7 @@ async fn to_cluster(
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     if set_cookie {
-        if let Ok(v) = HeaderValue::from_str(&crate::proxy::sticky_cookie(cluster, endpoint)) {
+        if let Ok(v) = HeaderValue::from_str(&cluster.balancer.cookie_for(endpoint)) {
             headers.append(header::SET_COOKIE, v);
         }
     }

@@ -4,156 +4,17 @@
 //! the `Registry` and is looked up by name when a snapshot is built.
 
 use crate::balancer::Balancer;
+pub use crate::endpoint::{endpoint_id, Endpoint, EndpointHealth, OutlierLocal, OutlierSettings};
+pub use crate::registry::Registry;
 use crate::router::Router;
-use crate::stats::{self, ClusterStats, EndpointStats, Global, RouteStats};
-use portico_config::{ConfigErrors, EndpointScheme, HealthCheck, LoadedConfig, OutlierDetection};
+use crate::shared::Padded;
+use crate::stats::{self, ClusterStats, RouteStats};
+use portico_config::{ConfigErrors, EndpointScheme, HealthCheck, LoadedConfig};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
-
-/// A value alone on its cache line, so per-worker slots written by different threads never share one.
-#[repr(align(128))]
-#[derive(Debug, Default)]
-pub struct Padded<T>(pub T);
-
-/// Milliseconds since the process started: a cheap clock for health deadlines stored in atomics.
-pub fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// Health of one endpoint of one cluster, shared by all workers and kept across reloads while it stays.
-#[derive(Debug)]
-pub struct EndpointHealth {
-    /// Verdict of the active health check (true when there is none).
-    active_healthy: AtomicBool,
-    /// Ejected by outlier detection until this time (`now_ms`).
-    ejected_until_ms: AtomicU64,
-    /// Ejections so far; the next ejection lasts `base * 2^ejections`, capped.
-    ejections: AtomicU32,
-}
-
-impl Default for EndpointHealth {
-    fn default() -> Self {
-        EndpointHealth {
-            active_healthy: AtomicBool::new(true),
-            ejected_until_ms: AtomicU64::new(0),
-            ejections: AtomicU32::new(0),
-        }
-    }
-}
-
-impl EndpointHealth {
-    /// Whether balancers may pick this endpoint now.
-    pub fn is_available(&self, now: u64) -> bool {
-        self.active_healthy.load(Ordering::Relaxed) && self.ejected_until_ms.load(Ordering::Relaxed) <= now
-    }
-    pub fn active_healthy(&self) -> bool {
-        self.active_healthy.load(Ordering::Relaxed)
-    }
-    /// Records the health checker's verdict; returns true when it changed.
-    pub fn set_active_healthy(&self, healthy: bool) -> bool {
-        self.active_healthy.swap(healthy, Ordering::Relaxed) != healthy
-    }
-    pub fn ejected_until_ms(&self) -> u64 {
-        self.ejected_until_ms.load(Ordering::Relaxed)
-    }
-    pub fn is_ejected(&self, now: u64) -> bool {
-        self.ejected_until_ms() > now
-    }
-    pub fn ejections(&self) -> u32 {
-        self.ejections.load(Ordering::Relaxed)
-    }
-    /// Ejects for `base * 2^previous_ejections` (capped at `max`); the multiplier starts over once the endpoint
-    /// has stayed in for `max`. Returns the ejection time, or `None` when another worker ejected it first (an
-    /// ejection is counted once).
-    pub fn eject(&self, od: &OutlierSettings) -> Option<Duration> {
-        let now = now_ms();
-        let until = self.ejected_until_ms.load(Ordering::Relaxed);
-        if until > now {
-            return None;
-        }
-        let mut previous = self.ejections.load(Ordering::Relaxed);
-        if until > 0 && now.saturating_sub(until) > od.max_ejection.as_millis() as u64 {
-            previous = 0;
-        }
-        let time = od.base_ejection.saturating_mul(1u32 << previous.min(16)).min(od.max_ejection);
-        // Only the worker that moves the deadline from the value it read ejects.
-        self.ejected_until_ms
-            .compare_exchange(until, now + time.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
-            .ok()?;
-        self.ejections.store(previous + 1, Ordering::Relaxed);
-        Some(time)
-    }
-}
-
-/// Per-worker outlier-detection counters for one endpoint: each worker counts what it sees, so no shared
-/// cache line is written per request.
-#[derive(Debug, Default)]
-pub struct OutlierLocal {
-    pub consecutive_failures: AtomicU32,
-    pub consecutive_5xx: AtomicU32,
-}
-
-#[derive(Debug)]
-pub struct Endpoint {
-    /// As written in the configuration: identifies the endpoint for hashing and sticky cookies.
-    pub configured: String,
-    pub addr: SocketAddr,
-    /// `host:port` for the `Host` header when the cluster does not preserve the client's.
-    pub authority: String,
-    pub weight: u32,
-    /// Stable across restarts and reloads: the sticky cookie's value.
-    pub id: u64,
-    pub health: Arc<EndpointHealth>,
-    pub stats: Arc<EndpointStats>,
-    /// In-flight requests, one slot per worker: each worker writes only its own.
-    inflight: Box<[Padded<AtomicU32>]>,
-    pub outlier: Box<[Padded<OutlierLocal>]>,
-    /// Reached over TLS, when set.
-    pub tls: Option<crate::upstream_tls::EndpointTls>,
-    /// When a failed TLS handshake with this endpoint was last logged (ms since the epoch): once a minute.
-    pub tls_warned_ms: AtomicU64,
-}
-
-impl Endpoint {
-    pub fn inflight(&self) -> u64 {
-        self.inflight.iter().map(|c| u64::from(c.0.load(Ordering::Relaxed))).sum()
-    }
-    pub fn begin(&self, worker: usize) {
-        if let Some(c) = self.inflight.get(worker) {
-            c.0.store(c.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-    }
-    pub fn end(&self, worker: usize) {
-        if let Some(c) = self.inflight.get(worker) {
-            c.0.store(c.0.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct OutlierSettings {
-    pub consecutive_failures: u32,
-    pub consecutive_5xx: u32,
-    pub base_ejection: Duration,
-    pub max_ejection: Duration,
-    pub max_ejected_percent: u32,
-}
-
-impl From<&OutlierDetection> for OutlierSettings {
-    fn from(o: &OutlierDetection) -> Self {
-        OutlierSettings {
-            consecutive_failures: o.consecutive_failures,
-            consecutive_5xx: o.consecutive_5xx,
-            base_ejection: o.base_ejection.0,
-            max_ejection: o.max_ejection.0,
-            max_ejected_percent: o.max_ejected_percent,
-        }
-    }
-}
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct RetrySettings {
@@ -249,120 +110,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn listener(&self, name: &str) -> Option<&ListenerSettings> {
-        self.listeners.iter().find(|l| l.name == name)
-    }
-}
-
-/// State kept across reloads, by name: endpoint health, and every counter, so Prometheus counters stay
-/// monotonic. Locked only while a snapshot is built or metrics are rendered, never per request.
-pub struct Registry {
-    pub workers: usize,
-    health: Mutex<HashMap<(String, SocketAddr), Arc<EndpointHealth>>>,
-    routes: Mutex<HashMap<(String, String), Arc<RouteStats>>>,
-    endpoints: Mutex<HashMap<(String, String), Arc<EndpointStats>>>,
-    clusters: Mutex<HashMap<String, Arc<ClusterStats>>>,
-    listeners: Mutex<HashMap<String, Arc<stats::ListenerStats>>>,
-    pub global: Global,
-}
-
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Registry {
-    pub fn new(workers: usize) -> Registry {
-        Registry {
-            workers: workers.max(1),
-            health: Mutex::default(),
-            routes: Mutex::default(),
-            endpoints: Mutex::default(),
-            clusters: Mutex::default(),
-            listeners: Mutex::default(),
-            global: Global::default(),
-        }
-    }
-
-    fn health(&self, cluster: &str, addr: SocketAddr) -> Arc<EndpointHealth> {
-        locked(&self.health).entry((cluster.to_string(), addr)).or_default().clone()
-    }
-
-    pub fn route_stats(&self, route: &str, cluster: &str) -> Arc<RouteStats> {
-        let workers = self.workers;
-        locked(&self.routes)
-            .entry((route.to_string(), cluster.to_string()))
-            .or_insert_with(|| {
-                Arc::new(RouteStats { route: route.into(), cluster: cluster.into(), slots: stats::slots(workers) })
-            })
-            .clone()
-    }
-
-    fn endpoint_stats(&self, cluster: &str, endpoint: &str) -> Arc<EndpointStats> {
-        let workers = self.workers;
-        locked(&self.endpoints)
-            .entry((cluster.to_string(), endpoint.to_string()))
-            .or_insert_with(|| {
-                Arc::new(EndpointStats {
-                    cluster: cluster.into(),
-                    endpoint: endpoint.into(),
-                    slots: stats::slots(workers),
-                })
-            })
-            .clone()
-    }
-
-    fn cluster_stats(&self, cluster: &str) -> Arc<ClusterStats> {
-        let workers = self.workers;
-        locked(&self.clusters)
-            .entry(cluster.to_string())
-            .or_insert_with(|| Arc::new(ClusterStats { cluster: cluster.into(), slots: stats::slots(workers) }))
-            .clone()
-    }
-
-    /// Forgets the health of endpoints that are not in `snapshot`, so an endpoint removed and added back
+    /// Forgets the health of endpoints that are not in this snapshot, so an endpoint removed and added back
     /// later starts healthy, as a new one does. Requests still running on an older snapshot keep theirs.
-    pub fn prune_health(&self, snapshot: &Snapshot) {
-        locked(&self.health).retain(|(cluster, addr), _| {
-            snapshot.clusters.iter().any(|c| &c.name == cluster && c.endpoints.iter().any(|e| e.addr == *addr))
+    pub fn prune_health(&self, registry: &Registry) {
+        registry.retain_health(|cluster, addr| {
+            self.clusters.iter().any(|c| c.name == cluster && c.endpoints.iter().any(|e| e.addr == addr))
         });
     }
 
-    /// Every stats object ever created, sorted by name (for rendering).
-    pub fn all_routes(&self) -> Vec<Arc<RouteStats>> {
-        let mut v: Vec<_> = locked(&self.routes).values().cloned().collect();
-        v.sort_by(|a, b| (&a.route, &a.cluster).cmp(&(&b.route, &b.cluster)));
-        v
+    pub fn listener(&self, name: &str) -> Option<&ListenerSettings> {
+        self.listeners.iter().find(|l| l.name == name)
     }
-    pub fn all_endpoints(&self) -> Vec<Arc<EndpointStats>> {
-        let mut v: Vec<_> = locked(&self.endpoints).values().cloned().collect();
-        v.sort_by(|a, b| (&a.cluster, &a.endpoint).cmp(&(&b.cluster, &b.endpoint)));
-        v
-    }
-    fn listener_stats(&self, listener: &str) -> Arc<stats::ListenerStats> {
-        let workers = self.workers;
-        locked(&self.listeners)
-            .entry(listener.to_string())
-            .or_insert_with(|| {
-                Arc::new(stats::ListenerStats { listener: listener.into(), slots: stats::slots(workers) })
-            })
-            .clone()
-    }
-
-    pub fn all_listeners(&self) -> Vec<Arc<stats::ListenerStats>> {
-        let mut v: Vec<_> = locked(&self.listeners).values().cloned().collect();
-        v.sort_by(|a, b| a.listener.cmp(&b.listener));
-        v
-    }
-
-    pub fn all_clusters(&self) -> Vec<Arc<ClusterStats>> {
-        let mut v: Vec<_> = locked(&self.clusters).values().cloned().collect();
-        v.sort_by(|a, b| a.cluster.cmp(&b.cluster));
-        v
-    }
-}
-
-pub fn endpoint_id(configured: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(configured.as_bytes())
 }
 
 /// Builds a snapshot from a validated configuration, resolving DNS names. Blocking (DNS): call it from a

@@ -2,7 +2,7 @@
 //! load and store, no locked instruction), the admin server sums the slots when scraped. Stats objects are
 //! kept in the `Registry` by name, so counters stay monotonic across reloads.
 
-use crate::snapshot::Padded;
+use crate::shared::Padded;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 

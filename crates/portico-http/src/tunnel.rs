@@ -4,13 +4,13 @@
 //! switched, the relay is a byte pipe until either side closes or nothing passes for `timeouts.tunnel`. A
 //! reload does not touch it: it belongs to its connection's task, not to a snapshot.
 
+use crate::client::Client;
 use crate::codec::{self, Known, ResponseHead};
+use crate::context::WorkerCtx;
 use crate::pool::UpstreamConn;
-use crate::proxy::Client;
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, ListenerSettings};
 use crate::stats::slot;
-use crate::worker::WorkerCtx;
 use bytes::Bytes;
 use std::cell::Cell;
 use std::io;

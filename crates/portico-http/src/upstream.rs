@@ -2,14 +2,16 @@
 //! request head and body sent, the response head read, and what the outcome says about the endpoint's health
 //! (outlier detection).
 
-use crate::body::{BodySource, Downstream, ReqBody};
+use crate::body::{BodySource, ClientFacts, Downstream, ReqBody};
 use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
+use crate::context::WorkerCtx;
 use crate::io::Stream;
+use crate::message::same_header_name;
 use crate::pool::UpstreamConn;
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
-use crate::snapshot::{now_ms, Cluster, Endpoint, ListenerSettings};
+use crate::shared::now_ms;
+use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
 use crate::stats::slot;
-use crate::worker::WorkerCtx;
 use bytes::{Buf, Bytes, BytesMut};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -118,7 +120,7 @@ pub(crate) async fn open(endpoint: &Endpoint, deadline: Instant) -> Result<Strea
         Ok(Err(e)) => {
             // Worth an operator's attention (an expired or misnamed certificate), but once a minute at most.
             // 0 means never warned (the clock starts at 0 when the process does, so 1 stands for that moment).
-            let now = crate::snapshot::now_ms().max(1);
+            let now = now_ms().max(1);
             let last = endpoint.tls_warned_ms.load(Ordering::Relaxed);
             if (last == 0 || now.saturating_sub(last) >= 60_000)
                 && endpoint.tls_warned_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
@@ -487,51 +489,6 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&digits[start..]);
 }
 
-/// Header names compared as many upstreams read them: case-insensitive, with `_` the same as `-` (CGI, WSGI
-/// and PHP turn both into `_`), so `X_Client_Cert` cannot pass for `x-client-cert`.
-pub(crate) fn same_header_name(a: &[u8], b: &[u8]) -> bool {
-    let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
-    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
-}
-
-/// What the upstream is told about the client, worked out once per connection.
-#[derive(Clone)]
-pub(crate) struct ClientFacts {
-    /// The client's address for `x-forwarded-for`.
-    pub ip: IpText,
-    /// The client connected over TLS: `x-forwarded-proto: https`.
-    pub https: bool,
-    /// The request came over HTTP/2 (and reaches the engine as HTTP/1.1): `via: 2 portico`.
-    pub http2: bool,
-    /// With mutual TLS: the header that carries the client certificate's subject (always removed from what
-    /// the client sent), and the subject when the client presented a certificate.
-    pub cert_header: Option<std::sync::Arc<str>>,
-    pub cert_subject: Option<Box<str>>,
-}
-
-/// An IP address as text, formatted once per client connection for `x-forwarded-for`.
-#[derive(Clone, Copy)]
-pub(crate) struct IpText {
-    len: u8,
-    /// The longest form, an IPv4-mapped IPv6 address, is 45 bytes.
-    bytes: [u8; 46],
-}
-
-impl IpText {
-    pub fn new(ip: std::net::IpAddr) -> IpText {
-        use std::io::Write;
-        let mut bytes = [0u8; 46];
-        let mut rest = &mut bytes[..];
-        let _ = write!(rest, "{ip}");
-        let len = (46 - rest.len()) as u8;
-        IpText { len, bytes }
-    }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
-    }
-}
-
 pub(crate) async fn read_response_head(
     source: &mut BodySource<'_>,
     conn: &mut UpstreamConn,
@@ -615,16 +572,6 @@ mod tests {
             let mut out = b"x".to_vec();
             push_u64(&mut out, n);
             assert_eq!(out, format!("x{n}").into_bytes());
-        }
-    }
-
-    #[test]
-    fn ip_text() {
-        for ip in
-            ["127.0.0.1", "::1", "2001:db8::5", "::ffff:255.255.255.255", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
-        {
-            let parsed: std::net::IpAddr = ip.parse().unwrap();
-            assert_eq!(IpText::new(parsed).as_bytes(), parsed.to_string().as_bytes());
         }
     }
 }

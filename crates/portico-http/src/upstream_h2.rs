@@ -3,14 +3,15 @@
 //! endpoint on it; one that closes is replaced by the next request. Bodies and trailers pass through as
 //! frames, so gRPC works end to end, streaming both ways.
 
+use crate::body::ClientFacts;
 use crate::codec::{Known, RequestHead};
-use crate::http2::LocalExec;
+use crate::context::LocalExec;
+use crate::context::WorkerCtx;
 use crate::io::Stream;
 use crate::pool::{key, PoolKey};
 use crate::snapshot::{Cluster, Endpoint};
 use crate::stats::slot;
-use crate::upstream::{ClientFacts, UpstreamFailure};
-use crate::worker::WorkerCtx;
+use crate::upstream::UpstreamFailure;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body, Incoming};
@@ -296,7 +297,7 @@ pub(crate) fn prepare(
             .settings
             .reserved_headers
             .iter()
-            .any(|r| crate::upstream::same_header_name(name.as_str().as_bytes(), r.as_bytes()));
+            .any(|r| crate::message::same_header_name(name.as_str().as_bytes(), r.as_bytes()));
         if reserved || !matches!(kind, Known::Other | Known::Cookie | Known::ContentLength) {
             headers.remove(&name);
         }

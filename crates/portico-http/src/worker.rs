@@ -3,6 +3,8 @@
 //! through arc-swap) and per-endpoint health (atomics written on failure only).
 
 use crate::access_log::{AccessLogSink, LocalLog};
+use crate::context::last_panic_location;
+pub use crate::context::{install_panic_hook, WorkerCtx};
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
@@ -17,50 +19,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
-
-/// What a worker's connections share: owned by that worker's thread alone.
-pub struct WorkerCtx {
-    pub index: usize,
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub pool: RefCell<Pool>,
-    /// HTTP/2 connections to `protocol: h2` upstreams.
-    pub h2: RefCell<crate::upstream_h2::H2Pool>,
-    /// Pipelined request batches still open for joining.
-    pub batches: crate::pipeline::Batches,
-    /// Becomes true when the process starts shutting down.
-    pub shutdown: watch::Receiver<bool>,
-    pub access_log: Option<LocalLog>,
-    open_connections: Cell<usize>,
-    connection_closed: Notify,
-    /// Debug builds: notified to make this worker's runtime die (the supervisor test's hook).
-    #[cfg(debug_assertions)]
-    pub debug_kill: Notify,
-}
-
-thread_local! {
-    /// Where the last panic on this thread was raised, for the one log line that reports it.
-    static PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-/// Panics on worker threads are caught and logged once, with their request's context, where they are caught;
-/// this hook only notes where they were raised. Other threads keep the default report.
-pub fn install_panic_hook() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let on_worker = std::thread::current().name().is_some_and(|n| n.starts_with("portico-worker-"));
-        if on_worker {
-            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
-            PANIC_LOCATION.with(|p| *p.borrow_mut() = location);
-        } else {
-            default(info);
-        }
-    }));
-}
-
-/// Where the last panic on this thread was raised (taken).
-pub(crate) fn last_panic_location() -> String {
-    PANIC_LOCATION.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "unknown location".into())
-}
 
 /// A listening socket bound for one worker.
 pub struct BoundListener {
@@ -244,7 +202,7 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::T
                         if let Some(l) = conn_ctx.snapshot.load().listener(&name) {
                             crate::stats::slot(&l.stats.slots, conn_ctx.index).panics.inc();
                         }
-                        let message = crate::proxy::panic_message(panic.as_ref());
+                        let message = crate::context::panic_message(panic.as_ref());
                         let at = last_panic_location();
                         tracing::error!(listener = %name, client = %peer, "connection panicked at {at}: {message}");
                     }

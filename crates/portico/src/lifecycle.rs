@@ -225,7 +225,7 @@ impl Reloader {
                     }
                     plan.apply(bound, &mut lock(table));
                 }
-                self.registry.prune_health(&next);
+                next.prune_health(&self.registry);
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
                 let forwarded = self.forward.as_ref().map_or(Ok(()), |forward| forward(&next.source.source));
                 match forwarded {
@@ -621,7 +621,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
         Some(cfg) if !master => {
-            Some(AccessLogSink::start(cfg, registry.clone()).context("cannot open the access log")?)
+            Some(AccessLogSink::start(cfg, registry.global.clone()).context("cannot open the access log")?)
         }
         _ => None,
     };

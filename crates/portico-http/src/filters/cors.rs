@@ -5,7 +5,7 @@
 //! Every answer that depends on `Origin` says `Vary: Origin`, so a cache never gives one origin's answer to
 //! another.
 
-use super::{Filter, RequestCx, Step};
+use super::filter::{Filter, RequestCx, Step};
 use crate::codec::RequestHead;
 use crate::message::{LocalResponse, ResponseEdits};
 use portico_config::CorsFilter;

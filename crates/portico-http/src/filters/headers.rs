@@ -1,6 +1,6 @@
 //! `headers`: set, add and remove request and response headers.
 
-use super::{Filter, RequestCx, Step};
+use super::filter::{Filter, RequestCx, Step};
 use crate::codec::RequestHead;
 use crate::message::{HeaderEdits, ResponseEdits};
 use portico_config::{HeaderEdits as EditsConfig, HeadersFilter};

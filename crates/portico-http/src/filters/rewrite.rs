@@ -1,7 +1,7 @@
 //! `rewrite`: the path sent upstream. The query is kept; the path Portico routed on is what the
 //! rewrite starts from (normalised), and the result is what the upstream and later filters see.
 
-use super::{Filter, RequestCx, Step};
+use super::filter::{Filter, RequestCx, Step};
 use crate::codec::RequestHead;
 use crate::pattern::PathTemplate;
 use portico_config::RewriteFilter;

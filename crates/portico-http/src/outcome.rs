@@ -1,0 +1,88 @@
+//! How a request ended, and where that is recorded: the route's counters, the endpoint's, and the access log.
+
+use crate::access_log::Entry;
+use crate::codec::RequestHead;
+use crate::context::WorkerCtx;
+use crate::router::CompiledRoute;
+use crate::snapshot::{Endpoint, Snapshot};
+use crate::stats::{class_index, slot};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What the client connection does after a request.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) enum Next {
+    KeepAlive,
+    Close,
+}
+
+/// How a request ended, for the counters and the access log.
+pub(crate) struct Outcome {
+    pub next: Next,
+    pub status: u16,
+    pub bytes: u64,
+    pub upstream: Option<SocketAddr>,
+    pub upstream_time: Option<Duration>,
+    pub retries: u32,
+}
+
+impl Outcome {
+    pub fn local(next: Next, status: u16, bytes: u64) -> Outcome {
+        Outcome { next, status, bytes, upstream: None, upstream_time: None, retries: 0 }
+    }
+}
+
+/// Counts the request for its route and writes its access-log line.
+pub(crate) fn record(
+    ctx: &WorkerCtx,
+    snapshot: &Snapshot,
+    route: Option<&CompiledRoute>,
+    head: &RequestHead,
+    (client, http2): (std::net::IpAddr, bool),
+    outcome: &Outcome,
+    elapsed: Duration,
+) {
+    let stats = route.map_or(&snapshot.unrouted, |r| &r.stats);
+    let counters = slot(&stats.slots, ctx.index);
+    counters.by_class[class_index(outcome.status)].inc();
+    counters.duration.observe(elapsed);
+    if let Some(log) = &ctx.access_log {
+        log.record(&Entry {
+            client,
+            method: head.method(),
+            target: head.target(),
+            protocol: match (http2, head.http10) {
+                (true, _) => "HTTP/2.0",
+                (false, true) => "HTTP/1.0",
+                (false, false) => "HTTP/1.1",
+            },
+            host: head.host(),
+            status: outcome.status,
+            bytes: outcome.bytes,
+            duration: elapsed,
+            upstream: outcome.upstream,
+            upstream_duration: outcome.upstream_time,
+            retries: outcome.retries,
+            route: &stats.route,
+            cluster: &stats.cluster,
+            user_agent: head.values("user-agent").next(),
+            referer: head.values("referer").next(),
+        });
+    }
+}
+
+/// Counts a response an endpoint gave (by status class, with its time since `started`) and makes the
+/// request's outcome of it.
+pub(crate) fn upstream_outcome(
+    endpoint: &Endpoint,
+    worker: usize,
+    (next, status, bytes): (Next, u16, u64),
+    started: std::time::Instant,
+    retries: u32,
+) -> Outcome {
+    let upstream_time = started.elapsed();
+    let endpoint_slot = slot(&endpoint.stats.slots, worker);
+    endpoint_slot.by_class[class_index(status)].inc();
+    endpoint_slot.duration.observe(upstream_time);
+    Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
+}
