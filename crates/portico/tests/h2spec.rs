@@ -47,6 +47,11 @@ fn run(port: u16, tls: bool) -> (String, String) {
 
 #[test]
 fn h2spec_passes() {
+    let cached = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tools/h2spec").exists();
+    let installed = std::env::var_os("H2SPEC").is_some() || tool_exists("h2spec") || cached;
+    if !installed && !have_tool("go", "h2spec_passes") {
+        return;
+    }
     let dir = temp_dir();
     let ca = Ca::new(&dir, "ca");
     let site = ca.server(&dir, "site", "site", &["localhost"]);

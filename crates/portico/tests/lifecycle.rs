@@ -398,6 +398,9 @@ fn under_systemd_an_upgrade_makes_the_new_process_the_main_one() {
 
 #[test]
 fn listeners_take_sockets_passed_by_systemd() {
+    if !have_tool("systemd-socket-activate", "listeners_take_sockets_passed_by_systemd") {
+        return;
+    }
     // systemd-socket-activate binds the port, then starts Portico on the first connection with the socket in
     // LISTEN_FDS, as systemd does with a .socket unit.
     let b = Backend::start("b0").unwrap();

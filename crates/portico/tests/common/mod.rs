@@ -519,3 +519,27 @@ where
     tokio::spawn(conn);
     sender
 }
+
+/// Whether `tool` can be run here. When it cannot, a test that needs it is skipped with a line saying so,
+/// except under CI (`CI=true`), where the tools are installed by `.ci/install-test-deps` and a missing one is a
+/// failure rather than a silent skip.
+pub fn have_tool(tool: &str, test: &str) -> bool {
+    let found = tool_exists(tool);
+    if !found {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{test} needs `{tool}`: `.ci/install-test-deps` should have installed it"
+        );
+        // Past the test harness's capture, so a plain `cargo test` shows what it skipped.
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: `{tool}` is not installed (`bash .ci/test` installs it)");
+    }
+    found
+}
+
+/// Whether `tool` is on the PATH.
+pub fn tool_exists(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
