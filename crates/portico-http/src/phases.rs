@@ -15,13 +15,15 @@ use crate::message::LocalResponse;
 use crate::router::Target;
 use crate::snapshot::{ListenerSettings, Snapshot};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// What the phases before the target decided.
 pub(crate) enum Front {
     /// Forward to the route's cluster.
     Cluster { route: usize, cluster: usize },
-    /// Answer with this response (a local target, a filter's answer, a redirect to HTTPS).
-    Answer { route: usize, response: LocalResponse },
+    /// Answer with this response (a local target, a filter's answer, a redirect to HTTPS); a static target's
+    /// is shared, not copied per request.
+    Answer { route: usize, response: Arc<LocalResponse> },
     /// No route matches.
     NoRoute,
     /// The path cannot be normalised: 400, and the connection is closed.
@@ -61,21 +63,21 @@ pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &List
             ),
             None => LocalResponse::text(400, "a redirect to HTTPS needs the Host header"),
         };
-        return Front::Answer { route: index, response };
+        return Front::Answer { route: index, response: Arc::new(response) };
     }
     if let Some(chain) = &route.filters {
         let cx = RequestCx { matched_path: &captured.path, captures: &captured.ranges, prefix: route.prefix() };
         for f in chain.iter() {
             if let Step::Respond(response) = f.on_request(head, &cx) {
-                return Front::Answer { route: index, response };
+                return Front::Answer { route: index, response: Arc::new(response) };
             }
         }
     }
     match &route.target {
         Target::Cluster(cluster) => Front::Cluster { route: index, cluster: *cluster },
-        Target::Static(response) => Front::Answer { route: index, response: (**response).clone() },
+        Target::Static(response) => Front::Answer { route: index, response: response.clone() },
         Target::Redirect(redirect) => {
-            Front::Answer { route: index, response: redirect.respond(head, https, &captured) }
+            Front::Answer { route: index, response: Arc::new(redirect.respond(head, https, &captured)) }
         }
     }
 }
