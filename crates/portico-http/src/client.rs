@@ -13,6 +13,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// The most bytes of a body made by Portico written at once.
+const LOCAL_BODY_PIECE: usize = 64 * 1024;
+
 /// An HTTP/1 client connection.
 pub(crate) struct Client {
     pub io: Stream,
@@ -27,6 +30,8 @@ pub(crate) struct Client {
     pub response_started: bool,
     /// The current request's filter chain, for the response hooks of whatever writes its response head.
     pub filters: Option<crate::filters::Chain>,
+    /// The listener's `timeouts.send`: how long the client may refuse each piece of a body Portico sends.
+    pub send_timeout: Duration,
 }
 
 impl Client {
@@ -131,12 +136,16 @@ async fn write_local(
         (false, false) => b"\r\n",
     });
     let body: &[u8] = if send_body { &resp.body } else { &[] };
-    if body.len() <= 16 * 1024 {
+    if body.len() <= LOCAL_BODY_PIECE / 4 {
         out.extend_from_slice(body);
         write_timed(&mut client.io, out, Duration::from_secs(5)).await?;
     } else {
+        // A large body (a static file) goes in pieces, each within the listener's send timeout, so a slow
+        // client is held to a rate, not to a deadline for the whole file.
         write_timed(&mut client.io, out, Duration::from_secs(5)).await?;
-        write_timed(&mut client.io, body, Duration::from_secs(30)).await?;
+        for piece in body.chunks(LOCAL_BODY_PIECE) {
+            write_timed(&mut client.io, piece, client.send_timeout).await?;
+        }
     }
     Ok(body.len() as u64)
 }

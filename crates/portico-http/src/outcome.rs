@@ -86,3 +86,36 @@ pub(crate) fn upstream_outcome(
     endpoint_slot.duration.observe(upstream_time);
     Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
 }
+
+/// Counts and logs a request refused before its head could be parsed.
+pub(crate) fn record_refused(
+    ctx: &WorkerCtx,
+    snapshot: &Snapshot,
+    (client, http2): (std::net::IpAddr, bool),
+    status: u16,
+    bytes: u64,
+) {
+    let stats = &snapshot.unrouted;
+    let counters = slot(&stats.slots, ctx.index);
+    counters.by_class[class_index(status)].inc();
+    counters.duration.observe(Duration::ZERO);
+    if let Some(log) = &ctx.access_log {
+        log.record(&Entry {
+            client,
+            method: b"-",
+            target: b"-",
+            protocol: if http2 { "HTTP/2.0" } else { "HTTP/1.1" },
+            host: None,
+            status,
+            bytes,
+            duration: Duration::ZERO,
+            upstream: None,
+            upstream_duration: None,
+            retries: 0,
+            route: &stats.route,
+            cluster: &stats.cluster,
+            user_agent: None,
+            referer: None,
+        });
+    }
+}

@@ -3,9 +3,7 @@
 //! with bounded buffers, and decide what may be kept alive. Every request ends in the route's counters and the
 //! access log.
 
-use crate::access_log::Entry;
-use crate::body::REPLAYABLE_BODY;
-use crate::body::{BodySource, Downstream, ReqBody};
+use crate::body::{BodySource, Downstream, ReqBody, REPLAYABLE_BODY};
 use crate::buffers;
 pub(crate) use crate::client::Client;
 use crate::client::{answer, end_response_head, reply, respond_error};
@@ -13,11 +11,11 @@ use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, Res
 use crate::context::WorkerCtx;
 use crate::forward::Answered;
 use crate::io::Stream;
-use crate::outcome::{record, upstream_outcome, Next, Outcome};
+use crate::outcome::{record, record_refused, upstream_outcome, Next, Outcome};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
-use crate::stats::{class_index, slot};
+use crate::stats::slot;
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -72,8 +70,17 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
             return;
         }
     }
-    let client =
-        Client { io, buf: BytesMut::new(), peer, facts, out: Vec::new(), response_started: false, filters: None };
+    let send_timeout = ctx.snapshot.load().listener(&listener).map_or(Duration::from_secs(60), |l| l.send_timeout);
+    let client = Client {
+        io,
+        buf: BytesMut::new(),
+        peer,
+        facts,
+        out: Vec::new(),
+        response_started: false,
+        filters: None,
+        send_timeout,
+    };
     serve_http1(client, listener, ctx).await;
 }
 
@@ -115,6 +122,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         let front = crate::phases::front(&mut head, &snapshot, settings, client.facts.https);
         let route = front.route().and_then(|i| snapshot.router.get(i));
         client.filters = route.and_then(|r| r.filters.clone());
+        client.send_timeout = settings.send_timeout;
         client.response_started = false;
         // Boxed: the request's state machine is large and only needed while a request runs. A panic in it (a
         // bug) costs this request and this connection, never the worker: it is answered 500 when nothing was
@@ -187,35 +195,8 @@ async fn handshake(
 async fn refuse(mut client: Client, e: HeadError, snapshot: &Snapshot, ctx: &WorkerCtx) {
     // A refused head still counts (as unrouted) and is logged, with what is known of it.
     let bytes = respond_error(&mut client, e.status, e.reason, true).await.unwrap_or(0);
-    record_refused(ctx, snapshot, &client, e.status, bytes);
+    record_refused(ctx, snapshot, (client.peer.ip(), client.facts.http2), e.status, bytes);
     linger_close(client.io).await;
-}
-
-/// Counts and logs a request refused before its head could be parsed.
-fn record_refused(ctx: &WorkerCtx, snapshot: &Snapshot, client: &Client, status: u16, bytes: u64) {
-    let stats = &snapshot.unrouted;
-    let counters = slot(&stats.slots, ctx.index);
-    counters.by_class[class_index(status)].inc();
-    counters.duration.observe(Duration::ZERO);
-    if let Some(log) = &ctx.access_log {
-        log.record(&Entry {
-            client: client.peer.ip(),
-            method: b"-",
-            target: b"-",
-            protocol: if client.facts.http2 { "HTTP/2.0" } else { "HTTP/1.1" },
-            host: None,
-            status,
-            bytes,
-            duration: Duration::ZERO,
-            upstream: None,
-            upstream_duration: None,
-            retries: 0,
-            route: &stats.route,
-            cluster: &stats.cluster,
-            user_agent: None,
-            referer: None,
-        });
-    }
 }
 
 /// What opened a request.

@@ -11,7 +11,7 @@ use crate::codec::{self, BodyFraming, Known, RequestHead};
 use crate::context::Connection;
 use crate::forward::Answered;
 use crate::message::LocalResponse;
-use crate::outcome::{record, Next, Outcome};
+use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
 use crate::relay::{read_more, RelayError, SourceFault};
 use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
@@ -35,7 +35,12 @@ pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Resp
     };
     let mut head = match crate::forward_h2::head_of(&req, &settings.limits) {
         Ok(head) => head,
-        Err(reason) => return local(StatusCode::BAD_REQUEST, reason),
+        Err(reason) => {
+            // Counted and logged as a refused head, as an HTTP/1 one is.
+            let bytes = reason.len() as u64 + 1;
+            record_refused(&conn.ctx, &snapshot, (conn.peer.ip(), true), 400, bytes);
+            return local(StatusCode::BAD_REQUEST, reason);
+        }
     };
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(&head, &conn.ctx);

@@ -249,3 +249,26 @@ fn http2_settings_reach_the_client() {
         assert!(refused == 431 || refused == 0, "an 8 KiB header got {refused}");
     });
 }
+
+#[test]
+fn an_http2_request_without_authority_is_refused_counted_and_logged() {
+    let b = Backend::start("b0").unwrap();
+    let dir = temp_dir();
+    let log = dir.join("access.log");
+    let yaml =
+        yaml(b.addr, "").replace("listeners:", &format!("access_log: {{ path: \"{}\" }}\nlisteners:", log.display()));
+    let p = Portico::start_in(&dir, &yaml);
+    let status = runtime().block_on(async {
+        let mut sender = h2c(p.addr).await;
+        // A relative URI: no `:authority`, and no `Host` either.
+        let req = hyper::Request::get("/x").body(Full::new(Bytes::new())).unwrap();
+        sender.send_request(req).await.unwrap().status().as_u16()
+    });
+    assert_eq!(status, 400);
+    let unrouted = "portico_requests_total{route=\"none\",cluster=\"none\",status_class=\"4xx\"}";
+    wait_until("the refusal is counted", Duration::from_secs(5), || p.metric(unrouted) == 1.0);
+    wait_until("and logged", Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"status\":400") && l.contains("HTTP/2.0"))
+    });
+    assert_eq!(b.requests(), 0);
+}
