@@ -5,13 +5,13 @@
 mod merge;
 mod metrics;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use portico_http::shared::now_ms;
-use portico_http::snapshot::{Registry, Snapshot};
+use portico_core::shared::now_ms;
+use portico_core::stats::Global;
+use portico_core::view::PlaneView;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,8 +25,10 @@ pub type ReloadFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// What the admin server reads and can do.
 pub struct AdminState {
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub registry: Arc<Registry>,
+    /// The planes this process runs (their metrics, their `/admin/...` views, the running configuration).
+    pub planes: Vec<Arc<dyn PlaneView>>,
+    /// Reload and process counters.
+    pub global: Arc<Global>,
     /// True once the listeners serve; false again when shutting down.
     pub ready: AtomicBool,
     pub reload: Option<ReloadFn>,
@@ -125,8 +127,7 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
             }
         }
         (&Method::GET, "/metrics") => {
-            let snapshot = state.snapshot.load_full();
-            let mut text = metrics::render(&state.registry, &snapshot, state.reload_ok());
+            let mut text = metrics::render(&state.planes, &state.global, state.reload_ok());
             if let Some(gather) = state.workers.clone() {
                 // The worker processes answer over blocking sockets: off the admin runtime.
                 let theirs = tokio::task::spawn_blocking(move || gather("metrics")).await.unwrap_or_default();
@@ -143,15 +144,15 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
                     .find_map(|answer| serde_json::from_str(&answer).ok()),
                 None => None,
             };
-            json(StatusCode::OK, first.unwrap_or_else(|| clusters(&state.snapshot.load_full())))
+            let own = || state.planes.iter().find_map(|p| p.admin_view("clusters"));
+            json(StatusCode::OK, first.or_else(own).unwrap_or_else(|| serde_json::json!({ "clusters": [] })))
         }
-        (&Method::GET, "/admin/config") => {
-            let snapshot = state.snapshot.load_full();
-            json(
-                StatusCode::OK,
-                serde_json::json!({ "file": snapshot.source.file, "yaml": mask_secrets(&snapshot.source.source) }),
-            )
-        }
+        (&Method::GET, "/admin/config") => match state.planes.first().map(|p| p.running_config()) {
+            Some(config) => {
+                json(StatusCode::OK, serde_json::json!({ "file": config.file, "yaml": mask_secrets(&config.source) }))
+            }
+            None => json(StatusCode::NOT_FOUND, serde_json::json!({ "error": "no configuration" })),
+        },
         (&Method::GET, "/admin/reload") => {
             let status = state.last_reload.lock().unwrap_or_else(|p| p.into_inner()).clone();
             json(
@@ -197,51 +198,6 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         ),
     };
     Ok(response)
-}
-
-/// `/admin/clusters`: every cluster with its endpoints' health, load and breaker state.
-pub fn clusters(snapshot: &Snapshot) -> serde_json::Value {
-    let now = now_ms();
-    let list: Vec<serde_json::Value> = snapshot
-        .clusters
-        .iter()
-        .map(|c| {
-            let endpoints: Vec<serde_json::Value> = c
-                .endpoints
-                .iter()
-                .map(|e| {
-                    let idle: i64 = e.stats.slots.iter().map(|s| s.0.idle.get()).sum();
-                    let opened: u64 = e.stats.slots.iter().map(|s| s.0.connections_opened.get()).sum();
-                    let requests: u64 =
-                        e.stats.slots.iter().map(|s| s.0.by_class.iter().map(|c| c.get()).sum::<u64>()).sum();
-                    let ejected_for = e.health.ejected_until_ms().saturating_sub(now);
-                    serde_json::json!({
-                        "address": e.configured,
-                        "resolved": e.addr.to_string(),
-                        "weight": e.weight,
-                        "healthy": e.health.active_healthy(),
-                        "ejected": e.health.is_ejected(now),
-                        "ejected_for_ms": ejected_for,
-                        "ejections": e.health.ejections(),
-                        "available": e.health.is_available(now),
-                        "in_flight": e.inflight(),
-                        "idle_connections": idle,
-                        "connections_opened": opened,
-                        "requests": requests,
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "name": c.name,
-                "health_check": c.health_check.is_some(),
-                "panic_mode": c.settings.panic_mode,
-                "requests_active": c.stats.sum(|s| s.requests.get()),
-                "connections_open": c.stats.sum(|s| s.connections.get()),
-                "endpoints": endpoints,
-            })
-        })
-        .collect();
-    serde_json::json!({ "clusters": list })
 }
 
 /// Replaces the values of keys that hold secrets with `****`.

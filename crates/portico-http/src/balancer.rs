@@ -7,8 +7,8 @@
 
 use crate::codec::RequestHead;
 use crate::endpoint::Endpoint;
-use crate::shared::{now_ms, Padded};
 use portico_config::{BalancerKind, HashOn};
+use portico_core::shared::{now_ms, Padded};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

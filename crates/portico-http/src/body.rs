@@ -8,9 +8,9 @@
 //!   the client resets the stream.
 
 use crate::codec::BodyFraming;
-use crate::io::Stream;
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::Body;
+use portico_core::io::Stream;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};

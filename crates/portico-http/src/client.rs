@@ -2,13 +2,13 @@
 //! answers through the route's response filters, and the closing fields of a proxied response head.
 
 use crate::codec::RequestHead;
-use crate::io::Stream;
 use crate::message::{LocalResponse, ResponseEdits};
 use crate::outcome::{Next, Outcome};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
 use crate::upstream::push_u64;
 use bytes::BytesMut;
+use portico_core::io::Stream;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;

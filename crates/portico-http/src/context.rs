@@ -1,15 +1,18 @@
-//! What a worker's connections share, and where the last panic on a worker thread was raised.
+//! What a worker's HTTP connections share.
 
-use crate::access_log::LocalLog;
 use crate::pool::Pool;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
+use portico_core::worker::WorkerCore;
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
-/// What a worker's connections share: owned by that worker's thread alone.
+/// What a worker's HTTP connections share: owned by that worker's thread alone.
 pub struct WorkerCtx {
+    /// The worker runtime's own: its index, shutdown signal, access log.
+    pub core: Rc<WorkerCore>,
     pub index: usize,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub pool: RefCell<Pool>,
@@ -19,46 +22,13 @@ pub struct WorkerCtx {
     pub batches: crate::pipeline::Batches,
     /// Becomes true when the process starts shutting down.
     pub shutdown: watch::Receiver<bool>,
-    pub access_log: Option<LocalLog>,
-    pub(crate) open_connections: Cell<usize>,
-    pub(crate) connection_closed: Notify,
-    /// Debug builds: notified to make this worker's runtime die (the supervisor test's hook).
-    #[cfg(debug_assertions)]
-    pub debug_kill: Notify,
 }
 
-thread_local! {
-    /// Where the last panic on this thread was raised, for the one log line that reports it.
-    static PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-/// Panics on worker threads are caught and logged once, with their request's context, where they are caught;
-/// this hook only notes where they were raised. Other threads keep the default report.
-pub fn install_panic_hook() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let on_worker = std::thread::current().name().is_some_and(|n| n.starts_with("portico-worker-"));
-        if on_worker {
-            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
-            PANIC_LOCATION.with(|p| *p.borrow_mut() = location);
-        } else {
-            default(info);
-        }
-    }));
-}
-
-/// Where the last panic on this thread was raised (taken).
-pub(crate) fn last_panic_location() -> String {
-    PANIC_LOCATION.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "unknown location".into())
-}
-
-/// The text a panic was raised with, if it has one.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
+impl WorkerCtx {
+    /// This worker's upstream HTTP/1 connections.
+    pub(crate) fn conns(&self) -> crate::pipeline::Conns<'_> {
+        crate::pipeline::Conns { worker: self.index, pool: &self.pool, batches: &self.batches }
+    }
 }
 
 /// In debug builds, a request for the path in `PORTICO_DEBUG_PANIC_PATH` panics: the tests' way to show that a
@@ -76,17 +46,7 @@ pub(crate) fn debug_panic_hook(head: &crate::codec::RequestHead, ctx: &WorkerCtx
         panic!("PORTICO_DEBUG_PANIC_PATH requested");
     }
     if kill_path.as_deref().is_some_and(|p| head.path() == p) {
-        ctx.debug_kill.notify_one();
-    }
-}
-
-/// Runs hyper's executor contract on the worker's thread: streams are local tasks, like connections.
-#[derive(Clone, Copy)]
-pub(crate) struct LocalExec;
-
-impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
-    fn execute(&self, fut: F) {
-        tokio::task::spawn_local(fut);
+        ctx.core.debug_kill.notify_one();
     }
 }
 

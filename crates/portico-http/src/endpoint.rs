@@ -1,9 +1,9 @@
 //! An upstream endpoint as the request path sees it: its address, weight and identity, its health shared by
 //! every worker (kept across reloads in the `Registry`), and its per-worker in-flight and outlier counters.
 
-use crate::shared::{now_ms, Padded};
 use crate::stats::EndpointStats;
 use portico_config::OutlierDetection;
+use portico_core::shared::{now_ms, Padded};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -10,9 +10,9 @@ use crate::context::WorkerCtx;
 use crate::pipeline;
 use crate::retry::{backoff, may_retry, RetryGauge};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
-use crate::stats::{class_index, slot};
 use crate::upstream::{self, Failed, Fault, Observed, Source, UpstreamFailure};
 use bytes::Bytes;
+use portico_core::stats::{class_index, slot};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -89,9 +89,9 @@ pub(crate) async fn forward<'s>(
         endpoint.begin(ctx.index);
         let inflight = InflightGuard { endpoint, worker: ctx.index };
         let exchanged = if !fresh_only && pipeline::eligible(head, cluster) {
-            pipeline::exchange(down, ctx, cluster, endpoint, head).await
+            pipeline::exchange(down, ctx.conns(), cluster, endpoint, head).await
         } else {
-            upstream::exchange(down, ctx, cluster, endpoint, fresh_only, head, body, settings).await
+            upstream::exchange(down, &ctx.pool, ctx.index, cluster, endpoint, fresh_only, head, body, settings).await
         };
         let replayable = body.replayable();
         let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
@@ -165,7 +165,7 @@ pub(crate) async fn forward<'s>(
             endpoint_slot.by_class[class_index(status)].inc();
             retrying.add();
             if let Source::Conn(conn) = source {
-                pipeline::discard(ctx, cluster, endpoint, conn, &resp.1);
+                pipeline::discard(ctx.conns(), cluster, endpoint, conn, &resp.1);
             }
             backoff(policy, retrying.count()).await;
             continue;

@@ -18,7 +18,6 @@ use crate::response_body::{local, Finish, ProxyBody, Recorded};
 use crate::retry::{may_retry, RetryGauge};
 use crate::snapshot::ListenerSettings;
 use crate::snapshot::{Cluster, Snapshot};
-use crate::stats::{class_index, slot};
 use crate::upstream::push_u64;
 use crate::upstream::{observe, Fault, Observed, UpstreamFailure};
 use crate::upstream_h2::{BoxError, UpBody};
@@ -28,6 +27,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http2::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use portico_core::stats::{class_index, slot};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,7 +136,7 @@ pub(crate) async fn forward(
         upstream_started,
     };
     let req = Request::from_parts(parts, body);
-    match crate::upstream_h2::exchange(ctx, sender, req, cluster, endpoint, Some(&sent)).await {
+    match crate::upstream_h2::exchange(&ctx.h2, ctx.index, sender, req, cluster, endpoint, Some(&sent)).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
@@ -198,7 +198,7 @@ async fn connect_any(
         };
         let endpoint = &cluster.endpoints[pick.index];
         upstream = Some(endpoint.addr);
-        match crate::upstream_h2::sender(ctx, cluster, endpoint).await {
+        match crate::upstream_h2::sender(&ctx.h2, ctx.index, cluster, endpoint).await {
             Ok(sender) => return Ok((pick, sender)),
             Err(f) => {
                 if f.fault == Fault::Upstream {
@@ -297,7 +297,7 @@ pub(crate) async fn from_http1(
     let (exchanged, close) = match body {
         ReqBody::InHand(bytes) => {
             let req = Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
-            (crate::upstream_h2::exchange(ctx, sender, req, cluster, endpoint, None).await, false)
+            (crate::upstream_h2::exchange(&ctx.h2, ctx.index, sender, req, cluster, endpoint, None).await, false)
         }
         ReqBody::Sent => (Err(UpstreamFailure::upstream(502, "request body already sent")), true),
         ReqBody::Streaming(framing) => {
@@ -328,7 +328,8 @@ pub(crate) async fn from_http1(
                 drop(writer);
                 relayed
             };
-            let exchange = crate::upstream_h2::exchange(ctx, sender, req, cluster, endpoint, Some(&sent));
+            let exchange =
+                crate::upstream_h2::exchange(&ctx.h2, ctx.index, sender, req, cluster, endpoint, Some(&sent));
             let (mut pump, mut exchange) = (std::pin::pin!(pump), std::pin::pin!(exchange));
             tokio::select! {
                 relayed = &mut pump => match relayed {

@@ -116,8 +116,8 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
     let tcp = TcpStream::connect(endpoint.addr).await.map_err(|e| format!("connect: {e}"))?;
     // A TLS endpoint is probed over TLS, verified as requests are: a certificate problem makes it unhealthy.
     let mut io = match &endpoint.tls {
-        None => crate::io::Stream::Tcp(tcp),
-        Some(tls) => crate::io::Stream::UpstreamTls(Box::new(
+        None => portico_core::io::Stream::Tcp(tcp),
+        Some(tls) => portico_core::io::Stream::UpstreamTls(Box::new(
             tls.connector.connect(tls.server_name.clone(), tcp).await.map_err(|e| format!("TLS handshake: {e}"))?,
         )),
     };
@@ -173,9 +173,9 @@ async fn probe_inner(check: &HealthCheck, endpoint: &Endpoint) -> Result<(), Str
 
 /// `grpc.health.v1.Health/Check` over HTTP/2 (prior knowledge, or TLS with ALPN h2): healthy when the answer
 /// is `SERVING` with `grpc-status: 0`.
-async fn grpc_probe(io: crate::io::Stream, check: &HealthCheck, endpoint: &Endpoint) -> Result<(), String> {
+async fn grpc_probe(io: portico_core::io::Stream, check: &HealthCheck, endpoint: &Endpoint) -> Result<(), String> {
     use http_body_util::BodyExt;
-    let builder = hyper::client::conn::http2::Builder::new(crate::context::LocalExec);
+    let builder = hyper::client::conn::http2::Builder::new(crate::exec::LocalExec);
     let (mut sender, conn) =
         builder.handshake(hyper_util::rt::TokioIo::new(io)).await.map_err(|e| format!("HTTP/2 handshake: {e}"))?;
     tokio::task::spawn_local(async move {

@@ -7,9 +7,8 @@
 
 use crate::body::ClientFacts;
 use crate::context::Connection;
-use crate::context::LocalExec;
 use crate::context::WorkerCtx;
-use crate::io::Stream;
+use crate::exec::LocalExec;
 use crate::response_body::{local, ProxyBody};
 use crate::snapshot::Http2Settings;
 use bytes::{Buf, Bytes};
@@ -17,6 +16,7 @@ use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use portico_core::io::Stream;
 use std::cell::Cell;
 use std::convert::Infallible;
 use std::io;
@@ -123,14 +123,14 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
     let served = AssertUnwindSafe(Box::pin(crate::serve_h2::serve(req, &conn))).catch_unwind().await;
     Ok(served.unwrap_or_else(|panic| {
         if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
-            crate::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
+            portico_core::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
         }
         tracing::error!(
             listener = %conn.listener,
             client = %conn.peer,
             "HTTP/2 stream handling panicked at {}: {}",
-            crate::context::last_panic_location(),
-            crate::context::panic_message(panic.as_ref())
+            portico_core::panic::last_panic_location(),
+            portico_core::panic::panic_message(panic.as_ref())
         );
         local(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     }))

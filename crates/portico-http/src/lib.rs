@@ -1,5 +1,6 @@
-//! Portico's HTTP plane: a strict HTTP/1 codec, routing, balancers, upstream connection pools and the
-//! streaming proxy, run on per-core worker threads.
+//! Portico's HTTP plane: a strict HTTP/1 codec, the HTTP/2 server, normalising and routing, filters, route
+//! targets, balancers, upstream connection pools and the streaming proxy. It runs on portico-core's worker
+//! threads as a `Plane` (`plane::HttpPlane`).
 
 pub mod access_log;
 pub mod balancer;
@@ -9,18 +10,20 @@ mod client;
 pub mod codec;
 mod context;
 mod endpoint;
+mod exec;
 pub mod filters;
 mod forward;
 mod forward_h2;
 pub mod health;
 mod http2;
-mod io;
 pub mod message;
+pub mod metrics;
 mod outcome;
 pub mod path;
 pub mod pattern;
 mod phases;
 mod pipeline;
+pub mod plane;
 pub mod pool;
 mod proxy;
 mod redirect;
@@ -30,15 +33,11 @@ mod response_body;
 mod retry;
 pub mod router;
 mod serve_h2;
-pub mod shared;
 pub mod snapshot;
 pub mod stats;
-pub mod tls;
 mod tunnel;
 mod upstream;
 pub mod upstream_h2;
 pub mod upstream_tls;
-pub mod worker;
 
-pub use context::panic_message;
 pub use snapshot::{build, Registry, Snapshot};

@@ -5,7 +5,7 @@ use crate::codec::RequestHead;
 use crate::context::WorkerCtx;
 use crate::router::CompiledRoute;
 use crate::snapshot::{Endpoint, Snapshot};
-use crate::stats::{class_index, slot};
+use portico_core::stats::{class_index, slot};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -46,28 +46,31 @@ pub(crate) fn record(
     let counters = slot(&stats.slots, ctx.index);
     counters.by_class[class_index(outcome.status)].inc();
     counters.duration.observe(elapsed);
-    if let Some(log) = &ctx.access_log {
-        log.record(&Entry {
-            client,
-            method: head.method(),
-            target: head.target(),
-            protocol: match (http2, head.http10) {
-                (true, _) => "HTTP/2.0",
-                (false, true) => "HTTP/1.0",
-                (false, false) => "HTTP/1.1",
+    if let Some(log) = &ctx.core.access_log {
+        crate::access_log::record(
+            log,
+            &Entry {
+                client,
+                method: head.method(),
+                target: head.target(),
+                protocol: match (http2, head.http10) {
+                    (true, _) => "HTTP/2.0",
+                    (false, true) => "HTTP/1.0",
+                    (false, false) => "HTTP/1.1",
+                },
+                host: head.host(),
+                status: outcome.status,
+                bytes: outcome.bytes,
+                duration: elapsed,
+                upstream: outcome.upstream,
+                upstream_duration: outcome.upstream_time,
+                retries: outcome.retries,
+                route: &stats.route,
+                cluster: &stats.cluster,
+                user_agent: head.values("user-agent").next(),
+                referer: head.values("referer").next(),
             },
-            host: head.host(),
-            status: outcome.status,
-            bytes: outcome.bytes,
-            duration: elapsed,
-            upstream: outcome.upstream,
-            upstream_duration: outcome.upstream_time,
-            retries: outcome.retries,
-            route: &stats.route,
-            cluster: &stats.cluster,
-            user_agent: head.values("user-agent").next(),
-            referer: head.values("referer").next(),
-        });
+        );
     }
 }
 
@@ -99,23 +102,26 @@ pub(crate) fn record_refused(
     let counters = slot(&stats.slots, ctx.index);
     counters.by_class[class_index(status)].inc();
     counters.duration.observe(Duration::ZERO);
-    if let Some(log) = &ctx.access_log {
-        log.record(&Entry {
-            client,
-            method: b"-",
-            target: b"-",
-            protocol: if http2 { "HTTP/2.0" } else { "HTTP/1.1" },
-            host: None,
-            status,
-            bytes,
-            duration: Duration::ZERO,
-            upstream: None,
-            upstream_duration: None,
-            retries: 0,
-            route: &stats.route,
-            cluster: &stats.cluster,
-            user_agent: None,
-            referer: None,
-        });
+    if let Some(log) = &ctx.core.access_log {
+        crate::access_log::record(
+            log,
+            &Entry {
+                client,
+                method: b"-",
+                target: b"-",
+                protocol: if http2 { "HTTP/2.0" } else { "HTTP/1.1" },
+                host: None,
+                status,
+                bytes,
+                duration: Duration::ZERO,
+                upstream: None,
+                upstream_duration: None,
+                retries: 0,
+                route: &stats.route,
+                cluster: &stats.cluster,
+                user_agent: None,
+                referer: None,
+            },
+        );
     }
 }

@@ -15,13 +15,12 @@
 use crate::body::{Downstream, ReqBody};
 use crate::buffers;
 use crate::codec::{self, BodyFraming, Parsed, RequestHead, ResponseHead};
-use crate::context::WorkerCtx;
-use crate::pool::{self, PoolKey, UpstreamConn};
+use crate::pool::{self, BatchTurn, Pool, PoolKey, UpstreamConn};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
-use crate::stats::slot;
 use crate::upstream::{self, Exchanged, Failed, Fault, Source, UpstreamFailure, MAX_RESPONSE_HEAD};
 use bytes::{Bytes, BytesMut};
+use portico_core::stats::slot;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -65,6 +64,14 @@ impl Batch {
     }
 }
 
+/// A worker's upstream HTTP/1 connections, as the exchanges need them.
+#[derive(Clone, Copy)]
+pub(crate) struct Conns<'a> {
+    pub worker: usize,
+    pub pool: &'a RefCell<Pool>,
+    pub batches: &'a Batches,
+}
+
 /// A worker's batches still open for joining, by endpoint. A batch is open from its leader's arrival until
 /// its write.
 #[derive(Default)]
@@ -80,9 +87,12 @@ pub(crate) struct Ticket {
     done: bool,
 }
 
-impl Ticket {
-    pub(crate) fn has_followers(&self) -> bool {
+impl BatchTurn for Ticket {
+    fn has_followers(&self) -> bool {
         self.index + 1 < self.batch.members.get()
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
     }
 }
 
@@ -119,14 +129,14 @@ fn lost() -> Failed {
 /// Sends the request as part of a batch to `endpoint` and reads its response head.
 pub(crate) async fn exchange(
     down: &mut Downstream<'_>,
-    ctx: &WorkerCtx,
+    conns: Conns<'_>,
     cluster: &Cluster,
     endpoint: &Endpoint,
     head: &RequestHead,
 ) -> Exchanged {
     let key = pool::key(endpoint);
     let joined = {
-        let mut open = ctx.batches.open.borrow_mut();
+        let mut open = conns.batches.open.borrow_mut();
         match open.get(&key) {
             Some(batch) if !batch.broken.get() => {
                 let batch = batch.clone();
@@ -143,7 +153,7 @@ pub(crate) async fn exchange(
     };
     let ticket = match joined {
         Some(ticket) => ticket,
-        None => lead(down, ctx, cluster, endpoint, head, key).await?,
+        None => lead(down, conns, cluster, endpoint, head, key).await?,
     };
     take_turn(down, ticket, head, cluster).await
 }
@@ -151,7 +161,7 @@ pub(crate) async fn exchange(
 /// Opens a batch, lets the requests woken in the same turn join, and writes them all.
 async fn lead(
     down: &mut Downstream<'_>,
-    ctx: &WorkerCtx,
+    conns: Conns<'_>,
     cluster: &Cluster,
     endpoint: &Endpoint,
     head: &RequestHead,
@@ -173,15 +183,15 @@ async fn lead(
         buffers::reserve_vec(&mut out, 1024);
         upstream::write_request_head(&mut out, head, cluster, endpoint, down.facts);
     }
-    ctx.batches.open.borrow_mut().insert(key, batch.clone());
+    conns.batches.open.borrow_mut().insert(key, batch.clone());
     // From here on, leaving early drops the ticket, which sends the members to retry on their own.
     let ticket = Ticket { batch: batch.clone(), index: 0, done: false };
-    let conn = upstream::connection(ctx, cluster, endpoint, false).await;
+    let conn = upstream::connection(conns.pool, conns.worker, cluster, endpoint, false).await;
     if conn.is_ok() {
         tokio::task::yield_now().await;
     }
     {
-        let mut open = ctx.batches.open.borrow_mut();
+        let mut open = conns.batches.open.borrow_mut();
         if open.get(&key).is_some_and(|b| Rc::ptr_eq(b, &batch)) {
             open.remove(&key);
         }
@@ -191,7 +201,7 @@ async fn lead(
         Failed { failure, connected: false, reused: false, batch_lost: false }
     })?;
     let mut out = std::mem::take(&mut *batch.out.borrow_mut());
-    let counters = slot(&cluster.stats.slots, ctx.index);
+    let counters = slot(&cluster.stats.slots, conns.worker);
     counters.pipeline_writes.inc();
     counters.pipelined_requests.add(batch.members.get() as u64);
     let written = write_timed(&mut conn.io, &out, cluster.settings.send_timeout).await;
@@ -260,7 +270,7 @@ async fn take_turn(down: &mut Downstream<'_>, mut ticket: Ticket, head: &Request
     };
     conn.reused |= ticket.index > 0;
     let out_of_step = ticket.index > 0;
-    conn.ticket = Some(ticket);
+    conn.ticket = Some(Box::new(ticket));
     match upstream::read_response_head(&mut down.body, &mut conn, head, cluster, &ReqBody::InHand(Bytes::new())).await {
         Ok(resp) => Ok((Source::Conn(conn), resp)),
         // Dropping the connection (and its ticket) sends the members behind to retry on their own.
@@ -278,8 +288,14 @@ async fn take_turn(down: &mut Downstream<'_>, mut ticket: Ticket, head: &Request
 /// Hands a connection whose response was read in full to the next member of its batch, or to the pool.
 /// After a response with no body (204, 304) the batch ends: bytes that follow could be a body the upstream
 /// should not have sent, not the next response.
-pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, mut conn: UpstreamConn, bodiless: bool) {
-    if let Some(mut ticket) = conn.ticket.take() {
+pub(crate) fn release(
+    conns: Conns<'_>,
+    cluster: &Cluster,
+    endpoint: &Endpoint,
+    mut conn: UpstreamConn,
+    bodiless: bool,
+) {
+    if let Some(mut ticket) = conn.ticket.take().and_then(|t| t.into_any().downcast::<Ticket>().ok()) {
         if ticket.batch.broken.get() || (bodiless && ticket.has_followers()) {
             return; // the ticket's drop breaks the batch
         }
@@ -307,13 +323,13 @@ pub(crate) fn release(ctx: &WorkerCtx, cluster: &Cluster, endpoint: &Endpoint, m
         }
     }
     let settings = &cluster.settings;
-    ctx.pool.borrow_mut().checkin(endpoint, conn, settings.max_idle_per_endpoint, settings.pool_idle_timeout);
+    conns.pool.borrow_mut().checkin(endpoint, conn, settings.max_idle_per_endpoint, settings.pool_idle_timeout);
 }
 
 /// Drops a response not passed on (a retry on its status). A connection with members behind it is handed on
 /// when the whole body is already buffered; otherwise it is closed, which sends them to retry.
 pub(crate) fn discard(
-    ctx: &WorkerCtx,
+    conns: Conns<'_>,
     cluster: &Cluster,
     endpoint: &Endpoint,
     mut conn: UpstreamConn,
@@ -325,7 +341,7 @@ pub(crate) fn discard(
     if let BodyFraming::Length(n) = resp.body {
         if (conn.buf.len() as u64) >= n {
             bytes::Buf::advance(&mut conn.buf, n as usize);
-            release(ctx, cluster, endpoint, conn, false);
+            release(conns, cluster, endpoint, conn, false);
         }
     }
 }

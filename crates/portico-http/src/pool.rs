@@ -11,23 +11,31 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub struct UpstreamConn {
-    pub(crate) io: crate::io::Stream,
+    pub(crate) io: portico_core::io::Stream,
     /// Bytes read from the upstream and not yet consumed.
     pub buf: BytesMut,
     /// True when the connection came from the pool: a failure before any response byte may be a race with
     /// the upstream closing it, and is retried on a fresh connection.
     pub reused: bool,
-    /// Its place in a batch of pipelined requests, while one member holds it.
-    pub(crate) ticket: Option<crate::pipeline::Ticket>,
+    /// Its place in a batch of pipelined requests, while one member holds it (`pipeline::Ticket`).
+    pub(crate) ticket: Option<Box<dyn BatchTurn>>,
     endpoint: Arc<EndpointStats>,
     cluster: Arc<ClusterStats>,
     worker: usize,
 }
 
+/// A pipelined request's place in its batch, carried with the connection while its response is read. A trait
+/// so that the pool does not depend on the pipelining that uses it; only pipelined requests pay for the box.
+pub(crate) trait BatchTurn {
+    /// More pipelined responses follow on the connection.
+    fn has_followers(&self) -> bool;
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
 impl UpstreamConn {
     /// A freshly connected socket, counted as opened and open for its cluster and endpoint.
     pub(crate) fn new(
-        io: crate::io::Stream,
+        io: portico_core::io::Stream,
         endpoint: Arc<EndpointStats>,
         cluster: Arc<ClusterStats>,
         worker: usize,
@@ -133,8 +141,8 @@ mod tests {
     //! Pooled values are real TCP connections to a listener on 127.0.0.1, told apart by their local port; the
     //! listener's side of each is kept to see whether the pool closed it (or to close it under the pool).
     use super::{Pool, UpstreamConn};
-    use crate::io::Stream;
     use crate::snapshot::{build, Endpoint, Registry, Snapshot};
+    use portico_core::io::Stream;
     use std::io::Read;
     use std::net::TcpListener;
     use std::time::Duration;

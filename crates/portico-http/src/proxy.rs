@@ -10,15 +10,15 @@ use crate::client::{answer, end_response_head, reply, respond_error};
 use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, ResponseHead};
 use crate::context::WorkerCtx;
 use crate::forward::Answered;
-use crate::io::Stream;
 use crate::outcome::{record, record_refused, upstream_outcome, Next, Outcome};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
-use crate::stats::slot;
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
+use portico_core::io::Stream;
+use portico_core::stats::slot;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -56,7 +56,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
                 facts.https = true;
                 facts.cert_header = terminator.client_cert_header.clone();
                 if facts.cert_header.is_some() {
-                    facts.cert_subject = crate::tls::client_subject(tls.get_ref().1);
+                    facts.cert_subject = portico_core::tls::client_subject(tls.get_ref().1);
                 }
                 Stream::Tls(tls)
             }
@@ -137,8 +137,8 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
                     client = %client.peer,
                     request = %String::from_utf8_lossy(&[head.method(), b" ", head.target()].concat()),
                     "request handling panicked at {}: {}; the connection is closed",
-                    crate::context::last_panic_location(),
-                    crate::context::panic_message(panic.as_ref())
+                    portico_core::panic::last_panic_location(),
+                    portico_core::panic::panic_message(panic.as_ref())
                 );
                 let bytes = match client.response_started {
                     true => 0,
@@ -169,8 +169,8 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
 /// above debug: a scanner or a client that distrusts the certificate must not flood the log.
 async fn handshake(
     io: TcpStream,
-    terminator: &crate::tls::TlsTerminator,
-    stats: &crate::stats::ListenerStats,
+    terminator: &portico_core::tls::TlsTerminator,
+    stats: &portico_core::stats::ListenerStats,
     worker: usize,
 ) -> Option<Box<tokio_rustls::server::TlsStream<TcpStream>>> {
     let counters = slot(&stats.slots, worker);
@@ -299,7 +299,7 @@ async fn read_head(
 }
 
 /// Decrements a gauge when the request ends, however it ends.
-struct GaugeGuard<'a>(&'a crate::stats::Gauge, i64);
+struct GaugeGuard<'a>(&'a portico_core::stats::Gauge, i64);
 
 impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
@@ -549,7 +549,7 @@ async fn forward_response(
             // upstream sent something nobody asked for and the connection is not reused.
             if let Source::Conn(conn) = source {
                 if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
-                    pipeline::release(ctx, cluster, endpoint, conn, resp.body == BodyFraming::None);
+                    pipeline::release(ctx.conns(), cluster, endpoint, conn, resp.body == BodyFraming::None);
                 }
             }
             (if keep_alive { Next::KeepAlive } else { Next::Close }, bytes)

@@ -2,7 +2,8 @@
 //! keeps them and Prometheus counters stay monotonic.
 
 use crate::endpoint::EndpointHealth;
-use crate::stats::{self, ClusterStats, EndpointStats, Global, RouteStats};
+use crate::stats::{ClusterStats, EndpointStats, RouteStats};
+use portico_core::stats::{self, Global};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

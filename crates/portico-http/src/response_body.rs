@@ -6,7 +6,6 @@ use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, RequestHead};
 use crate::context::WorkerCtx;
 use crate::outcome::{record, upstream_outcome, Next};
 use crate::snapshot::Snapshot;
-use crate::stats::slot;
 use crate::upstream::{observe, Observed, Source};
 use crate::upstream_h2::BoxError;
 use bytes::{Bytes, BytesMut};
@@ -14,6 +13,7 @@ use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
+use portico_core::stats::slot;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -246,7 +246,7 @@ impl UpstreamBody {
                 let f = &self.finish;
                 let cluster = &f.snapshot.clusters[f.cluster];
                 let endpoint = &cluster.endpoints[f.endpoint];
-                crate::pipeline::release(&f.ctx, cluster, endpoint, conn, self.framing == BodyFraming::None);
+                crate::pipeline::release(f.ctx.conns(), cluster, endpoint, conn, self.framing == BodyFraming::None);
             }
         }
         self.finish.done();

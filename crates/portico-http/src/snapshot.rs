@@ -7,9 +7,10 @@ use crate::balancer::Balancer;
 pub use crate::endpoint::{endpoint_id, Endpoint, EndpointHealth, OutlierLocal, OutlierSettings};
 pub use crate::registry::Registry;
 use crate::router::Router;
-use crate::shared::Padded;
-use crate::stats::{self, ClusterStats, RouteStats};
+use crate::stats::{ClusterStats, RouteStats};
 use portico_config::{ConfigErrors, EndpointScheme, HealthCheck, LoadedConfig};
+use portico_core::shared::Padded;
+use portico_core::stats;
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicU64;
@@ -75,7 +76,7 @@ pub struct ListenerSettings {
     pub body_read_timeout: Duration,
     pub send_timeout: Duration,
     /// TLS termination, when configured.
-    pub tls: Option<Arc<crate::tls::TlsTerminator>>,
+    pub tls: Option<Arc<portico_core::tls::TlsTerminator>>,
     /// HTTP/2 from clients, unless disabled.
     pub http2: Option<Http2Settings>,
     /// How request paths are normalised.
@@ -263,7 +264,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
         .enumerate()
         .filter_map(|(i, l)| {
             let address = l.address.parse().ok()?;
-            let tls = match l.tls.as_ref().map(|t| crate::tls::build_terminator(loaded, i, l, t)) {
+            let tls = match l.tls.as_ref().map(|t| portico_core::tls::build_terminator(loaded, i, l, t)) {
                 None => None,
                 Some(Ok(t)) => Some(Arc::new(t)),
                 Some(Err((path, message, hint))) => {

@@ -10,8 +10,8 @@ use crate::context::WorkerCtx;
 use crate::pool::UpstreamConn;
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, ListenerSettings};
-use crate::stats::slot;
 use bytes::Bytes;
+use portico_core::stats::slot;
 use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
@@ -114,7 +114,7 @@ async fn draining(ctx: &WorkerCtx) {
     tokio::time::sleep(grace.saturating_sub(Duration::from_millis(250))).await;
 }
 
-struct TunnelGauge<'a>(&'a crate::stats::Gauge);
+struct TunnelGauge<'a>(&'a portico_core::stats::Gauge);
 
 impl Drop for TunnelGauge<'_> {
     fn drop(&mut self) {

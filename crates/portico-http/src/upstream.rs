@@ -4,15 +4,15 @@
 
 use crate::body::{BodySource, ClientFacts, Downstream, ReqBody};
 use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
-use crate::context::WorkerCtx;
-use crate::io::Stream;
 use crate::message::same_header_name;
-use crate::pool::UpstreamConn;
+use crate::pool::{Pool, UpstreamConn};
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
-use crate::shared::now_ms;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
-use crate::stats::slot;
 use bytes::{Buf, Bytes, BytesMut};
+use portico_core::io::Stream;
+use portico_core::shared::now_ms;
+use portico_core::stats::slot;
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -73,17 +73,18 @@ impl UpstreamFailure {
 
 /// A pooled connection to `endpoint`, or a new one if the breaker allows it.
 pub(crate) async fn connection(
-    ctx: &WorkerCtx,
+    pool: &RefCell<Pool>,
+    worker: usize,
     cluster: &Cluster,
     endpoint: &Endpoint,
     fresh_only: bool,
 ) -> Result<UpstreamConn, UpstreamFailure> {
     if !fresh_only {
-        if let Some(conn) = ctx.pool.borrow_mut().checkout(endpoint, cluster.settings.pool_idle_timeout) {
+        if let Some(conn) = pool.borrow_mut().checkout(endpoint, cluster.settings.pool_idle_timeout) {
             return Ok(conn);
         }
     }
-    let counters = slot(&cluster.stats.slots, ctx.index);
+    let counters = slot(&cluster.stats.slots, worker);
     let settings = &cluster.settings;
     if counters.connections.get() >= settings.max_connections_per_worker {
         counters.breaker_rejections.inc();
@@ -96,7 +97,7 @@ pub(crate) async fn connection(
     counters.pending.add(1);
     let opened = open(endpoint, Instant::now() + settings.connect_timeout).await;
     counters.pending.add(-1);
-    opened.map(|io| UpstreamConn::new(io, endpoint.stats.clone(), cluster.stats.clone(), ctx.index))
+    opened.map(|io| UpstreamConn::new(io, endpoint.stats.clone(), cluster.stats.clone(), worker))
 }
 
 /// Connects to `endpoint` and, for a TLS endpoint, completes the handshake, all before `deadline`.
@@ -160,7 +161,8 @@ pub(crate) type Exchanged = Result<(Source, (Bytes, ResponseHead)), Failed>;
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn exchange(
     down: &mut Downstream<'_>,
-    ctx: &WorkerCtx,
+    pool: &RefCell<Pool>,
+    worker: usize,
     cluster: &Cluster,
     endpoint: &Endpoint,
     fresh_only: bool,
@@ -168,7 +170,7 @@ pub(crate) async fn exchange(
     body: &mut ReqBody,
     settings: &ListenerSettings,
 ) -> Exchanged {
-    let mut conn = connection(ctx, cluster, endpoint, fresh_only).await.map_err(|failure| Failed {
+    let mut conn = connection(pool, worker, cluster, endpoint, fresh_only).await.map_err(|failure| Failed {
         failure,
         connected: false,
         reused: false,

@@ -5,12 +5,9 @@
 
 use crate::body::ClientFacts;
 use crate::codec::{Known, RequestHead};
-use crate::context::LocalExec;
-use crate::context::WorkerCtx;
-use crate::io::Stream;
+use crate::exec::LocalExec;
 use crate::pool::{key, PoolKey};
 use crate::snapshot::{Cluster, Endpoint};
-use crate::stats::slot;
 use crate::upstream::UpstreamFailure;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -19,6 +16,9 @@ use hyper::client::conn::http2::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use portico_core::io::Stream;
+use portico_core::stats::slot;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -44,13 +44,14 @@ enum Slot {
 /// The worker's connection to `endpoint`, opened when there is none (or it closed). Requests that arrive
 /// while it is being opened wait for that one connection.
 pub(crate) async fn sender(
-    ctx: &WorkerCtx,
+    h2: &RefCell<H2Pool>,
+    worker: usize,
     cluster: &Cluster,
     endpoint: &Endpoint,
 ) -> Result<SendRequest<UpBody>, UpstreamFailure> {
     let key = key(endpoint);
     loop {
-        let waiting = match ctx.h2.borrow().conns.get(&key) {
+        let waiting = match h2.borrow().conns.get(&key) {
             Some(Slot::Open(sender)) if !sender.is_closed() => return Ok(sender.clone()),
             Some(Slot::Opening(done)) => Some(done.clone()),
             _ => None,
@@ -58,17 +59,17 @@ pub(crate) async fn sender(
         if let Some(done) = waiting {
             // Registered before anything can notify it (single thread: nothing runs in between).
             done.notified().await;
-            if ctx.h2.borrow().conns.contains_key(&key) {
+            if h2.borrow().conns.contains_key(&key) {
                 continue;
             }
             // The attempt failed: this request tries for itself.
         }
         let done = Rc::new(Notify::new());
-        ctx.h2.borrow_mut().conns.insert(key, Slot::Opening(done.clone()));
+        h2.borrow_mut().conns.insert(key, Slot::Opening(done.clone()));
         // Whatever happens to this attempt (failure, or the request being dropped), the waiters are woken.
-        let opening = Opening { ctx, key, done };
-        let opened = connect(ctx, cluster, endpoint).await;
-        let mut pool = ctx.h2.borrow_mut();
+        let opening = Opening { h2, key, done };
+        let opened = connect(worker, cluster, endpoint).await;
+        let mut pool = h2.borrow_mut();
         match &opened {
             Ok(sender) => pool.conns.insert(key, Slot::Open(sender.clone())),
             Err(_) => pool.conns.remove(&key),
@@ -81,14 +82,14 @@ pub(crate) async fn sender(
 
 /// Wakes the requests waiting for a connection; if the attempt never finished, clears it first.
 struct Opening<'a> {
-    ctx: &'a WorkerCtx,
+    h2: &'a RefCell<H2Pool>,
     key: PoolKey,
     done: Rc<Notify>,
 }
 
 impl Drop for Opening<'_> {
     fn drop(&mut self) {
-        if let Ok(mut pool) = self.ctx.h2.try_borrow_mut() {
+        if let Ok(mut pool) = self.h2.try_borrow_mut() {
             if matches!(pool.conns.get(&self.key), Some(Slot::Opening(d)) if Rc::ptr_eq(d, &self.done)) {
                 pool.conns.remove(&self.key);
             }
@@ -100,7 +101,8 @@ impl Drop for Opening<'_> {
 /// Sends `req` and waits for the response head: within `timeouts.response_header` from the moment the request
 /// body has been sent (`sent` is notified then; without it, or for a request without a body, from now).
 pub(crate) async fn exchange(
-    ctx: &WorkerCtx,
+    h2: &RefCell<H2Pool>,
+    worker: usize,
     first: SendRequest<UpBody>,
     req: Request<UpBody>,
     cluster: &Cluster,
@@ -126,8 +128,8 @@ pub(crate) async fn exchange(
             };
             // The upstream said it did nothing with the stream (REFUSED_STREAM, or above a GOAWAY's last stream,
             // RFC 9113 8.7): safe to send once more, on a new connection.
-            forget(ctx, endpoint);
-            let fresh = sender(ctx, cluster, endpoint).await?;
+            forget(h2, endpoint);
+            let fresh = sender(h2, worker, cluster, endpoint).await?;
             exchange_once(fresh, req, cluster, endpoint, None).await.map_err(|e| match e {
                 Unsent::NotProcessed => UpstreamFailure::upstream(502, "upstream refused the stream twice"),
                 Unsent::Failed(f) => f,
@@ -164,8 +166,8 @@ fn not_processed(e: &hyper::Error) -> bool {
 }
 
 /// Drops the worker's connection to `endpoint`, so the next request opens a new one.
-fn forget(ctx: &WorkerCtx, endpoint: &Endpoint) {
-    let mut pool = ctx.h2.borrow_mut();
+fn forget(h2: &RefCell<H2Pool>, endpoint: &Endpoint) {
+    let mut pool = h2.borrow_mut();
     if let Some(Slot::Open(_)) = pool.conns.get(&key(endpoint)) {
         pool.conns.remove(&key(endpoint));
     }
@@ -214,11 +216,11 @@ async fn exchange_once(
 
 /// Opens an HTTP/2 connection within the cluster's connection limit and connect timeout.
 async fn connect(
-    ctx: &WorkerCtx,
+    worker: usize,
     cluster: &Cluster,
     endpoint: &Endpoint,
 ) -> Result<SendRequest<UpBody>, UpstreamFailure> {
-    let counters = slot(&cluster.stats.slots, ctx.index);
+    let counters = slot(&cluster.stats.slots, worker);
     if counters.connections.get() >= cluster.settings.max_connections_per_worker {
         counters.breaker_rejections.inc();
         return Err(UpstreamFailure::breaker("upstream connection limit reached (circuit breaker)"));
@@ -243,12 +245,11 @@ async fn connect(
             })
         }
     };
-    if let Some(s) = endpoint.stats.slots.get(ctx.index) {
+    if let Some(s) = endpoint.stats.slots.get(worker) {
         s.0.connections_opened.inc();
     }
     counters.connections.add(1);
     let gauge = cluster.stats.clone();
-    let worker = ctx.index;
     tokio::task::spawn_local(async move {
         let _ = conn.await;
         slot(&gauge.slots, worker).connections.add(-1);

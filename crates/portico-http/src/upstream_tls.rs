@@ -3,8 +3,8 @@
 //! the reload with its position. Connections are verified against the endpoint's host (or `tls.server_name`)
 //! and pooled like plain ones.
 
-use crate::tls::{config_relative, provider, read_chain, read_key, Problem};
 use portico_config::{LoadedConfig, UpstreamProtocol, UpstreamTls};
+use portico_core::tls::{config_relative, provider, read_chain, read_key, Problem};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};

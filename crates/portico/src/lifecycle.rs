@@ -4,8 +4,11 @@ use anyhow::{anyhow, Context};
 use arc_swap::ArcSwap;
 use portico_admin::{AdminState, ReloadStatus};
 use portico_config::LoadedConfig;
-use portico_http::access_log::AccessLogSink;
-use portico_http::worker::{self, BoundListener};
+use portico_core::access_log::AccessLogSink;
+use portico_core::listeners::{bind_per_worker, lock, ListenerPlan, WorkerSockets};
+use portico_core::supervisor::Supervisor;
+use portico_core::worker::{BoundListener, Plane};
+use portico_http::plane::HttpPlane;
 use portico_http::{Registry, Snapshot};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -172,7 +175,7 @@ impl Reloader {
     /// Reloads from the file, or (in a worker process) from the configuration text its master applied.
     fn reload_from(&self, source: Option<&str>, trigger: &str) -> Result<(), String> {
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        crate::systemd::reloading();
+        portico_core::systemd::reloading();
         let loaded = match source {
             Some(text) => portico_config::load_str(text, &self.path.display().to_string()),
             None => portico_config::load_file(&self.path),
@@ -181,7 +184,7 @@ impl Reloader {
         // Listeners added or moved are bound before anything is applied, so an address that cannot be had
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
-            let plan = ListenerPlan::between(&self.shared.load(), &next);
+            let plan = ListenerPlan::between(&addresses(&self.shared.load()), &addresses(&next));
             let Some(table) = self.listeners.as_ref().filter(|_| !plan.is_empty()) else {
                 return Ok((next, None));
             };
@@ -249,162 +252,12 @@ impl Reloader {
         if let Some(admin) = self.admin.get() {
             admin.record_reload(&outcome);
         }
-        crate::systemd::ready(if outcome.is_ok() { "serving (reloaded)" } else { "serving (last reload failed)" });
+        portico_core::systemd::ready(if outcome.is_ok() {
+            "serving (reloaded)"
+        } else {
+            "serving (last reload failed)"
+        });
         outcome
-    }
-}
-
-/// The worker threads' listening sockets and where each worker hears of changes to them: shared by the
-/// supervisor (which restarts a worker on its current sockets), reloads (which add, move and remove listeners)
-/// and upgrades (which hand every socket over).
-#[derive(Default)]
-struct WorkerSockets {
-    sockets: Vec<Vec<BoundListener>>,
-    changes: Vec<Option<worker::ListenerChanges>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// What a reload does to the listening sockets: listeners to bind (new, or at a new address) and to stop.
-#[derive(Default)]
-struct ListenerPlan {
-    start: Vec<(Arc<str>, std::net::SocketAddr)>,
-    stop: Vec<(Arc<str>, std::net::SocketAddr)>,
-}
-
-impl ListenerPlan {
-    fn between(current: &Snapshot, next: &Snapshot) -> ListenerPlan {
-        let mut plan = ListenerPlan::default();
-        for l in &next.listeners {
-            if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
-                plan.start.push((Arc::from(l.name.as_str()), l.address));
-            }
-        }
-        for c in &current.listeners {
-            if next.listener(&c.name).is_none_or(|l| l.address != c.address) {
-                plan.stop.push((Arc::from(c.name.as_str()), c.address));
-            }
-        }
-        plan
-    }
-
-    fn is_empty(&self) -> bool {
-        self.start.is_empty() && self.stop.is_empty()
-    }
-
-    /// Binds every new socket, one per worker, before anything changes: a taken address fails the reload.
-    fn bind(&self, workers: usize) -> Result<Vec<Vec<BoundListener>>, String> {
-        let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
-        for (name, address) in &self.start {
-            for slot in per_worker.iter_mut() {
-                let socket = worker::bind(*address).map_err(|e| format!("{:#}", bind_error(e, *address, name)))?;
-                slot.push(BoundListener { name: name.clone(), socket });
-            }
-        }
-        Ok(per_worker)
-    }
-
-    /// Hands the new sockets to the workers and stops the old ones; the table keeps what now serves.
-    fn apply(self, bound: Vec<Vec<BoundListener>>, table: &mut WorkerSockets) {
-        for (w, new) in bound.into_iter().enumerate() {
-            let sockets = &mut table.sockets[w];
-            sockets.retain(|l| {
-                let address = l.socket.local_addr().ok();
-                !self.stop.iter().any(|(name, a)| *name == l.name && Some(*a) == address)
-            });
-            for l in new {
-                if let Ok(copy) = l.socket.try_clone() {
-                    if let Some(changes) = &table.changes[w] {
-                        let _ = changes
-                            .send(worker::ListenerChange::Add(BoundListener { name: l.name.clone(), socket: copy }));
-                    }
-                }
-                sockets.push(l);
-            }
-            for (name, address) in &self.stop {
-                if let Some(changes) = &table.changes[w] {
-                    let _ = changes.send(worker::ListenerChange::Stop { name: name.clone(), address: *address });
-                }
-            }
-        }
-    }
-}
-
-/// Keeps the workers running: a worker thread whose runtime died (a bug outside any connection's task) is
-/// started again on the same listening sockets, after a back-off that grows with repeated deaths.
-struct Supervisor {
-    /// The worker index of the first thread (a worker process runs one thread, with its own index).
-    first_index: usize,
-    threads: Vec<Option<std::thread::JoinHandle<()>>>,
-    /// Each worker's listening sockets, kept so a new thread gets duplicates of the same sockets (connections
-    /// wait in their queues meanwhile, none is refused); reloads change them.
-    sockets: Arc<Mutex<WorkerSockets>>,
-    /// Per worker: deaths in a row, when it was last started, when it is due to start again.
-    deaths: Vec<(u32, std::time::Instant, Option<std::time::Instant>)>,
-    snapshot: Arc<ArcSwap<portico_http::Snapshot>>,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    access_log: Option<Arc<AccessLogSink>>,
-    registry: Arc<Registry>,
-}
-
-impl Supervisor {
-    fn spawn(&mut self, index: usize) -> std::io::Result<std::thread::JoinHandle<()>> {
-        let mut table = lock(&self.sockets);
-        let listeners = table.sockets[index]
-            .iter()
-            .map(|l| Ok(BoundListener { name: l.name.clone(), socket: l.socket.try_clone()? }))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let (changes, receiver) = tokio::sync::mpsc::unbounded_channel();
-        table.changes[index] = Some(changes);
-        drop(table);
-        self.deaths[index].1 = std::time::Instant::now();
-        worker::spawn(
-            self.first_index + index,
-            listeners,
-            receiver,
-            self.snapshot.clone(),
-            self.shutdown.clone(),
-            self.access_log.clone(),
-        )
-    }
-
-    fn check(&mut self) {
-        if *self.shutdown.borrow() {
-            return;
-        }
-        let now = std::time::Instant::now();
-        for index in 0..self.threads.len() {
-            if self.threads[index].as_ref().is_some_and(|t| t.is_finished()) {
-                let why = match self.threads[index].take().map(|t| t.join()) {
-                    Some(Err(panic)) => portico_http::panic_message(panic.as_ref()).to_string(),
-                    _ => "its runtime stopped".to_string(),
-                };
-                let (in_a_row, started, _) = self.deaths[index];
-                // A worker that ran for a minute starts the count again.
-                let in_a_row = if started.elapsed() > Duration::from_secs(60) { 1 } else { in_a_row + 1 };
-                let backoff = Duration::from_millis(100 << in_a_row.min(6)).min(Duration::from_secs(5));
-                self.deaths[index] = (in_a_row, started, Some(now + backoff));
-                self.registry.global.worker_restarts.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    worker = self.first_index + index,
-                    "worker died ({why}); starting it again in {backoff:?}"
-                );
-            }
-            if self.threads[index].is_none() && self.deaths[index].2.is_some_and(|due| due <= now) {
-                match self.spawn(index) {
-                    Ok(thread) => {
-                        self.threads[index] = Some(thread);
-                        self.deaths[index].2 = None;
-                    }
-                    Err(e) => {
-                        tracing::error!(worker = self.first_index + index, "cannot start the worker again: {e}");
-                        self.deaths[index].2 = Some(now + Duration::from_secs(5));
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -472,7 +325,7 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
     let mut stamps = vec![file_stamp(config)];
     for tls in loaded.config.listeners.iter().filter_map(|l| l.tls.as_ref()) {
         let files = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(tls.client_ca.as_ref());
-        stamps.extend(files.map(|f| file_stamp(&portico_http::tls::config_relative(loaded, f))));
+        stamps.extend(files.map(|f| file_stamp(&portico_core::tls::config_relative(loaded, f))));
     }
     stamps
 }
@@ -480,7 +333,7 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
 /// In a worker process: every socket its master passed, under the listener name it was bound for. After a reload
 /// that moved or removed a listener, the socket still has connections waiting (as a worker thread keeps its
 /// socket).
-fn sockets_from_master(inherited: &crate::systemd::Inherited) -> anyhow::Result<Vec<BoundListener>> {
+fn sockets_from_master(inherited: &portico_core::systemd::Inherited) -> anyhow::Result<Vec<BoundListener>> {
     let names = crate::processes::listener_names();
     let sockets = inherited.all().context("cannot use the sockets passed by the master")?;
     if names.len() != sockets.len() {
@@ -489,36 +342,9 @@ fn sockets_from_master(inherited: &crate::systemd::Inherited) -> anyhow::Result<
     Ok(names.into_iter().zip(sockets).map(|(name, socket)| BoundListener { name: Arc::from(name), socket }).collect())
 }
 
-/// Each worker's socket on every listener: the ones passed for its address (systemd, an upgrade), or bound now.
-fn bind_listeners(
-    snapshot: &portico_http::Snapshot,
-    inherited: &crate::systemd::Inherited,
-    workers: usize,
-) -> anyhow::Result<Vec<Vec<BoundListener>>> {
-    let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
-    for l in &snapshot.listeners {
-        let name: Arc<str> = Arc::from(l.name.as_str());
-        let passed = inherited
-            .sockets_for(l.address)
-            .with_context(|| format!("cannot use the socket passed for {}", l.address))?;
-        if passed.is_empty() {
-            for slot in per_worker.iter_mut() {
-                let socket = worker::bind(l.address).map_err(|e| bind_error(e, l.address, &l.name))?;
-                slot.push(BoundListener { name: name.clone(), socket });
-            }
-            continue;
-        }
-        // Every passed socket is served (each may hold queued connections): spread over the workers, and a
-        // worker without one shares a duplicate.
-        let count = passed.len();
-        for (i, socket) in passed.iter().enumerate() {
-            per_worker[i % workers].push(BoundListener { name: name.clone(), socket: socket.try_clone()? });
-        }
-        for (w, slot) in per_worker.iter_mut().enumerate().skip(count) {
-            slot.push(BoundListener { name: name.clone(), socket: passed[w % count].try_clone()? });
-        }
-    }
-    Ok(per_worker)
+/// The listeners a snapshot serves, by name and address.
+fn addresses(snapshot: &Snapshot) -> Vec<(&str, std::net::SocketAddr)> {
+    snapshot.listeners.iter().map(|l| (l.name.as_str(), l.address)).collect()
 }
 
 /// In a worker process: a signal meant for the whole Portico goes to the master.
@@ -527,20 +353,6 @@ fn forward_to_master(worker: Option<crate::processes::WorkerIdentity>, signal: i
         // SAFETY: kill(2) on the master's pid, which is this process's parent (checked at start).
         unsafe { libc::kill(w.master as libc::pid_t, signal) };
     }
-}
-
-/// What to do about a listener that cannot bind: the common causes have different fixes.
-fn bind_error(e: std::io::Error, address: std::net::SocketAddr, listener: &str) -> anyhow::Error {
-    let hint = match e.kind() {
-        std::io::ErrorKind::PermissionDenied => {
-            "ports below 1024 need CAP_NET_BIND_SERVICE (AmbientCapabilities= in the systemd unit, or `setcap \
-             cap_net_bind_service=+ep` on the binary) or a start as root with `user:`; see docs/operations.md"
-        }
-        std::io::ErrorKind::AddrInUse => "is another process using it?",
-        std::io::ErrorKind::AddrNotAvailable => "is the address assigned to an interface of this host?",
-        _ => "",
-    };
-    anyhow!("cannot listen on {address} (listener {listener:?}): {e}{}{hint}", if hint.is_empty() { "" } else { "; " })
 }
 
 /// The workers: threads of this process, or (`process_model: multi_process`) processes this master started.
@@ -585,12 +397,12 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let registry = Arc::new(Registry::new(workers));
     let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
     raise_fd_limit(&loaded, worker_process.is_none());
-    portico_http::worker::install_panic_hook();
+    portico_core::panic::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
     // Sockets passed by systemd (socket activation), by the process being upgraded, or by the master to a worker
     // process, are used for the listeners with their address.
-    let inherited = crate::systemd::Inherited::from_env();
+    let inherited = portico_core::systemd::Inherited::from_env();
     let admin_addr = loaded.config.admin.as_ref().and_then(|a| a.address.parse::<std::net::SocketAddr>().ok());
     let claimed: Vec<std::net::SocketAddr> = snapshot.listeners.iter().map(|l| l.address).chain(admin_addr).collect();
     if worker_process.is_none() {
@@ -601,7 +413,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let slots = if worker_process.is_some() { 1 } else { workers };
     let mut per_worker = match worker_process {
         Some(_) => vec![sockets_from_master(&inherited)?],
-        None => bind_listeners(&snapshot, &inherited, workers)?,
+        None => bind_per_worker(&addresses(&snapshot), &inherited, workers)?,
     };
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
@@ -630,6 +442,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let admin_address = loaded.config.admin.as_ref().filter(|_| worker_process.is_none()).map(|a| a.address.clone());
     let watch = loaded.config.watch && worker_process.is_none();
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
+    let http_view: Arc<dyn portico_core::view::PlaneView> =
+        Arc::new(portico_http::plane::HttpView { snapshot: shared.clone(), registry: registry.clone() });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // Reloads change the listeners of worker threads; a worker process's come from its master.
     let worker_sockets = (!master).then(|| {
@@ -644,10 +458,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             threads: Vec::with_capacity(slots),
             sockets: worker_sockets.clone().unwrap_or_default(),
             deaths: vec![(0, std::time::Instant::now(), None); slots],
-            snapshot: shared.clone(),
+            planes: Arc::new([Arc::new(HttpPlane { snapshot: shared.clone() }) as Arc<dyn Plane>]),
             shutdown: shutdown_rx.clone(),
             access_log: access_log.clone(),
-            registry: registry.clone(),
+            global: registry.global.clone(),
         })
     };
     let reloader = config_path.map(|path| {
@@ -672,8 +486,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 f
             });
             let state = Arc::new(AdminState {
-                snapshot: shared.clone(),
-                registry: registry.clone(),
+                planes: vec![http_view.clone()],
+                global: registry.global.clone(),
                 ready: AtomicBool::new(false),
                 reload,
                 last_reload: Mutex::new(ReloadStatus::default()),
@@ -734,7 +548,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             Some(r) => r.reload_from(Some(text), &trigger),
             None => Err("no configuration file".to_string()),
         };
-        crate::processes::serve_control(registry.clone(), shared.clone(), apply).context("cannot answer the master")?;
+        crate::processes::serve_control(http_view.clone(), registry.global.clone(), apply)
+            .context("cannot answer the master")?;
     }
     if let Some(a) = &admin {
         a.ready.store(true, Ordering::SeqCst);
@@ -750,7 +565,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         None => tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", ")),
     }
 
-    crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
+    portico_core::systemd::ready(&format!("serving on {}", listening.join(", ")));
     let mut handed_over = false;
     runtime.block_on(async {
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
@@ -780,7 +595,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     let copies = pool.sockets();
                     let mut sockets: Vec<&std::net::TcpListener> = copies.iter().collect();
                     sockets.extend(admin_socket.as_ref());
-                    match crate::upgrade::hand_over(&sockets) {
+                    match portico_core::upgrade::hand_over(&sockets) {
                         Ok(pid) => {
                             tracing::info!(new_pid = pid, "upgrade: the new process is ready; draining this one");
                             handed_over = true;
@@ -823,7 +638,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     }
     // After an upgrade the service goes on in the new process: systemd must not hear that it stops.
     if !handed_over {
-        crate::systemd::stopping();
+        portico_core::systemd::stopping();
     }
     let grace = shared.load().shutdown_grace;
     if worker_process.is_none() {

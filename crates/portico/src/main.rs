@@ -5,8 +5,6 @@ mod demo;
 mod demo_backend;
 mod lifecycle;
 mod processes;
-mod systemd;
-mod upgrade;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

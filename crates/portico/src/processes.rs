@@ -11,7 +11,7 @@
 //! LENGTH bytes. Answers carry the question's id, so an answer that comes after its question timed out is
 //! recognised and skipped.
 
-use portico_http::worker::BoundListener;
+use portico_core::worker::BoundListener;
 use portico_http::Registry;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
@@ -258,8 +258,8 @@ impl Master {
             .env(LISTENERS_ENV, self.sockets[index].iter().map(|l| &*l.name).collect::<Vec<_>>().join(","))
             .env_remove("LISTEN_PID")
             .env_remove("NOTIFY_SOCKET")
-            .env_remove(crate::systemd::UPGRADE_FROM_ENV)
-            .env_remove(crate::systemd::SYSTEMD_SOCKET_ENV);
+            .env_remove(portico_core::systemd::UPGRADE_FROM_ENV)
+            .env_remove(portico_core::systemd::SYSTEMD_SOCKET_ENV);
         // SAFETY: between fork and exec only async-signal-safe calls (dup2, sigprocmask, prctl, getppid, _exit).
         unsafe {
             command.pre_exec(move || {
@@ -560,8 +560,8 @@ fn ask(stream: &mut UnixStream, id: u64, verb: &str, body: &str, timeout: Durati
 /// In a worker process, once it serves: tells the master so, then answers its questions until the master goes
 /// (then this process drains, as on SIGTERM). `apply` applies a configuration text for a reload.
 pub fn serve_control(
-    registry: Arc<Registry>,
-    snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
+    view: Arc<dyn portico_core::view::PlaneView>,
+    global: Arc<portico_core::stats::Global>,
     apply: impl Fn(&str) -> Result<(), String> + Send + 'static,
 ) -> std::io::Result<()> {
     let fd: RawFd = std::env::var(CONTROL_FD_ENV)
@@ -588,8 +588,8 @@ pub fn serve_control(
                 break;
             }
             let answer = match verb {
-                "metrics" => portico_admin::render_metrics(&registry, &snapshot.load(), true),
-                "clusters" => portico_admin::clusters(&snapshot.load_full()).to_string(),
+                "metrics" => portico_admin::render_metrics(std::slice::from_ref(&view), &global, true),
+                "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
                 "reload" => match apply(&String::from_utf8_lossy(&body)) {
                     Ok(()) => "ok".to_string(),
                     Err(e) => e,

@@ -160,7 +160,7 @@ pub fn build_terminator(
     })
 }
 
-pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let shown = path.display();
     let iter = CertificateDer::pem_file_iter(path).map_err(|e| format!("cannot read {shown}: {}", pem_error(&e)))?;
     let chain = iter
@@ -172,7 +172,7 @@ pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, St
     Ok(chain)
 }
 
-pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     if std::fs::read_to_string(path).is_ok_and(|text| text.contains("ENCRYPTED")) {
         return Err(format!(
             "{0} holds an encrypted private key, and Portico reads unencrypted keys only; decrypt it with \

@@ -4,7 +4,6 @@
 //! so their accept queues carry over and no connection is refused; the old process then drains. Under systemd,
 //! the old process names the new one as the service's main process (`MAINPID=`) before it goes.
 
-use anyhow::{anyhow, Context};
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
@@ -17,8 +16,8 @@ const FIRST_FD: i32 = 1000;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Starts the new binary on `sockets`; returns its pid once it is ready.
-pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
-    let exe = std::env::current_exe().context("cannot find this process's binary")?;
+pub fn hand_over(sockets: &[&TcpListener]) -> std::io::Result<u32> {
+    let exe = std::env::current_exe().map_err(|e| context(e, "cannot find this process's binary"))?;
     // A binary replaced on disk (the usual upgrade) shows as "... (deleted)": start the file now at that path.
     let exe = match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
         Some(path) => std::path::PathBuf::from(path),
@@ -26,7 +25,8 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
     };
     let notify_path = std::env::temp_dir().join(format!("portico-upgrade-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&notify_path);
-    let notify = UnixDatagram::bind(&notify_path).context("cannot create the upgrade's notify socket")?;
+    let notify =
+        UnixDatagram::bind(&notify_path).map_err(|e| context(e, "cannot create the upgrade's notify socket"))?;
     let (first, passed) = place(sockets)?;
     let mut child = Command::new(&exe)
         .args(std::env::args_os().skip(1))
@@ -37,16 +37,18 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
         .env(crate::systemd::UPGRADE_FROM_ENV, std::process::id().to_string())
         .env(crate::systemd::SYSTEMD_SOCKET_ENV, crate::systemd::systemd_socket().unwrap_or_default())
         .spawn()
-        .with_context(|| format!("cannot start {}", exe.display()))?;
+        .map_err(|e| context(e, &format!("cannot start {}", exe.display())))?;
     drop(passed); // the child has its copies
     let deadline = Instant::now() + READY_TIMEOUT;
     let result = loop {
         if let Ok(Some(status)) = child.try_wait() {
-            break Err(anyhow!("the new process exited before it was ready ({status})"));
+            break Err(std::io::Error::other(format!("the new process exited before it was ready ({status})")));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            break Err(anyhow!("the new process was not ready within {READY_TIMEOUT:?}; it was stopped"));
+            break Err(std::io::Error::other(format!(
+                "the new process was not ready within {READY_TIMEOUT:?}; it was stopped"
+            )));
         }
         notify.set_read_timeout(Some(Duration::from_millis(100)))?;
         let mut buf = [0u8; 1024];
@@ -66,9 +68,9 @@ pub fn hand_over(sockets: &[&TcpListener]) -> anyhow::Result<u32> {
 /// Duplicates `sockets` to consecutive descriptors from `FIRST_FD` or above every open descriptor (a process
 /// started by an upgrade still holds the ones it inherited there), without close-on-exec, so the new process
 /// inherits exactly those. Returned so the caller closes its copies once the child has started.
-fn place(sockets: &[&TcpListener]) -> anyhow::Result<(i32, Vec<OwnedFd>)> {
+fn place(sockets: &[&TcpListener]) -> std::io::Result<(i32, Vec<OwnedFd>)> {
     let highest_open = std::fs::read_dir("/proc/self/fd")
-        .context("cannot list this process's descriptors")?
+        .map_err(|e| context(e, "cannot list this process's descriptors"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .max()
         .unwrap_or(0);
@@ -80,14 +82,21 @@ fn place(sockets: &[&TcpListener]) -> anyhow::Result<(i32, Vec<OwnedFd>)> {
         // unlike dup2 it never replaces an open descriptor. Owned (and closed) by the returned OwnedFd.
         let fd = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD, target) };
         if fd < 0 {
-            return Err(anyhow!("cannot pass socket {i}: {}", std::io::Error::last_os_error()));
+            return Err(std::io::Error::other(format!("cannot pass socket {i}: {}", std::io::Error::last_os_error())));
         }
         // SAFETY: `fd` was just created by fcntl and nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         if fd.as_raw_fd() != target {
-            return Err(anyhow!("cannot pass socket {i}: descriptor {target} was taken meanwhile; try again"));
+            return Err(std::io::Error::other(format!(
+                "cannot pass socket {i}: descriptor {target} was taken meanwhile; try again"
+            )));
         }
         placed.push(fd);
     }
     Ok((first, placed))
+}
+
+/// `e`, saying what was being done.
+fn context(e: std::io::Error, what: &str) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what}: {e}"))
 }

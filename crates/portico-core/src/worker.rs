@@ -1,23 +1,24 @@
-//! Worker threads: each runs a current-thread tokio runtime with its own SO_REUSEPORT listening sockets and its
-//! own upstream pools, so nothing on the request path is shared between cores except the snapshot (read
-//! through arc-swap) and per-endpoint health (atomics written on failure only).
+//! Worker threads: each runs a current-thread tokio runtime with its own SO_REUSEPORT listening sockets, so
+//! nothing on a connection's path is shared between cores. The runtime is the planes': each plane (HTTP; later
+//! MQTT) gets its per-worker state through `Plane::start_worker` and serves the connections of the listeners
+//! that speak its protocol. The worker owns accepting, the connection limit, draining and the access log's
+//! periodic flush.
 
 use crate::access_log::{AccessLogSink, LocalLog};
-use crate::context::last_panic_location;
-pub use crate::context::{install_panic_hook, WorkerCtx};
-use crate::pool::Pool;
-use crate::snapshot::Snapshot;
-use arc_swap::ArcSwap;
+use crate::panic::{last_panic_location, panic_message};
 use futures_util::FutureExt;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
 /// A listening socket bound for one worker.
@@ -54,13 +55,57 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// What one worker thread shares with the planes it runs: owned by that thread alone.
+pub struct WorkerCore {
+    pub index: usize,
+    /// Becomes true when the process starts shutting down.
+    pub shutdown: watch::Receiver<bool>,
+    pub access_log: Option<LocalLog>,
+    open_connections: Cell<usize>,
+    connection_closed: Notify,
+    /// Debug builds: notified to make this worker's runtime die (the supervisor test's hook).
+    #[cfg(debug_assertions)]
+    pub debug_kill: Notify,
+}
+
+impl WorkerCore {
+    /// Connections open on this worker, of every plane.
+    pub fn open_connections(&self) -> usize {
+        self.open_connections.get()
+    }
+}
+
+/// A plane (HTTP; later MQTT): what serves the connections of the listeners with its `protocol`.
+pub trait Plane: Send + Sync {
+    /// Makes the plane's state for one worker, on that worker's thread, inside its runtime (so it may spawn
+    /// the worker's own background tasks).
+    fn start_worker(&self, core: &Rc<WorkerCore>) -> Rc<dyn PlaneWorker>;
+}
+
+/// A plane's state on one worker.
+pub trait PlaneWorker {
+    /// Whether `listener` is this plane's (its configured `protocol` is the plane's).
+    fn serves(&self, listener: &str) -> bool;
+    /// Serves one accepted connection of `listener` until it ends.
+    fn serve(self: Rc<Self>, io: TcpStream, peer: SocketAddr, listener: Arc<str>) -> Pin<Box<dyn Future<Output = ()>>>;
+    /// How many connections this worker holds open on `listener` at most (its share of the listener's).
+    fn connection_limit(&self, listener: &str) -> usize;
+    /// How long open connections may take to finish once shutdown starts.
+    fn shutdown_grace(&self) -> Duration;
+    /// A connection of `listener` ended in a panic outside any request (already logged): count it.
+    fn connection_panicked(&self, listener: &str);
+}
+
+/// The planes a worker runs, one per protocol.
+pub type Planes = Arc<[Arc<dyn Plane>]>;
+
 /// Starts one worker thread. It serves until `shutdown` turns true, then stops accepting and lets open
-/// connections finish their current request, up to the snapshot's grace period.
+/// connections finish their current request, up to the planes' grace period.
 pub fn spawn(
     index: usize,
     listeners: Vec<BoundListener>,
     changes: tokio::sync::mpsc::UnboundedReceiver<ListenerChange>,
-    snapshot: Arc<ArcSwap<Snapshot>>,
+    planes: Planes,
     shutdown: watch::Receiver<bool>,
     access_log: Option<Arc<AccessLogSink>>,
 ) -> io::Result<JoinHandle<()>> {
@@ -73,24 +118,23 @@ pub fn spawn(
             }
         };
         let local = tokio::task::LocalSet::new();
-        local.block_on(&runtime, run(index, listeners, changes, snapshot, shutdown, access_log));
+        local.block_on(&runtime, run(index, listeners, changes, planes, shutdown, access_log));
     })
 }
+
+/// The accept loops running, by listener and address, with what stops each.
+type Accepting = Vec<(Arc<str>, Option<SocketAddr>, Rc<Notify>)>;
 
 async fn run(
     index: usize,
     listeners: Vec<BoundListener>,
     mut changes: tokio::sync::mpsc::UnboundedReceiver<ListenerChange>,
-    snapshot: Arc<ArcSwap<Snapshot>>,
+    planes: Planes,
     mut shutdown: watch::Receiver<bool>,
     access_log: Option<Arc<AccessLogSink>>,
 ) {
-    let ctx = Rc::new(WorkerCtx {
+    let core = Rc::new(WorkerCore {
         index,
-        snapshot,
-        pool: RefCell::new(Pool::default()),
-        h2: RefCell::default(),
-        batches: Default::default(),
         shutdown: shutdown.clone(),
         access_log: access_log.map(LocalLog::new),
         open_connections: Cell::new(0),
@@ -98,25 +142,28 @@ async fn run(
         #[cfg(debug_assertions)]
         debug_kill: Notify::new(),
     });
-    // The accept loops running, by listener and address, with what stops each.
-    let mut accepting: Vec<(Arc<str>, Option<SocketAddr>, Rc<Notify>)> = Vec::new();
+    let workers: Vec<Rc<dyn PlaneWorker>> = planes.iter().map(|p| p.start_worker(&core)).collect();
+    let mut accepting: Accepting = Vec::new();
+    let start = |l: BoundListener, accepting: &mut Accepting| match workers.iter().find(|w| w.serves(&l.name)) {
+        Some(plane) => start_accepting(&core, plane.clone(), l, accepting),
+        None => tracing::error!(worker = index, listener = %l.name, "no plane serves this listener's protocol"),
+    };
     for l in listeners {
-        start_accepting(&ctx, l, &mut accepting);
+        start(l, &mut accepting);
     }
     let mut changes_open = true;
-    tokio::task::spawn_local(sweep_pool(ctx.clone()));
-    if ctx.access_log.is_some() {
-        tokio::task::spawn_local(flush_access_log(ctx.clone()));
+    if core.access_log.is_some() {
+        tokio::task::spawn_local(flush_access_log(core.clone()));
     }
     while !*shutdown.borrow() {
         #[cfg(debug_assertions)]
-        let killed = ctx.debug_kill.notified();
+        let killed = core.debug_kill.notified();
         #[cfg(not(debug_assertions))]
         let killed = std::future::pending::<()>();
         tokio::select! {
             changed = shutdown.changed() => if changed.is_err() { break },
             change = changes.recv(), if changes_open => match change {
-                Some(ListenerChange::Add(l)) => start_accepting(&ctx, l, &mut accepting),
+                Some(ListenerChange::Add(l)) => start(l, &mut accepting),
                 Some(ListenerChange::Stop { name, address }) => accepting.retain(|(n, a, stop)| {
                     let stopping = *n == name && *a == Some(address);
                     if stopping {
@@ -130,55 +177,53 @@ async fn run(
             _ = killed => panic!("worker runtime killed through PORTICO_DEBUG_KILL_WORKER_PATH"),
         }
     }
-    let grace = ctx.snapshot.load().shutdown_grace;
+    let grace = workers.iter().map(|w| w.shutdown_grace()).max().unwrap_or_default();
     let drained = tokio::time::timeout(grace, async {
-        while ctx.open_connections.get() > 0 {
-            ctx.connection_closed.notified().await;
+        while core.open_connections.get() > 0 {
+            core.connection_closed.notified().await;
         }
     })
     .await;
     if drained.is_err() {
         tracing::warn!(
             worker = index,
-            open = ctx.open_connections.get(),
+            open = core.open_connections.get(),
             "grace period over; closing remaining connections"
         );
     }
-    if let Some(log) = &ctx.access_log {
+    if let Some(log) = &core.access_log {
         log.flush();
     }
 }
 
 /// Registers `l` with this worker's runtime and starts its accept loop.
-fn start_accepting(
-    ctx: &Rc<WorkerCtx>,
-    l: BoundListener,
-    accepting: &mut Vec<(Arc<str>, Option<SocketAddr>, Rc<Notify>)>,
-) {
+fn start_accepting(core: &Rc<WorkerCore>, plane: Rc<dyn PlaneWorker>, l: BoundListener, accepting: &mut Accepting) {
     let address = l.socket.local_addr().ok();
     match tokio::net::TcpListener::from_std(l.socket) {
         Ok(listener) => {
             let stop = Rc::new(Notify::new());
-            tokio::task::spawn_local(accept_loop(ctx.clone(), l.name.clone(), listener, stop.clone()));
+            tokio::task::spawn_local(accept_loop(core.clone(), plane, l.name.clone(), listener, stop.clone()));
             accepting.push((l.name, address, stop));
         }
-        Err(e) => tracing::error!(worker = ctx.index, listener = %l.name, "cannot register the listener: {e}"),
+        Err(e) => tracing::error!(worker = core.index, listener = %l.name, "cannot register the listener: {e}"),
     }
 }
 
 /// Accepts connections until shutdown or `stop` (a reload removed or moved the listener); dropping the socket
 /// then stops the kernel from queueing more for this worker.
-async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::TcpListener, stop: Rc<Notify>) {
-    let mut shutdown = ctx.shutdown.clone();
+async fn accept_loop(
+    core: Rc<WorkerCore>,
+    plane: Rc<dyn PlaneWorker>,
+    name: Arc<str>,
+    listener: tokio::net::TcpListener,
+    stop: Rc<Notify>,
+) {
+    let mut shutdown = core.shutdown.clone();
     loop {
-        let limit = {
-            let snap = ctx.snapshot.load();
-            let total = snap.listener(&name).map_or(usize::MAX, |l| l.max_connections);
-            total.div_ceil(snap.workers.max(1))
-        };
-        while ctx.open_connections.get() >= limit {
+        let limit = plane.connection_limit(&name);
+        while core.open_connections.get() >= limit {
             tokio::select! {
-                _ = ctx.connection_closed.notified() => {}
+                _ = core.connection_closed.notified() => {}
                 _ = shutdown.changed() => return,
                 _ = stop.notified() => return,
             }
@@ -190,19 +235,17 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::T
         };
         match accepted {
             Ok((io, peer)) => {
-                ctx.open_connections.set(ctx.open_connections.get() + 1);
-                let conn_ctx = ctx.clone();
+                core.open_connections.set(core.open_connections.get() + 1);
+                let guard = ConnectionGuard(core.clone());
+                let plane = plane.clone();
                 let name = name.clone();
                 tokio::task::spawn_local(async move {
-                    let guard = ConnectionGuard(conn_ctx.clone());
                     // Panics inside a request are answered and counted there; this catches the rest (the
                     // handshake, reading a head) so that they are counted and logged too.
-                    let served = crate::proxy::serve_connection(io, peer, name.clone(), conn_ctx.clone());
+                    let served = plane.clone().serve(io, peer, name.clone());
                     if let Err(panic) = AssertUnwindSafe(served).catch_unwind().await {
-                        if let Some(l) = conn_ctx.snapshot.load().listener(&name) {
-                            crate::stats::slot(&l.stats.slots, conn_ctx.index).panics.inc();
-                        }
-                        let message = crate::context::panic_message(panic.as_ref());
+                        plane.connection_panicked(&name);
+                        let message = panic_message(panic.as_ref());
                         let at = last_panic_location();
                         tracing::error!(listener = %name, client = %peer, "connection panicked at {at}: {message}");
                     }
@@ -219,30 +262,22 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, name: Arc<str>, listener: tokio::net::T
 }
 
 /// Counts a connection closed even when its task ends by panic or cancellation.
-struct ConnectionGuard(Rc<WorkerCtx>);
+struct ConnectionGuard(Rc<WorkerCore>);
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        let ctx = &self.0;
-        ctx.open_connections.set(ctx.open_connections.get().saturating_sub(1));
-        ctx.connection_closed.notify_waiters();
-    }
-}
-
-async fn sweep_pool(ctx: Rc<WorkerCtx>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        tick.tick().await;
-        ctx.pool.borrow_mut().sweep();
+        let core = &self.0;
+        core.open_connections.set(core.open_connections.get().saturating_sub(1));
+        core.connection_closed.notify_waiters();
     }
 }
 
 /// Hands the worker's buffered access-log lines to the writer at least every 200 ms.
-async fn flush_access_log(ctx: Rc<WorkerCtx>) {
+async fn flush_access_log(core: Rc<WorkerCore>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
-        if let Some(log) = &ctx.access_log {
+        if let Some(log) = &core.access_log {
             log.flush();
         }
     }

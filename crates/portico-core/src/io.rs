@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-pub(crate) enum Stream {
+pub enum Stream {
     Tcp(TcpStream),
     /// TLS terminated for a client.
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),

@@ -1,0 +1,96 @@
+//! The HTTP plane as the worker runtime (portico-core) sees it: per-worker state for the listeners with
+//! `protocol: http`, and what the plane shows the admin server.
+
+use crate::context::WorkerCtx;
+use crate::snapshot::{Registry, Snapshot};
+use arc_swap::ArcSwap;
+use portico_config::LoadedConfig;
+use portico_core::view::PlaneView;
+use portico_core::worker::{Plane, PlaneWorker, WorkerCore};
+use std::cell::RefCell;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// The HTTP plane: serves the running snapshot.
+pub struct HttpPlane {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+}
+
+impl Plane for HttpPlane {
+    fn start_worker(&self, core: &Rc<WorkerCore>) -> Rc<dyn PlaneWorker> {
+        let ctx = Rc::new(WorkerCtx {
+            core: core.clone(),
+            index: core.index,
+            snapshot: self.snapshot.clone(),
+            pool: RefCell::default(),
+            h2: RefCell::default(),
+            batches: Default::default(),
+            shutdown: core.shutdown.clone(),
+        });
+        tokio::task::spawn_local(sweep_pool(ctx.clone()));
+        Rc::new(HttpWorker(ctx))
+    }
+}
+
+struct HttpWorker(Rc<WorkerCtx>);
+
+impl PlaneWorker for HttpWorker {
+    fn serves(&self, listener: &str) -> bool {
+        // `protocol: http` is the only value yet: every configured listener is this plane's.
+        self.0.snapshot.load().listener(listener).is_some()
+    }
+
+    fn serve(self: Rc<Self>, io: TcpStream, peer: SocketAddr, listener: Arc<str>) -> Pin<Box<dyn Future<Output = ()>>> {
+        Box::pin(crate::proxy::serve_connection(io, peer, listener, self.0.clone()))
+    }
+
+    fn connection_limit(&self, listener: &str) -> usize {
+        let snap = self.0.snapshot.load();
+        let total = snap.listener(listener).map_or(usize::MAX, |l| l.max_connections);
+        total.div_ceil(snap.workers.max(1))
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.0.snapshot.load().shutdown_grace
+    }
+
+    fn connection_panicked(&self, listener: &str) {
+        if let Some(l) = self.0.snapshot.load().listener(listener) {
+            portico_core::stats::slot(&l.stats.slots, self.0.index).panics.inc();
+        }
+    }
+}
+
+/// Closes pooled upstream connections past their idle timeout.
+async fn sweep_pool(ctx: Rc<WorkerCtx>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        ctx.pool.borrow_mut().sweep();
+    }
+}
+
+/// What the HTTP plane shows the admin server: its metrics and `/admin/clusters`.
+pub struct HttpView {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub registry: Arc<Registry>,
+}
+
+impl PlaneView for HttpView {
+    fn render_metrics(&self, out: &mut String) {
+        crate::metrics::render(out, &self.registry, &self.snapshot.load());
+    }
+
+    fn admin_view(&self, name: &str) -> Option<serde_json::Value> {
+        (name == "clusters").then(|| crate::metrics::clusters(&self.snapshot.load()))
+    }
+
+    fn running_config(&self) -> Arc<LoadedConfig> {
+        self.snapshot.load().source.clone()
+    }
+}
