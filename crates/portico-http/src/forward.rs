@@ -1,7 +1,8 @@
-//! The upstream phase for HTTP/1 upstreams, one loop for every client protocol: pick an endpoint within the
-//! balancer and breaker, exchange the request (pooled or pipelined), observe the result for outlier
-//! detection, and retry what may be retried within the retry budget. It ends with a response head and the
-//! source of its body, which the client's protocol delivers, or with the failure to answer.
+//! The upstream phase: one pick-and-retry loop for every client protocol and every upstream protocol. It
+//! picks an endpoint within the balancer and breaker, makes one try through an `Exchange` (HTTP/1, pooled or
+//! pipelined, here; HTTP/2 in `forward_h2`), observes the result for outlier detection, and retries what may
+//! be retried within the retry budget. It ends with the upstream's answer, which the client's protocol
+//! delivers, or with the failure to answer.
 
 use crate::balancer::{NoPick, PickInput};
 use crate::body::{Downstream, ReqBody};
@@ -16,10 +17,22 @@ use portico_core::stats::{class_index, slot};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+/// One try of a request on an endpoint, in the upstream's protocol.
+pub(crate) trait Exchange<'s> {
+    /// A response head with the source of its body.
+    type Answer;
+    /// Sends the request to `endpoint` and waits for its response head; `fresh_only`: on a new connection.
+    async fn exchange(&mut self, endpoint: &'s Endpoint, fresh_only: bool) -> Result<Self::Answer, Failed>;
+    fn status(answer: &Self::Answer) -> u16;
+    /// The request can be sent again as it was (its body, if any, is still in hand).
+    fn replayable(&self) -> bool;
+    /// Drops an answer that is not passed on (a retry on its status).
+    fn discard(&mut self, _endpoint: &'s Endpoint, _answer: Self::Answer) {}
+}
+
 /// An upstream's answer, with what must live until its body has been delivered.
-pub(crate) struct Answered<'s> {
-    pub source: Source,
-    pub resp: (Bytes, ResponseHead),
+pub(crate) struct Answered<'s, A> {
+    pub answer: A,
     pub endpoint: &'s Endpoint,
     /// Its position in the cluster.
     pub index: usize,
@@ -44,9 +57,51 @@ pub(crate) struct NotAnswered {
     pub retries: u32,
 }
 
-/// Forwards `head` (with `body`) to `cluster` until an endpoint answers or no try is left.
+/// An HTTP/1 upstream's answer: the response head (its bytes and the parsed head) and its body's source.
+pub(crate) type Http1Answer = (Source, (Bytes, ResponseHead));
+
+/// A request on its way to an HTTP/1 cluster.
+pub(crate) struct Http1Exchange<'a, 'd, 's> {
+    pub down: &'a mut Downstream<'d>,
+    pub head: &'a RequestHead,
+    pub body: &'a mut ReqBody,
+    pub cluster: &'s Cluster,
+    pub settings: &'a ListenerSettings,
+    pub ctx: &'a WorkerCtx,
+}
+
+impl<'s> Exchange<'s> for Http1Exchange<'_, '_, 's> {
+    type Answer = Http1Answer;
+
+    async fn exchange(&mut self, endpoint: &'s Endpoint, fresh_only: bool) -> Result<Http1Answer, Failed> {
+        let (ctx, cluster, head) = (self.ctx, self.cluster, self.head);
+        if !fresh_only && pipeline::eligible(head, cluster) {
+            pipeline::exchange(self.down, ctx.conns(), cluster, endpoint, head).await
+        } else {
+            let (pool, worker) = (&ctx.pool, ctx.index);
+            upstream::exchange(self.down, pool, worker, cluster, endpoint, fresh_only, head, self.body, self.settings)
+                .await
+        }
+    }
+
+    fn status(answer: &Http1Answer) -> u16 {
+        answer.1 .1.status
+    }
+
+    fn replayable(&self) -> bool {
+        self.body.replayable()
+    }
+
+    fn discard(&mut self, endpoint: &'s Endpoint, (source, resp): Http1Answer) {
+        if let Source::Conn(conn) = source {
+            pipeline::discard(self.ctx.conns(), self.cluster, endpoint, conn, &resp.1);
+        }
+    }
+}
+
+/// Forwards `head` (with `body`) to the HTTP/1 cluster `cluster`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn forward<'s>(
+pub(crate) async fn forward_http1<'s>(
     down: &mut Downstream<'_>,
     head: &RequestHead,
     body: &mut ReqBody,
@@ -54,9 +109,21 @@ pub(crate) async fn forward<'s>(
     client_ip: IpAddr,
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
-) -> Result<Answered<'s>, NotAnswered> {
-    let counters = slot(&cluster.stats.slots, ctx.index);
-    let input = PickInput { req: head, client_ip, worker: ctx.index };
+) -> Result<Answered<'s, Http1Answer>, NotAnswered> {
+    let mut exchange = Http1Exchange { down, head, body, cluster, settings, ctx };
+    forward(&mut exchange, head, cluster, client_ip, ctx.index).await
+}
+
+/// Sends the request through `exchange` to `cluster` until an endpoint answers or no try is left.
+pub(crate) async fn forward<'s, E: Exchange<'s>>(
+    exchange: &mut E,
+    head: &RequestHead,
+    cluster: &'s Cluster,
+    client_ip: IpAddr,
+    worker: usize,
+) -> Result<Answered<'s, E::Answer>, NotAnswered> {
+    let counters = slot(&cluster.stats.slots, worker);
+    let input = PickInput { req: head, client_ip, worker };
     let policy = &cluster.settings.retries;
     let idempotent = head.is_idempotent();
     let mut tried: Vec<usize> = Vec::new();
@@ -86,16 +153,12 @@ pub(crate) async fn forward<'s>(
         let endpoint: &'s Endpoint = &cluster.endpoints[pick.index];
         last_upstream = Some(endpoint.addr);
         let attempt_started = Instant::now();
-        endpoint.begin(ctx.index);
-        let inflight = InflightGuard { endpoint, worker: ctx.index };
-        let exchanged = if !fresh_only && pipeline::eligible(head, cluster) {
-            pipeline::exchange(down, ctx.conns(), cluster, endpoint, head).await
-        } else {
-            upstream::exchange(down, &ctx.pool, ctx.index, cluster, endpoint, fresh_only, head, body, settings).await
-        };
-        let replayable = body.replayable();
-        let endpoint_slot = slot(&endpoint.stats.slots, ctx.index);
-        let (source, resp) = match exchanged {
+        endpoint.begin(worker);
+        let inflight = InflightGuard { endpoint, worker };
+        let exchanged = exchange.exchange(endpoint, fresh_only).await;
+        let replayable = exchange.replayable();
+        let endpoint_slot = slot(&endpoint.stats.slots, worker);
+        let answer = match exchanged {
             Ok(exchanged) => exchanged,
             Err(Failed { failure, connected: false, .. }) => {
                 if failure.fault != Fault::Upstream {
@@ -106,7 +169,7 @@ pub(crate) async fn forward<'s>(
                     break;
                 }
                 last = failure;
-                upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
+                upstream::observe(cluster, endpoint, worker, Observed::GatewayFailure);
                 tried.push(pick.index);
                 // Nothing reached the upstream: any request may go to another endpoint.
                 if another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
@@ -132,7 +195,7 @@ pub(crate) async fn forward<'s>(
             }
             Err(Failed { failure: f, .. }) => {
                 if f.fault == Fault::Upstream {
-                    upstream::observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
+                    upstream::observe(cluster, endpoint, worker, Observed::GatewayFailure);
                     endpoint_slot.by_class[4].inc();
                     endpoint_slot.duration.observe(attempt_started.elapsed());
                     tried.push(pick.index);
@@ -152,9 +215,9 @@ pub(crate) async fn forward<'s>(
                 return Err(not_answered(f, Some(endpoint.addr), elapsed, retrying.count()));
             }
         };
-        let status = resp.1.status;
+        let status = E::status(&answer);
         let observed = if status >= 500 { Observed::ServerError } else { Observed::Success };
-        upstream::observe(cluster, endpoint, ctx.index, observed);
+        upstream::observe(cluster, endpoint, worker, observed);
         let retry_on_status = status != 101 && policy.on_status.contains(&status) && idempotent && replayable;
         if retry_on_status {
             tried.push(pick.index);
@@ -164,15 +227,12 @@ pub(crate) async fn forward<'s>(
             // response is passed on as it is.
             endpoint_slot.by_class[class_index(status)].inc();
             retrying.add();
-            if let Source::Conn(conn) = source {
-                pipeline::discard(ctx.conns(), cluster, endpoint, conn, &resp.1);
-            }
+            exchange.discard(endpoint, answer);
             backoff(policy, retrying.count()).await;
             continue;
         }
         return Ok(Answered {
-            source,
-            resp,
+            answer,
             endpoint,
             index: pick.index,
             set_cookie: pick.set_cookie,

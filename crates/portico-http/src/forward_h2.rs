@@ -4,31 +4,32 @@
 //! counters and the access log work as they do for HTTP/1; the request is recorded when its response body
 //! ends.
 
-use crate::balancer::{NoPick, Pick, PickInput};
-use crate::body::ReqBody;
+use crate::body::{ClientFacts, ReqBody, REPLAYABLE_BODY};
 use crate::client::{answer, Client};
 use crate::codec::Known;
-use crate::codec::{self, Parsed, RequestHead};
+use crate::codec::{self, BodyFraming, Parsed, RequestHead};
 use crate::context::Connection;
 use crate::context::WorkerCtx;
-use crate::forward::{another_endpoint, InflightGuard};
+use crate::forward::{Answered, Exchange};
 use crate::outcome::{record, upstream_outcome, Next, Outcome};
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::response_body::{local, Finish, ProxyBody, Recorded};
-use crate::retry::{may_retry, RetryGauge};
+use crate::router::CompiledRoute;
 use crate::snapshot::ListenerSettings;
-use crate::snapshot::{Cluster, Snapshot};
+use crate::snapshot::{Cluster, Endpoint, Snapshot};
+use crate::stats::ClusterSlot;
 use crate::upstream::push_u64;
-use crate::upstream::{observe, Fault, Observed, UpstreamFailure};
-use crate::upstream_h2::{BoxError, UpBody};
+use crate::upstream::{observe, Failed, Observed, UpstreamFailure};
+use crate::upstream_h2::{BoxError, Unsent, UpBody};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http2::SendRequest;
-use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
-use portico_core::stats::{class_index, slot};
-use std::net::{IpAddr, SocketAddr};
+use portico_core::stats::slot;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,6 +74,7 @@ pub(crate) async fn forward(
     head: RequestHead,
     snapshot: Arc<Snapshot>,
     route: usize,
+    settings: &ListenerSettings,
     conn: &Connection,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
@@ -87,132 +89,309 @@ pub(crate) async fn forward(
     let cluster = &snapshot.clusters[cluster_index];
     let counters = slot(&cluster.stats.slots, worker);
     let peer = conn.peer.ip();
-    let fail = |status: u16, reason: &str, upstream: Option<SocketAddr>, retries: u32| {
-        let outcome = Outcome { upstream, retries, ..Outcome::local(Next::KeepAlive, status, reason.len() as u64 + 1) };
-        record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
-        local(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), reason)
-    };
     if counters.requests.get() >= cluster.settings.max_requests_per_worker {
         counters.breaker_rejections.inc();
-        return fail(503, "too many requests in flight to the cluster (circuit breaker)", None, 0);
+        let reason = "too many requests in flight to the cluster (circuit breaker)";
+        let outcome = Outcome::local(Next::KeepAlive, 503, reason.len() as u64 + 1);
+        record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+        return local(StatusCode::SERVICE_UNAVAILABLE, reason);
     }
-
-    let mut retrying = RetryGauge::new(counters);
-    let (pick, sender) = match connect_any(ctx, cluster, &head, peer, &mut retrying).await {
-        Ok(connected) => connected,
-        Err(NotConnected { failure, upstream }) => {
-            return fail(failure.status, failure.reason, upstream, retrying.count())
+    let (parts, body) = req.into_parts();
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let body = match declared {
+        _ if body.is_end_stream() => H2Body::InHand(Bytes::new(), None),
+        // A small body is read whole first, as for HTTP/1 upstreams: it can then be sent again to a fresh
+        // connection when the upstream refuses the stream unprocessed.
+        Some(n) if n <= REPLAYABLE_BODY => {
+            match tokio::time::timeout(settings.body_read_timeout, Limited::new(body, n as usize).collect()).await {
+                Ok(Ok(collected)) => {
+                    let trailers = collected.trailers().cloned();
+                    H2Body::InHand(collected.to_bytes(), trailers)
+                }
+                Ok(Err(_)) => {
+                    let outcome = Outcome::local(Next::KeepAlive, 400, 0);
+                    record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+                    return local(StatusCode::BAD_REQUEST, "request body broke off or exceeded its content-length");
+                }
+                Err(_) => {
+                    let outcome = Outcome::local(Next::KeepAlive, 408, 0);
+                    record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+                    return local(StatusCode::REQUEST_TIMEOUT, "request body not received in time");
+                }
+            }
+        }
+        _ => H2Body::Frames(Some(body)),
+    };
+    counters.requests.add(1);
+    let waiting = Waiting { ctx, snapshot: &snapshot, route: compiled, head: &head, peer, started, counters };
+    let mut exchange =
+        H2Exchange { ctx, cluster, head: &head, facts: Some(&conn.facts), parts: Some(parts), body, body_read: true };
+    let forwarded = crate::forward::forward(&mut exchange, &head, cluster, peer, worker).await;
+    drop(exchange);
+    waiting.answered();
+    let answered = match forwarded {
+        Ok(answered) => answered,
+        Err(failed) => {
+            counters.requests.add(-1);
+            let outcome = Outcome {
+                upstream: failed.upstream,
+                upstream_time: failed.upstream_time,
+                retries: failed.retries,
+                ..Outcome::local(Next::KeepAlive, failed.status, failed.reason.len() as u64 + 1)
+            };
+            record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+            return local(StatusCode::from_u16(failed.status).unwrap_or(StatusCode::BAD_GATEWAY), failed.reason);
         }
     };
-    let endpoint = &cluster.endpoints[pick.index];
-    let (mut parts, body) = req.into_parts();
-    if let Err(reason) = crate::upstream_h2::prepare(&mut parts, &head, cluster, endpoint, &conn.facts) {
-        return fail(400, reason, None, retrying.count());
+    let Answered { answer: resp, endpoint, index, set_cookie, started: upstream_started, retrying, inflight } =
+        answered;
+    // From here `Finish` takes the request, the endpoint's in-flight count and the retries down when the
+    // response ends, however it ends (a client that resets the stream drops the body: 499).
+    inflight.disarm();
+    let status = resp.status().as_u16();
+    let (mut parts, body) = resp.into_parts();
+    if set_cookie {
+        if let Ok(v) = HeaderValue::from_str(&cluster.balancer.cookie_for(endpoint)) {
+            parts.headers.append(header::SET_COOKIE, v);
+        }
     }
-    // The response-head timeout starts when the request body has been sent (a client-streaming call may
-    // send for a long time first).
-    let sent = Arc::new(tokio::sync::Notify::new());
-    let body: UpBody = Watched { body, sent: Some(sent.clone()) }.boxed_unsync();
-    counters.requests.add(1);
-    endpoint.begin(worker);
-    // `Finish` takes the retries off the in-flight count when the response ends.
-    let retries = retrying.disarm();
-    let upstream_started = Instant::now();
-    // From here the guard counts the request down and logs it, however it ends (a client that resets the
-    // stream drops this future: 499).
-    let mut finish = Finish {
+    if let Some(chain) = &compiled.filters {
+        crate::filters::response_edits(chain, &head, status).apply(&mut parts.headers);
+    }
+    let finish = Finish {
         ctx: conn.ctx.clone(),
         snapshot: snapshot.clone(),
         route,
         cluster: cluster_index,
-        endpoint: pick.index,
+        endpoint: index,
         head,
         peer,
-        status: 499,
+        status,
         bytes: 0,
         done: false,
-        retries,
+        retries: retrying.disarm(),
         started,
         upstream_started,
     };
-    let req = Request::from_parts(parts, body);
-    match crate::upstream_h2::exchange(&ctx.h2, ctx.index, sender, req, cluster, endpoint, Some(&sent)).await {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
-            let (mut parts, body) = resp.into_parts();
-            if pick.set_cookie {
-                if let Ok(v) = HeaderValue::from_str(&cluster.balancer.cookie_for(endpoint)) {
-                    parts.headers.append(header::SET_COOKIE, v);
-                }
+    let recorded = Recorded { body, finish };
+    Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)))
+}
+
+/// A request's body on its way to an HTTP/2 upstream.
+enum H2Body<'c> {
+    /// No body, or all of it in hand (with its trailers, if any): the request can be sent again.
+    InHand(Bytes, Option<HeaderMap>),
+    /// Streaming from an HTTP/2 client: sent once (`None` once sent).
+    Frames(Option<Incoming>),
+    /// Streaming from an HTTP/1 client's connection, decoded with `framing` (`None` once sent).
+    Connection { client: &'c mut Client, framing: Option<BodyFraming>, settings: &'c ListenerSettings },
+}
+
+/// One try of a request on an endpoint of a `protocol: h2` cluster, for `forward::forward`: the connection
+/// (opened or shared), the request made for that endpoint, its body, and the response head.
+struct H2Exchange<'a, 's> {
+    ctx: &'a WorkerCtx,
+    cluster: &'s Cluster,
+    head: &'a RequestHead,
+    /// The client's facts; `None` when the body's source is the client connection, which has them.
+    facts: Option<&'a ClientFacts>,
+    /// The client's request fields, kept while the request may be sent again.
+    parts: Option<Parts>,
+    body: H2Body<'a>,
+    /// The client's body has been read to its end: its connection may carry another request.
+    body_read: bool,
+}
+
+impl<'s> Exchange<'s> for H2Exchange<'_, 's> {
+    type Answer = Response<Incoming>;
+
+    async fn exchange(&mut self, endpoint: &'s Endpoint, fresh_only: bool) -> Result<Response<Incoming>, Failed> {
+        let (cluster, head) = (self.cluster, self.head);
+        let unsent = |failure| Failed { failure, connected: false, reused: false, batch_lost: false };
+        let sender = crate::upstream_h2::sender(&self.ctx.h2, self.ctx.index, cluster, endpoint, fresh_only)
+            .await
+            .map_err(unsent)?;
+        let replayable = self.replayable();
+        let mut parts = match (&self.parts, replayable) {
+            (Some(parts), true) => copy_parts(parts),
+            _ => {
+                self.parts.take().ok_or_else(|| unsent(UpstreamFailure::upstream(502, "request body already sent")))?
             }
-            if let Some(chain) = &compiled.filters {
-                crate::filters::response_edits(chain, &finish.head, status).apply(&mut parts.headers);
-            }
-            finish.status = status;
-            let recorded = Recorded { body, finish };
-            Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)))
+        };
+        let facts = match (&self.body, self.facts) {
+            (H2Body::Connection { client, .. }, _) => &client.facts,
+            (_, Some(facts)) => facts,
+            (_, None) => return Err(unsent(UpstreamFailure::upstream(502, "request without client facts"))),
+        };
+        if let Err(reason) = crate::upstream_h2::prepare(&mut parts, head, cluster, endpoint, facts) {
+            return Err(unsent(UpstreamFailure::client(400, reason)));
         }
-        Err(failure) => {
-            if failure.fault == Fault::Upstream {
-                observe(cluster, endpoint, worker, Observed::GatewayFailure);
+        let sent = match &mut self.body {
+            H2Body::InHand(bytes, trailers) => {
+                let body = in_hand(bytes, trailers);
+                crate::upstream_h2::send(sender, Request::from_parts(parts, body), cluster, endpoint, None).await
             }
-            finish.status = failure.status;
-            finish.bytes = failure.reason.len() as u64 + 1;
-            local(StatusCode::from_u16(failure.status).unwrap_or(StatusCode::BAD_GATEWAY), failure.reason)
+            H2Body::Frames(incoming) => {
+                let body = incoming
+                    .take()
+                    .ok_or_else(|| unsent(UpstreamFailure::upstream(502, "request body already sent")))?;
+                // The response-head timeout starts when the request body has been sent (a client-streaming call
+                // may send for a long time first).
+                let done = Arc::new(tokio::sync::Notify::new());
+                let body: UpBody = Watched { body, sent: Some(done.clone()) }.boxed_unsync();
+                crate::upstream_h2::send(sender, Request::from_parts(parts, body), cluster, endpoint, Some(&done)).await
+            }
+            H2Body::Connection { client, framing, settings } => {
+                let framing = framing
+                    .take()
+                    .ok_or_else(|| unsent(UpstreamFailure::upstream(502, "request body already sent")))?;
+                let (sent, read) =
+                    stream_from_client(client, head, framing, settings, cluster, sender, parts, endpoint).await?;
+                self.body_read = read;
+                sent
+            }
+        };
+        sent.map_err(|e| match e {
+            // The upstream did nothing with the stream: the loop sends it again on a fresh connection when the
+            // request is in hand (once: a fresh connection that refuses too is a failure).
+            Unsent::NotProcessed if !replayable => Failed {
+                failure: UpstreamFailure::upstream(502, "upstream refused the stream (its body cannot be sent again)"),
+                connected: true,
+                reused: false,
+                batch_lost: false,
+            },
+            Unsent::NotProcessed if fresh_only => Failed {
+                failure: UpstreamFailure::upstream(502, "upstream refused the stream twice"),
+                connected: true,
+                reused: false,
+                batch_lost: false,
+            },
+            Unsent::NotProcessed => Failed {
+                failure: UpstreamFailure {
+                    retry_fresh: true,
+                    ..UpstreamFailure::upstream(502, "upstream refused the stream")
+                },
+                connected: true,
+                reused: true,
+                batch_lost: false,
+            },
+            Unsent::Failed(failure) => Failed { failure, connected: true, reused: false, batch_lost: false },
+        })
+    }
+
+    fn status(answer: &Response<Incoming>) -> u16 {
+        answer.status().as_u16()
+    }
+
+    fn replayable(&self) -> bool {
+        matches!(self.body, H2Body::InHand(..))
+    }
+}
+
+/// The client's request fields again, for another try.
+fn copy_parts(parts: &Parts) -> Parts {
+    let (mut copy, ()) = Request::new(()).into_parts();
+    copy.method = parts.method.clone();
+    copy.uri = parts.uri.clone();
+    copy.version = parts.version;
+    copy.headers = parts.headers.clone();
+    copy
+}
+
+/// A body in hand, for one try.
+fn in_hand(bytes: &Bytes, trailers: &Option<HeaderMap>) -> UpBody {
+    match trailers {
+        None if bytes.is_empty() => http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync(),
+        None => Full::new(bytes.clone()).map_err(|never| match never {}).boxed_unsync(),
+        Some(trailers) => {
+            let frames = [Frame::data(bytes.clone()), Frame::trailers(trailers.clone())];
+            let frames = futures_util::stream::iter(frames.into_iter().map(Ok::<_, BoxError>));
+            StreamBody::new(frames).boxed_unsync()
         }
     }
 }
 
-/// Why no connection could be had: the last failure and the last endpoint tried.
-pub(crate) struct NotConnected {
-    pub failure: UpstreamFailure,
-    pub upstream: Option<SocketAddr>,
+/// Sends a request whose body still streams from an HTTP/1 client: the body is decoded from the connection and
+/// fed to the stream as it arrives. Returns the response (or why there is none) and whether the client's body
+/// was read to its end; `Err` when the client left.
+#[allow(clippy::too_many_arguments)]
+async fn stream_from_client(
+    client: &mut Client,
+    head: &RequestHead,
+    framing: BodyFraming,
+    settings: &ListenerSettings,
+    cluster: &Cluster,
+    sender: SendRequest<UpBody>,
+    parts: Parts,
+    endpoint: &Endpoint,
+) -> Result<(Result<Response<Incoming>, Unsent>, bool), Failed> {
+    let gone = || Failed { failure: UpstreamFailure::client_gone(), connected: true, reused: false, batch_lost: false };
+    if head.expect_continue && !head.http10 {
+        let continued = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout);
+        if continued.await.is_err() {
+            return Err(gone());
+        }
+    }
+    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+    let complete = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(tokio::sync::Notify::new());
+    let body = PipeBody { reader, buf: bytes::BytesMut::new(), complete: complete.clone(), sent: Some(sent.clone()) };
+    let req = Request::from_parts(parts, body.boxed_unsync());
+    client.out.clear();
+    let timeouts = (settings.body_read_timeout, cluster.settings.send_timeout);
+    let pump = async {
+        let relayed =
+            relay_body(&mut client.io, &mut client.buf, framing, &mut writer, false, timeouts, &mut client.out).await;
+        // Only a body read to its end may end the stream cleanly; anything else resets it.
+        complete.store(relayed.is_ok(), Ordering::Relaxed);
+        drop(writer);
+        relayed
+    };
+    let exchange = crate::upstream_h2::send(sender, req, cluster, endpoint, Some(&sent));
+    let (mut pump, mut exchange) = (std::pin::pin!(pump), std::pin::pin!(exchange));
+    tokio::select! {
+        relayed = &mut pump => match relayed {
+            Ok(_) => Ok((exchange.await, true)),
+            Err(RelayError::Source(_)) => Err(gone()),
+            // The upstream stopped taking the body: its answer (or failure) is what the client gets.
+            Err(RelayError::Dest) => Ok((exchange.await, false)),
+        },
+        early = &mut exchange => Ok((early, false)),
+    }
 }
 
-/// Picks an endpoint and gets a connection to it, trying others (within the retry policy) while connections
-/// cannot be opened. Only this is retried: once sent, a streamed request cannot be sent again.
-async fn connect_any(
-    ctx: &WorkerCtx,
-    cluster: &Cluster,
-    head: &RequestHead,
-    peer: IpAddr,
-    retrying: &mut RetryGauge<'_>,
-) -> Result<(Pick, SendRequest<UpBody>), NotConnected> {
-    let worker = ctx.index;
-    let counters = slot(&cluster.stats.slots, worker);
-    let input = PickInput { req: head, client_ip: peer, worker };
-    let policy = &cluster.settings.retries;
-    let mut tried = Vec::new();
-    let mut failure = UpstreamFailure::upstream(502, "no upstream endpoint could be reached");
-    let mut upstream = None;
-    loop {
-        let pick = match cluster.balancer.pick(&cluster.endpoints, &input, &tried, cluster.settings.panic_mode) {
-            Ok(p) => p,
-            Err(NoPick::NoneHealthy) if tried.is_empty() => {
-                counters.no_healthy_endpoint.inc();
-                let failure = UpstreamFailure::breaker("no healthy upstream endpoint");
-                return Err(NotConnected { failure: UpstreamFailure { status: 503, ..failure }, upstream });
-            }
-            Err(_) => return Err(NotConnected { failure, upstream }),
-        };
-        let endpoint = &cluster.endpoints[pick.index];
-        upstream = Some(endpoint.addr);
-        match crate::upstream_h2::sender(&ctx.h2, ctx.index, cluster, endpoint).await {
-            Ok(sender) => return Ok((pick, sender)),
-            Err(f) => {
-                if f.fault == Fault::Upstream {
-                    observe(cluster, endpoint, worker, Observed::GatewayFailure);
-                }
-                failure = f;
-                tried.push(pick.index);
-                if another_endpoint(cluster, &tried) && may_retry(retrying.count(), policy, counters) {
-                    retrying.add();
-                    continue;
-                }
-                return Err(NotConnected { failure, upstream });
-            }
-        }
+/// A request for an HTTP/2 upstream that has no response yet: when its future is dropped (the client reset
+/// the stream), it is counted and logged as 499 and taken off the cluster's in-flight count.
+pub(crate) struct Waiting<'a> {
+    pub ctx: &'a WorkerCtx,
+    pub snapshot: &'a Snapshot,
+    pub route: &'a CompiledRoute,
+    pub head: &'a RequestHead,
+    pub peer: IpAddr,
+    pub started: Instant,
+    pub counters: &'a ClusterSlot,
+}
+
+impl Waiting<'_> {
+    /// The request has its answer (or its failure): whoever holds it now counts and logs it.
+    pub fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.counters.requests.add(-1);
+        let outcome = Outcome::local(Next::Close, 499, 0);
+        record(
+            self.ctx,
+            self.snapshot,
+            Some(self.route),
+            self.head,
+            (self.peer, true),
+            &outcome,
+            self.started.elapsed(),
+        );
     }
 }
 
@@ -275,93 +454,51 @@ pub(crate) async fn from_http1(
         };
         parts.headers.append(name, value);
     }
-    let mut retrying = RetryGauge::new(slot(&cluster.stats.slots, worker));
-    let (pick, sender) = match connect_any(ctx, cluster, head, client.peer.ip(), &mut retrying).await {
-        Ok(connected) => connected,
-        Err(NotConnected { failure, upstream }) => {
-            let mut outcome = answer(client, head, failure.status, failure.reason, body_done).await;
-            outcome.upstream = upstream;
-            outcome.retries = retrying.count();
-            return outcome;
-        }
+    let peer = client.peer.ip();
+    let mut exchange = match body {
+        ReqBody::InHand(bytes) => H2Exchange {
+            ctx,
+            cluster,
+            head,
+            facts: Some(&client.facts),
+            parts: Some(parts),
+            body: H2Body::InHand(bytes, None),
+            body_read: true,
+        },
+        ReqBody::Sent => return answer(client, head, 502, "request body already sent", false).await,
+        ReqBody::Streaming(framing) => H2Exchange {
+            ctx,
+            cluster,
+            head,
+            facts: None,
+            parts: Some(parts),
+            body: H2Body::Connection { client, framing: Some(framing), settings },
+            body_read: false,
+        },
     };
-    let endpoint = &cluster.endpoints[pick.index];
-    if let Err(reason) = crate::upstream_h2::prepare(&mut parts, head, cluster, endpoint, &client.facts) {
-        return answer(client, head, 400, reason, body_done).await;
-    }
-    endpoint.begin(worker);
-    let _inflight = InflightGuard { endpoint, worker };
-    let started = Instant::now();
-
-    // `close`: the client's body was not read to its end, so its connection cannot carry another request.
-    let (exchanged, close) = match body {
-        ReqBody::InHand(bytes) => {
-            let req = Request::from_parts(parts, Full::new(bytes).map_err(|never| match never {}).boxed_unsync());
-            (crate::upstream_h2::exchange(&ctx.h2, ctx.index, sender, req, cluster, endpoint, None).await, false)
-        }
-        ReqBody::Sent => (Err(UpstreamFailure::upstream(502, "request body already sent")), true),
-        ReqBody::Streaming(framing) => {
-            if head.expect_continue && !head.http10 {
-                let continued = write_timed(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout);
-                if continued.await.is_err() {
-                    return Outcome {
-                        upstream: Some(endpoint.addr),
-                        retries: retrying.count(),
-                        ..Outcome::local(Next::Close, 499, 0)
-                    };
-                }
-            }
-            let (mut writer, reader) = tokio::io::duplex(64 * 1024);
-            let complete = Arc::new(AtomicBool::new(false));
-            let sent = Arc::new(tokio::sync::Notify::new());
-            let body =
-                PipeBody { reader, buf: bytes::BytesMut::new(), complete: complete.clone(), sent: Some(sent.clone()) };
-            let req = Request::from_parts(parts, body.boxed_unsync());
-            client.out.clear();
-            let timeouts = (settings.body_read_timeout, cluster.settings.send_timeout);
-            let pump = async {
-                let relayed =
-                    relay_body(&mut client.io, &mut client.buf, framing, &mut writer, false, timeouts, &mut client.out)
-                        .await;
-                // Only a body read to its end may end the stream cleanly; anything else resets it.
-                complete.store(relayed.is_ok(), Ordering::Relaxed);
-                drop(writer);
-                relayed
+    let forwarded = crate::forward::forward(&mut exchange, head, cluster, peer, worker).await;
+    let body_read = exchange.body_read;
+    drop(exchange);
+    let answered = match forwarded {
+        Ok(answered) => answered,
+        Err(failed) if failed.client_gone => {
+            return Outcome {
+                upstream: failed.upstream,
+                retries: failed.retries,
+                ..Outcome::local(Next::Close, 499, 0)
             };
-            let exchange =
-                crate::upstream_h2::exchange(&ctx.h2, ctx.index, sender, req, cluster, endpoint, Some(&sent));
-            let (mut pump, mut exchange) = (std::pin::pin!(pump), std::pin::pin!(exchange));
-            tokio::select! {
-                relayed = &mut pump => match relayed {
-                    Ok(_) => (exchange.await, false),
-                    Err(RelayError::Source(_)) => {
-                        return Outcome { upstream: Some(endpoint.addr), retries: retrying.count(), ..Outcome::local(Next::Close, 499, 0) };
-                    }
-                    // The upstream stopped taking the body: its answer (or failure) is what the client gets.
-                    Err(RelayError::Dest) => (exchange.await, true),
-                },
-                early = &mut exchange => (early, true),
-            }
         }
-    };
-    let endpoint_slot = slot(&endpoint.stats.slots, worker);
-    let resp = match exchanged {
-        Ok(resp) => resp,
-        Err(failure) => {
-            if failure.fault == Fault::Upstream {
-                observe(cluster, endpoint, worker, Observed::GatewayFailure);
-            }
-            endpoint_slot.by_class[class_index(failure.status)].inc();
-            let mut outcome = answer(client, head, failure.status, failure.reason, !close).await;
-            outcome.upstream = Some(endpoint.addr);
-            outcome.upstream_time = Some(started.elapsed());
-            outcome.retries = retrying.count();
+        Err(failed) => {
+            let mut outcome = answer(client, head, failed.status, failed.reason, body_done || body_read).await;
+            outcome.upstream = failed.upstream;
+            outcome.upstream_time = failed.upstream_time;
+            outcome.retries = failed.retries;
             return outcome;
         }
     };
+    let Answered { answer: resp, endpoint, set_cookie, started, retrying, inflight: _inflight, .. } = answered;
     let status = resp.status().as_u16();
-    observe(cluster, endpoint, worker, if status >= 500 { Observed::ServerError } else { Observed::Success });
-    let response = Upstream { resp, set_cookie: pick.set_cookie, close };
+    let response = Upstream { resp, set_cookie, close: !(body_done || body_read) };
     let (next, bytes) = write_response(client, head, response, cluster, endpoint, settings, ctx).await;
     upstream_outcome(endpoint, worker, (next, status, bytes), started, retrying.count())
 }

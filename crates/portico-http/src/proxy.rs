@@ -379,7 +379,8 @@ async fn handle_request(
         out: &mut client.out,
         body: BodySource::Connection { io: &mut client.io, buf: &mut client.buf },
     };
-    let forwarded = crate::forward::forward(&mut down, head, &mut body, cluster, client.peer.ip(), settings, ctx).await;
+    let forwarded =
+        crate::forward::forward_http1(&mut down, head, &mut body, cluster, client.peer.ip(), settings, ctx).await;
     let answered = match forwarded {
         Ok(answered) => answered,
         Err(failed) => {
@@ -393,7 +394,7 @@ async fn handle_request(
             return outcome;
         }
     };
-    let Answered { source, resp, endpoint, set_cookie, started, retrying, inflight, .. } = answered;
+    let Answered { answer: (source, resp), endpoint, set_cookie, started, retrying, inflight, .. } = answered;
     let status = resp.1.status;
     let (next, bytes) = if status == 101 {
         // A WebSocket handshake the upstream accepted: the connection becomes a tunnel until it closes.

@@ -10,6 +10,7 @@ use crate::body::{BodySource, Downstream, FrameReader, ReqBody};
 use crate::codec::{self, BodyFraming, Known, RequestHead};
 use crate::context::Connection;
 use crate::forward::Answered;
+use crate::forward_h2::Waiting;
 use crate::message::LocalResponse;
 use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
@@ -48,7 +49,7 @@ pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Resp
     let reply = Reply { snapshot: &snapshot, conn, started };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
-            crate::forward_h2::forward(req, head, snapshot.clone(), route, conn).await
+            crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn).await
         }
         Front::Cluster { route, cluster } => to_cluster(req, head, route, cluster, settings, &reply).await,
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
@@ -142,7 +143,16 @@ async fn to_cluster(
         out: &mut out,
         body: BodySource::Frames { reader: &mut reader, buf: &mut received },
     };
-    let forwarded = crate::forward::forward(&mut down, &head, &mut body, cluster, conn.peer.ip(), settings, ctx).await;
+    let Some(compiled) = snapshot.router.get(route) else {
+        counters.requests.add(-1);
+        return local(StatusCode::NOT_FOUND, "no route matches this request");
+    };
+    // A client that resets the stream before the response head drops this future: counted and logged then.
+    let waiting =
+        Waiting { ctx, snapshot, route: compiled, head: &head, peer: conn.peer.ip(), started: reply.started, counters };
+    let forwarded =
+        crate::forward::forward_http1(&mut down, &head, &mut body, cluster, conn.peer.ip(), settings, ctx).await;
+    waiting.answered();
     let answered = match forwarded {
         Ok(answered) => answered,
         Err(failed) => {
@@ -155,7 +165,7 @@ async fn to_cluster(
             });
         }
     };
-    let Answered { source, resp: (resp_bytes, resp), endpoint, index, set_cookie, started, retrying, inflight } =
+    let Answered { answer: (source, (resp_bytes, resp)), endpoint, index, set_cookie, started, retrying, inflight } =
         answered;
     // From here `Finish` takes the request, the endpoint's in-flight count and the retries down when the
     // response ends, however it ends.

@@ -42,13 +42,18 @@ enum Slot {
 }
 
 /// The worker's connection to `endpoint`, opened when there is none (or it closed). Requests that arrive
-/// while it is being opened wait for that one connection.
+/// while it is being opened wait for that one connection. `fresh`: the current connection refused a stream it
+/// did not process (GOAWAY, REFUSED_STREAM): a new one is opened.
 pub(crate) async fn sender(
     h2: &RefCell<H2Pool>,
     worker: usize,
     cluster: &Cluster,
     endpoint: &Endpoint,
+    fresh: bool,
 ) -> Result<SendRequest<UpBody>, UpstreamFailure> {
+    if fresh {
+        forget(h2, endpoint);
+    }
     let key = key(endpoint);
     loop {
         let waiting = match h2.borrow().conns.get(&key) {
@@ -98,58 +103,11 @@ impl Drop for Opening<'_> {
     }
 }
 
-/// Sends `req` and waits for the response head: within `timeouts.response_header` from the moment the request
-/// body has been sent (`sent` is notified then; without it, or for a request without a body, from now).
-pub(crate) async fn exchange(
-    h2: &RefCell<H2Pool>,
-    worker: usize,
-    first: SendRequest<UpBody>,
-    req: Request<UpBody>,
-    cluster: &Cluster,
-    endpoint: &Endpoint,
-    sent: Option<&tokio::sync::Notify>,
-) -> Result<Response<Incoming>, UpstreamFailure> {
-    // A bodiless request can be sent again as it is: kept for a stream the upstream did not process.
-    let again = req.body().is_end_stream().then(|| {
-        let mut copy = Request::new(empty_body());
-        *copy.method_mut() = req.method().clone();
-        *copy.uri_mut() = req.uri().clone();
-        *copy.version_mut() = req.version();
-        *copy.headers_mut() = req.headers().clone();
-        copy
-    });
-    match exchange_once(first, req, cluster, endpoint, sent).await {
-        Err(Unsent::NotProcessed) => {
-            let Some(req) = again else {
-                return Err(UpstreamFailure::upstream(
-                    502,
-                    "upstream refused the stream (its body cannot be sent again)",
-                ));
-            };
-            // The upstream said it did nothing with the stream (REFUSED_STREAM, or above a GOAWAY's last stream,
-            // RFC 9113 8.7): safe to send once more, on a new connection.
-            forget(h2, endpoint);
-            let fresh = sender(h2, worker, cluster, endpoint).await?;
-            exchange_once(fresh, req, cluster, endpoint, None).await.map_err(|e| match e {
-                Unsent::NotProcessed => UpstreamFailure::upstream(502, "upstream refused the stream twice"),
-                Unsent::Failed(f) => f,
-            })
-        }
-        Err(Unsent::Failed(f)) => Err(f),
-        Ok(resp) => Ok(resp),
-    }
-}
-
 /// Why one try got no response.
-enum Unsent {
+pub(crate) enum Unsent {
     /// The upstream did not process the stream: it may be sent again.
     NotProcessed,
     Failed(UpstreamFailure),
-}
-
-fn empty_body() -> UpBody {
-    use http_body_util::BodyExt;
-    http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
 
 /// Whether `e` says the upstream did not process the stream: reset with REFUSED_STREAM, or left above the last
@@ -173,7 +131,9 @@ fn forget(h2: &RefCell<H2Pool>, endpoint: &Endpoint) {
     }
 }
 
-async fn exchange_once(
+/// Sends `req` and waits for the response head: within `response_header_timeout` from the moment the request
+/// body has been sent (`sent` is notified then; without it, or for a request without a body, from now).
+pub(crate) async fn send(
     mut sender: SendRequest<UpBody>,
     req: Request<UpBody>,
     cluster: &Cluster,

@@ -339,11 +339,25 @@ fn streams_the_upstream_did_not_process_are_sent_again() {
         assert_eq!((r.status, r.text().as_str()), (200, "ok"), "the refused stream was sent again");
         assert_eq!(up.connections.load(Ordering::SeqCst), 2, "on a new connection");
         assert_eq!(up.streams.load(Ordering::SeqCst), 2);
-        // A request with a body is not sent twice: its body went with the first stream.
+        // A small body read whole before forwarding (an HTTP/2 client's, with its length) is in hand: sent
+        // again too.
+        let up = RawH2::start(refusal);
+        let p = Portico::start(&yaml(&up.addr.to_string(), ""));
+        let status = h2_runtime().block_on(async {
+            let mut sender = h2c(p.addr).await;
+            let req = hyper::Request::post("http://a/form")
+                .header("content-length", "3")
+                .body(http_body_util::Full::new(bytes::Bytes::from_static(b"abc")))
+                .unwrap();
+            sender.send_request(req).await.unwrap().status()
+        });
+        assert_eq!(status, 200, "a body in hand is sent again");
+        assert_eq!(up.streams.load(Ordering::SeqCst), 2);
+        // A streamed body is not sent twice: it went with the first stream.
         let up = RawH2::start(refusal);
         let p = Portico::start(&yaml(&up.addr.to_string(), ""));
         let mut conn = Conn::open(p.addr);
-        conn.send(b"POST /form HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc");
+        conn.send(b"POST /form HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
         assert_eq!(conn.read_response(false).status, 502);
         assert_eq!(up.streams.load(Ordering::SeqCst), 1);
     }
@@ -352,4 +366,36 @@ fn streams_the_upstream_did_not_process_are_sent_again() {
     let p = Portico::start(&yaml(&up.addr.to_string(), ""));
     assert_eq!(Conn::open(p.addr).get("/", "").status, 502);
     assert_eq!(up.streams.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_stream_reset_before_its_answer_is_counted_and_leaves_the_cluster() {
+    // Audit finding: an HTTP/2 client that reset its stream while Portico waited for an HTTP/1 upstream's answer
+    // left the cluster's in-flight count one higher for good (the circuit breaker counts it) and was never
+    // logged.
+    for protocol in ["http1", "h2"] {
+        let b = if protocol == "h2" { Backend::start_h2("b0") } else { Backend::start("b0") }.unwrap();
+        let p = Portico::start(&format!(
+            "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\nroutes:\n  - match: {{ path_prefix: / }}\n    cluster: app\nclusters:\n  app:\n    protocol: {protocol}\n    endpoints:\n      - address: \"{}\"\n",
+            b.addr
+        ));
+        h2_runtime().block_on(async {
+            let mut sender = h2c(p.addr).await;
+            let req =
+                hyper::Request::get("http://a/slow/3000").body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+            // Dropping the response future resets the stream.
+            let gave_up = tokio::time::timeout(Duration::from_millis(300), sender.send_request(req)).await;
+            assert!(gave_up.is_err(), "{protocol}: answered before the reset");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+        let client_errors = || {
+            let text = p.admin_get("/metrics").text();
+            text.lines()
+                .filter(|l| l.starts_with("portico_requests_total{") && l.contains("status_class=\"4xx\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        wait_until("the reset request to be counted", Duration::from_secs(3), || client_errors() == 1.0);
+        assert_eq!(p.metric("portico_cluster_requests_active{cluster=\"app\"}"), 0.0, "{protocol}");
+    }
 }
