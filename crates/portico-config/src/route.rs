@@ -1,5 +1,5 @@
 //! The `routes:` and `filters:` sections and a listener's path policy: what a request is matched on, the one
-//! target that answers it (`cluster`, `static` or `redirect`) and the filters it passes through. Checks that
+//! target that answers it (`cluster`, `static`, `redirect` or `handler`) and the filters it passes through. Checks that
 //! need no other section live here; patterns, templates, regexes and files are compiled (and refused with
 //! their position) when the snapshot is built.
 
@@ -24,6 +24,9 @@ pub struct Route {
     /// Target: answer with a redirect.
     #[serde(default)]
     pub redirect: Option<Redirect>,
+    /// Target: answer with code built into Portico (one of `HANDLERS`), such as `echo`.
+    #[serde(default)]
+    pub handler: Option<String>,
     /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
     /// those on a TLS listener go to the route's target.
     #[serde(default)]
@@ -102,6 +105,9 @@ pub struct StaticResponse {
     #[serde(default)]
     pub file: Option<String>,
 }
+
+/// The handlers built into Portico, by the name a route's `handler:` gives.
+pub const HANDLERS: &[&str] = &["echo"];
 
 fn default_static_status() -> u16 {
     200
@@ -402,19 +408,26 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
 
 /// Checks one route's target and match (references to clusters are checked by the caller).
 pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
-    let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some()];
+    let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some(), r.handler.is_some()];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
         0 => err(
             base,
             "the route has no target".into(),
-            Some("give it one of `cluster: NAME`, `static: { body: ... }` or `redirect: { to: ... }`"),
+            Some("give it one of `cluster: NAME`, `static: { body: ... }`, `redirect: { to: ... }` or `handler: echo`"),
         ),
         _ => err(
             base,
-            "a route has exactly one target: `cluster`, `static` or `redirect`".into(),
+            "a route has exactly one target: `cluster`, `static`, `redirect` or `handler`".into(),
             Some("split it into two routes"),
         ),
+    }
+    if let Some(name) = r.handler.as_deref().filter(|h| !HANDLERS.contains(h)) {
+        err(
+            &format!("{base}.handler"),
+            format!("unknown handler {name:?}"),
+            Some(&format!("the handlers built into Portico: {}", HANDLERS.join(", "))),
+        );
     }
     if let Some(s) = &r.static_response {
         if !(200..=599).contains(&s.status) {
@@ -513,6 +526,11 @@ routes:
         assert!(none.iter().any(|e| e.starts_with("6:5") && e.contains("no target")), "{none:?}");
         let two = errors("routes:\n  - cluster: api\n    redirect: { to: /y }\n");
         assert!(two.iter().any(|e| e.contains("exactly one target")), "{two:?}");
+        let two = errors("routes:\n  - cluster: api\n    handler: echo\n");
+        assert!(two.iter().any(|e| e.contains("exactly one target")), "{two:?}");
+        assert!(errors("routes:\n  - handler: echo\n").is_empty());
+        let unknown = errors("routes:\n  - handler: ech\n");
+        assert!(unknown.iter().any(|e| e.starts_with("6:14") && e.contains("unknown handler \"ech\"")), "{unknown:?}");
     }
 
     #[test]

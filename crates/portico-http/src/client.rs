@@ -54,6 +54,9 @@ pub(crate) async fn answer(
 
 /// Sends a response made by Portico to a request, through the route's response filters.
 pub(crate) async fn reply(client: &mut Client, head: &RequestHead, resp: &LocalResponse, body_done: bool) -> Outcome {
+    if client.filters.as_deref().is_some_and(crate::filters::has_body_hooks) {
+        return Box::pin(crate::serve_handler::reply_wrapped(client, head, resp, body_done)).await;
+    }
     let close = !body_done || !head.keep_alive;
     let edits = client.response_edits(head, resp.status);
     let written = write_local(client, resp, Some(head), close, edits.as_ref()).await;

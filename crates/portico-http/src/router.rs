@@ -45,6 +45,8 @@ pub enum Target {
     Cluster(usize),
     Static(Arc<LocalResponse>),
     Redirect(crate::redirect::RedirectTarget),
+    /// Code in the process (`handler:`), with the names of the route pattern's parameters.
+    Handler(Arc<dyn crate::handler::Handler>, Arc<[String]>),
 }
 
 #[derive(Debug)]
@@ -250,6 +252,14 @@ fn compile_route(
             Ok(resp) => Target::Static(Arc::new(resp)),
             Err(message) => {
                 problems.push((format!("{base}.static.file"), message, None));
+                return None;
+            }
+        }
+    } else if let Some(name) = &r.handler {
+        match crate::handler::builtin(name) {
+            Some(handler) => Target::Handler(handler, names.clone().into()),
+            None => {
+                problems.push((format!("{base}.handler"), format!("unknown handler {name:?}"), None));
                 return None;
             }
         }
