@@ -139,6 +139,8 @@ pub enum Filter {
     Rewrite(RewriteFilter),
     /// Cross-origin resource sharing: preflights answered at the edge, response headers added.
     Cors(CorsFilter),
+    /// Compress response bodies (gzip) for clients that accept it.
+    Compress(CompressFilter),
 }
 
 /// The file's form of a filter: serde_norway reads enums from YAML tags (`!cors`), so the one-key map users
@@ -149,18 +151,23 @@ struct FilterKey {
     headers: Option<HeadersFilter>,
     rewrite: Option<RewriteFilter>,
     cors: Option<CorsFilter>,
+    compress: Option<CompressFilter>,
 }
 
 impl TryFrom<FilterKey> for Filter {
     type Error = String;
     fn try_from(key: FilterKey) -> Result<Self, String> {
-        let mut kinds =
-            [key.headers.map(Filter::Headers), key.rewrite.map(Filter::Rewrite), key.cors.map(Filter::Cors)]
-                .into_iter()
-                .flatten();
+        let mut kinds = [
+            key.headers.map(Filter::Headers),
+            key.rewrite.map(Filter::Rewrite),
+            key.cors.map(Filter::Cors),
+            key.compress.map(Filter::Compress),
+        ]
+        .into_iter()
+        .flatten();
         match (kinds.next(), kinds.next()) {
             (Some(filter), None) => Ok(filter),
-            (None, _) => Err("a filter needs its kind: `headers`, `rewrite` or `cors`".into()),
+            (None, _) => Err("a filter needs its kind: `headers`, `rewrite`, `cors` or `compress`".into()),
             (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
         }
     }
@@ -172,6 +179,7 @@ impl Filter {
             Filter::Headers(_) => "headers",
             Filter::Rewrite(_) => "rewrite",
             Filter::Cors(_) => "cors",
+            Filter::Compress(_) => "compress",
         }
     }
 }
@@ -241,6 +249,43 @@ pub struct CorsFilter {
     /// How long a browser may cache a preflight's answer.
     #[serde(default)]
     pub max_age: Option<HumanDuration>,
+}
+
+/// `compress:` gzip response bodies for clients whose `Accept-Encoding` allows it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressFilter {
+    /// Media types compressed (`text/*` for a whole type); parameters such as `charset` are ignored.
+    #[serde(default = "default_compress_types")]
+    pub types: Vec<String>,
+    /// Bodies known to be smaller are sent as they are.
+    #[serde(default = "default_compress_min_size")]
+    pub min_size: crate::units::ByteSize,
+    /// gzip level, 1 (fastest) to 9 (smallest).
+    #[serde(default = "default_compress_level")]
+    pub level: u32,
+}
+
+impl Default for CompressFilter {
+    fn default() -> Self {
+        CompressFilter {
+            types: default_compress_types(),
+            min_size: default_compress_min_size(),
+            level: default_compress_level(),
+        }
+    }
+}
+
+fn default_compress_types() -> Vec<String> {
+    ["text/*", "application/json", "application/javascript", "image/svg+xml"].map(String::from).to_vec()
+}
+
+fn default_compress_min_size() -> crate::units::ByteSize {
+    crate::units::ByteSize::kib(1)
+}
+
+fn default_compress_level() -> u32 {
+    5
 }
 
 fn default_cors_methods() -> Vec<String> {
@@ -360,6 +405,21 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
                     "a global rewrite cannot use the route's path (`path`, `replace_prefix`)".into(),
                     Some("move it into the route's `filters:`"),
                 );
+            }
+        }
+        Filter::Compress(c) => {
+            if !(1..=9).contains(&c.level) {
+                err(&format!("{base}.compress.level"), format!("level {} is not from 1 to 9", c.level), None);
+            }
+            for (j, t) in c.types.iter().enumerate() {
+                let ok = t.split_once('/').is_some_and(|(ty, sub)| is_token(ty) && (sub == "*" || is_token(sub)));
+                if !ok {
+                    err(
+                        &format!("{base}.compress.types[{j}]"),
+                        format!("{t:?} is not a media type"),
+                        Some("for example text/html, application/json or text/*"),
+                    );
+                }
             }
         }
         Filter::Cors(c) => {

@@ -289,3 +289,143 @@ fn check_reports_handler_errors_with_positions() {
     let (ok, text, _) = check(&format!("{head}  - handler: echo\n"));
     assert!(ok, "{text}");
 }
+
+// The `compress` filter: its body hook on proxied, static and handler responses, over both protocols.
+
+/// `data` gunzipped by Python's gzip module.
+fn gunzip(data: &[u8]) -> Vec<u8> {
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", "import gzip,sys; sys.stdout.buffer.write(gzip.decompress(sys.stdin.buffer.read()))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "not gzip ({} bytes)", data.len());
+    out.stdout
+}
+
+fn compress_config(upstream: std::net::SocketAddr) -> String {
+    let text = "a".repeat(2000);
+    config(
+        "",
+        &format!(
+            "filters:
+  - headers: {{ response: {{ set: {{ x-served-by: portico }} }} }}
+routes:
+  - match: {{ path_prefix: /api }}
+    cluster: app
+    filters: [ {{ compress: {{}} }} ]
+  - match: {{ path_prefix: /echo }}
+    handler: echo
+    filters: [ {{ compress: {{ types: [text/plain], level: 1 }} }} ]
+  - match: {{ path: /big }}
+    static: {{ body: \"{text}\", headers: {{ etag: '\"v1\"' }} }}
+    filters: [ {{ compress: {{}} }} ]
+  - match: {{ path: /small }}
+    static: {{ body: \"tiny\" }}
+    filters: [ {{ compress: {{}} }} ]
+  - match: {{ path: /encoded }}
+    static: {{ body: \"{text}\", headers: {{ content-encoding: br }} }}
+    filters: [ {{ compress: {{}} }} ]
+  - match: {{ path: /no-transform }}
+    static: {{ body: \"{text}\", headers: {{ cache-control: no-transform }} }}
+    filters: [ {{ compress: {{}} }} ]
+  - match: {{ path: /ranged }}
+    static: {{ status: 206, body: \"{text}\", headers: {{ content-range: bytes 0-1999/9000 }} }}
+    filters: [ {{ compress: {{}} }} ]
+  - match: {{ path: /image }}
+    static: {{ body: \"{text}\", headers: {{ content-type: image/png }} }}
+    filters: [ {{ compress: {{}} }} ]
+clusters:
+  app:
+    endpoints: [ {{ address: \"{upstream}\" }} ]
+"
+        ),
+    )
+}
+
+#[test]
+fn compress_gzips_proxied_static_and_handler_responses() {
+    let echo = Echo::start("app");
+    let p = Portico::start(&compress_config(echo.addr));
+    let pad = "p".repeat(3000);
+    for proto in BOTH {
+        // Proxied from an HTTP/1 upstream (its body has a Content-Length): compressed, streamed without length.
+        let accept = ("accept-encoding", "br;q=1, gzip;q=0.5");
+        let r = request(p.addr, proto, "GET", "t", "/api/x", &[accept, ("x-pad", &pad)], b"");
+        assert_eq!(r.status, 200, "{proto:?}");
+        assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{proto:?}: {r:?}");
+        assert_eq!(r.tokens("vary"), vec!["accept-encoding"], "{proto:?}");
+        assert_eq!(r.header("content-length"), None, "{proto:?}: the length changed");
+        if proto == Proto::H1 {
+            assert_eq!(r.header("transfer-encoding").as_deref(), Some("chunked"), "{proto:?}");
+        }
+        assert_eq!(r.header("x-backend").as_deref(), Some("app"), "{proto:?}: the upstream's headers are kept");
+        assert_eq!(r.header("x-served-by").as_deref(), Some("portico"), "{proto:?}: response filters still run");
+        let plain = String::from_utf8(gunzip(&r.body)).unwrap();
+        assert!(plain.starts_with("GET /api/x\n"), "{proto:?}: {plain}");
+        assert!(plain.contains(&format!("x-pad: {pad}\n")), "{proto:?}");
+        assert!(r.body.len() < plain.len() / 4, "{proto:?}: {} -> {}", plain.len(), r.body.len());
+        // Without gzip among the accepted codings: as it was, with its length, still varying.
+        for accept in [None, Some("gzip;q=0, *"), Some("br")] {
+            let mut headers = vec![("x-pad", pad.as_str())];
+            headers.extend(accept.map(|a| ("accept-encoding", a)));
+            let r = request(p.addr, proto, "GET", "t", "/api/x", &headers, b"");
+            assert_eq!(r.header("content-encoding"), None, "{proto:?} {accept:?}");
+            assert_eq!(r.tokens("vary"), vec!["accept-encoding"], "{proto:?} {accept:?}");
+            assert_eq!(r.header("content-length"), Some(r.body.len().to_string()), "{proto:?} {accept:?}");
+            assert!(r.text().contains(&pad), "{proto:?}");
+        }
+
+        // Static: compressed, its strong ETag made weak.
+        let r = request(p.addr, proto, "GET", "t", "/big", &[("accept-encoding", "gzip")], b"");
+        assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{proto:?}: {r:?}");
+        assert_eq!(r.header("etag").as_deref(), Some("W/\"v1\""), "{proto:?}");
+        assert_eq!(gunzip(&r.body), "a".repeat(2000).as_bytes(), "{proto:?}");
+        // HEAD: no body to compress.
+        let r = request(p.addr, proto, "HEAD", "t", "/big", &[("accept-encoding", "gzip")], b"");
+        assert!(r.body.is_empty(), "{proto:?}");
+        assert_eq!(r.header("content-length").as_deref(), Some("2000"), "{proto:?}");
+
+        // Skipped: small, already encoded, no-transform, ranged, another type.
+        for (path, varies) in
+            [("/small", true), ("/encoded", false), ("/no-transform", false), ("/ranged", false), ("/image", false)]
+        {
+            let r = request(p.addr, proto, "GET", "t", path, &[("accept-encoding", "gzip")], b"");
+            assert!(r.status == 200 || r.status == 206, "{proto:?} {path}: {r:?}");
+            assert_ne!(r.header("content-encoding").as_deref(), Some("gzip"), "{proto:?} {path}: compressed");
+            assert_eq!(r.header("content-length"), Some(r.body.len().to_string()), "{proto:?} {path}");
+            let vary = r.tokens("vary").contains(&"accept-encoding".to_string());
+            assert_eq!(vary, varies, "{proto:?} {path}: vary {:?}", r.all("vary"));
+        }
+    }
+}
+
+#[test]
+fn compress_streams_a_handler_body_over_both_protocols() {
+    let echo = Echo::start("app");
+    let p = Portico::start(&compress_config(echo.addr));
+    let data = payload(2 * 1024 * 1024);
+    for proto in BOTH {
+        let r = request(p.addr, proto, "POST", "t", "/echo/up", &[("accept-encoding", "gzip")], &data);
+        assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{proto:?}: {:?}", r.headers);
+        let plain = gunzip(&r.body);
+        let split = plain.windows(2).position(|w| w == b"\n\n").unwrap();
+        assert!(plain[split + 2..] == data[..], "{proto:?}: the body differs after decompression");
+        assert!(r.body.len() < plain.len(), "{proto:?}");
+    }
+    // Keep-alive after compressed (chunked) answers.
+    let mut conn = Conn::open(p.addr);
+    let pad = "q".repeat(2000);
+    for i in 0..3 {
+        let r = conn.get(&format!("/echo/{i}"), &format!("Accept-Encoding: gzip\r\nX-Pad: {pad}\r\n"));
+        assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"));
+        let plain = String::from_utf8(gunzip(&r.body)).unwrap();
+        assert!(plain.contains(&format!("\nGET /echo/{i} HTTP/1.1\n")), "{plain}");
+    }
+}

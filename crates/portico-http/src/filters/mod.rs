@@ -11,6 +11,7 @@
 //!
 //! Filters are trait objects so that code outside this crate (the functions plane) can add kinds.
 
+mod compress;
 mod cors;
 mod filter;
 mod headers;
@@ -32,6 +33,7 @@ pub fn compile(config: &FilterConfig, names: &[String]) -> Result<Arc<dyn Filter
         FilterConfig::Headers(h) => Arc::new(headers::Headers::new(h)),
         FilterConfig::Rewrite(r) => Arc::new(rewrite::Rewrite::new(r, names)?),
         FilterConfig::Cors(c) => Arc::new(cors::Cors::new(c)),
+        FilterConfig::Compress(c) => Arc::new(compress::Compress::new(c)),
     })
 }
 
