@@ -150,8 +150,14 @@ pub(crate) async fn forward(
                 crate::filters::response_edits(chain, &finish.head, status).apply(&mut parts.headers);
             }
             finish.status = status;
+            let chain = compiled.filters.as_deref();
+            let wrapping = chain.filter(|c| crate::filters::has_body_hooks(c)).map(|_| finish.head.clone());
             let recorded = Recorded { body, finish };
-            Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)))
+            let response = Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)));
+            match wrapping {
+                Some(head) => crate::serve_handler::wrap_h2(chain, &head, response),
+                None => response,
+            }
         }
         Err(failure) => {
             if failure.fault == Fault::Upstream {

@@ -429,3 +429,37 @@ fn compress_streams_a_handler_body_over_both_protocols() {
         assert!(plain.contains(&format!("\nGET /echo/{i} HTTP/1.1\n")), "{plain}");
     }
 }
+
+#[test]
+fn compress_gzips_an_h2_clusters_response_to_http2_clients() {
+    let backend = portico_testkit::Backend::start_h2("h2app").unwrap();
+    let yaml = config(
+        "",
+        &format!(
+            "routes:
+  - match: {{ path_prefix: / }}
+    cluster: app
+    filters:
+      - headers: {{ response: {{ set: {{ content-type: text/plain }} }} }}
+      - compress: {{}}
+clusters:
+  app:
+    protocol: h2
+    endpoints: [ {{ address: \"{}\" }} ]
+",
+            backend.addr
+        ),
+    );
+    let p = Portico::start(&yaml);
+    let r = request(p.addr, Proto::H2, "GET", "t", "/bytes/50000", &[("accept-encoding", "gzip")], b"");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{r:?}");
+    assert_eq!(r.tokens("vary"), vec!["accept-encoding"]);
+    assert_eq!(r.header("content-length"), None);
+    let expected: Vec<u8> = portico_testkit::PATTERN.iter().copied().cycle().take(50000).collect();
+    assert!(gunzip(&r.body) == expected, "the body differs after decompression");
+    let r = request(p.addr, Proto::H2, "GET", "t", "/bytes/50000", &[], b"");
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.header("content-length").as_deref(), Some("50000"));
+    assert!(r.body == expected);
+}
