@@ -242,13 +242,11 @@ pub(crate) async fn serve_h1(
             return Outcome::local(Next::Close, 499, 0);
         }
     }
-    // From here a failure closes the connection rather than answering: the head may be out.
-    client.response_started = true;
     let info = ClientInfo { addr: client.peer, https: client.facts.https, http2: false };
     let chain = client.filters.clone();
     let shutdown = *ctx.shutdown.borrow();
     let send_timeout = client.send_timeout;
-    let Client { io, buf, out, .. } = client;
+    let Client { io, buf, out, response_started, .. } = client;
     let (read, mut write) = tokio::io::split(io);
     let reader = Rc::new(RefCell::new(Http1Reader::new(read, buf, head.body, settings.body_read_timeout)));
     let request = Request { head: head.clone(), client: info, params, body: RequestBody::http1(reader.clone()) };
@@ -262,6 +260,8 @@ pub(crate) async fn serve_h1(
     let body = through_filters(chain.as_deref(), head, status, &mut headers, body);
     let close = !head.keep_alive || shutdown;
     let gone: Pin<&mut dyn Future<Output = ()>> = gone;
+    // From here a failure (a panic) closes the connection rather than answering: the head may be out.
+    *response_started = true;
     let written = write_h1(&mut write, out, head, status, &headers, body, close, send_timeout, gone).await;
     let mut next = match close || !written.complete || written.close_delimited {
         true => Next::Close,

@@ -226,9 +226,9 @@ fn a_client_that_leaves_mid_body_cancels_the_handler() {
     assert!(seen[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&seen[..n]));
     drop(conn);
     wait_until("the HTTP/1 request recorded as ended", Duration::from_secs(5), || done(1.0));
-    // HTTP/2: a body that never ends, then the connection goes.
+    // HTTP/2: a body that never ends (its sender outlives the connection), then the connection goes.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
+    let feed = rt.block_on(async {
         let (mut tx, body) = futures_channel_body();
         let mut sender = h2c(p.addr).await;
         let req = hyper::Request::post("http://test.local/users/2").body(body).unwrap();
@@ -239,12 +239,14 @@ fn a_client_that_leaves_mid_body_cancels_the_handler() {
         let first = body.frame().await.unwrap().unwrap();
         let first = String::from_utf8_lossy(first.data_ref().unwrap()).into_owned();
         assert!(first.contains("\nPOST /users/2 "), "{first}");
-        drop(body);
-        drop(sender);
-        drop(tx);
+        let echoed = body.frame().await.unwrap().unwrap();
+        assert_eq!(echoed.data_ref().map(|d| &d[..]), Some(&b"part"[..]), "streamed back as it arrives");
+        assert!(!done(2.0), "the request is still running");
+        tx
     });
-    drop(rt); // closes the connection
+    drop(rt); // closes the connection, the request body still open
     wait_until("the HTTP/2 request recorded as ended", Duration::from_secs(5), || done(2.0));
+    drop(feed);
     // Still serving.
     assert_eq!(get(p.addr, Proto::H1, "/users/3").status, 200);
 }
