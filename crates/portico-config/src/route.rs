@@ -1,5 +1,5 @@
 //! The `routes:` and `filters:` sections and a listener's path policy: what a request is matched on, the one
-//! target that answers it (`cluster`, `static` or `redirect`) and the filters it passes through. Checks that
+//! target that answers it (`cluster`, `static`, `redirect` or `handler`) and the filters it passes through. Checks that
 //! need no other section live here; patterns, templates, regexes and files are compiled (and refused with
 //! their position) when the snapshot is built.
 
@@ -24,6 +24,9 @@ pub struct Route {
     /// Target: answer with a redirect.
     #[serde(default)]
     pub redirect: Option<Redirect>,
+    /// Target: answer with code built into Portico (one of `HANDLERS`), such as `echo`.
+    #[serde(default)]
+    pub handler: Option<String>,
     /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
     /// those on a TLS listener go to the route's target.
     #[serde(default)]
@@ -103,6 +106,9 @@ pub struct StaticResponse {
     pub file: Option<String>,
 }
 
+/// The handlers built into Portico, by the name a route's `handler:` gives.
+pub const HANDLERS: &[&str] = &["echo"];
+
 fn default_static_status() -> u16 {
     200
 }
@@ -133,6 +139,8 @@ pub enum Filter {
     Rewrite(RewriteFilter),
     /// Cross-origin resource sharing: preflights answered at the edge, response headers added.
     Cors(CorsFilter),
+    /// Compress response bodies (gzip) for clients that accept it.
+    Compress(CompressFilter),
 }
 
 /// The file's form of a filter: serde_norway reads enums from YAML tags (`!cors`), so the one-key map users
@@ -143,18 +151,23 @@ struct FilterKey {
     headers: Option<HeadersFilter>,
     rewrite: Option<RewriteFilter>,
     cors: Option<CorsFilter>,
+    compress: Option<CompressFilter>,
 }
 
 impl TryFrom<FilterKey> for Filter {
     type Error = String;
     fn try_from(key: FilterKey) -> Result<Self, String> {
-        let mut kinds =
-            [key.headers.map(Filter::Headers), key.rewrite.map(Filter::Rewrite), key.cors.map(Filter::Cors)]
-                .into_iter()
-                .flatten();
+        let mut kinds = [
+            key.headers.map(Filter::Headers),
+            key.rewrite.map(Filter::Rewrite),
+            key.cors.map(Filter::Cors),
+            key.compress.map(Filter::Compress),
+        ]
+        .into_iter()
+        .flatten();
         match (kinds.next(), kinds.next()) {
             (Some(filter), None) => Ok(filter),
-            (None, _) => Err("a filter needs its kind: `headers`, `rewrite` or `cors`".into()),
+            (None, _) => Err("a filter needs its kind: `headers`, `rewrite`, `cors` or `compress`".into()),
             (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
         }
     }
@@ -166,6 +179,7 @@ impl Filter {
             Filter::Headers(_) => "headers",
             Filter::Rewrite(_) => "rewrite",
             Filter::Cors(_) => "cors",
+            Filter::Compress(_) => "compress",
         }
     }
 }
@@ -235,6 +249,43 @@ pub struct CorsFilter {
     /// How long a browser may cache a preflight's answer.
     #[serde(default)]
     pub max_age: Option<HumanDuration>,
+}
+
+/// `compress:` gzip response bodies for clients whose `Accept-Encoding` allows it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressFilter {
+    /// Media types compressed (`text/*` for a whole type); parameters such as `charset` are ignored.
+    #[serde(default = "default_compress_types")]
+    pub types: Vec<String>,
+    /// Bodies known to be smaller are sent as they are.
+    #[serde(default = "default_compress_min_size")]
+    pub min_size: crate::units::ByteSize,
+    /// gzip level, 1 (fastest) to 9 (smallest).
+    #[serde(default = "default_compress_level")]
+    pub level: u32,
+}
+
+impl Default for CompressFilter {
+    fn default() -> Self {
+        CompressFilter {
+            types: default_compress_types(),
+            min_size: default_compress_min_size(),
+            level: default_compress_level(),
+        }
+    }
+}
+
+fn default_compress_types() -> Vec<String> {
+    ["text/*", "application/json", "application/javascript", "image/svg+xml"].map(String::from).to_vec()
+}
+
+fn default_compress_min_size() -> crate::units::ByteSize {
+    crate::units::ByteSize::kib(1)
+}
+
+fn default_compress_level() -> u32 {
+    5
 }
 
 fn default_cors_methods() -> Vec<String> {
@@ -356,6 +407,21 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
                 );
             }
         }
+        Filter::Compress(c) => {
+            if !(1..=9).contains(&c.level) {
+                err(&format!("{base}.compress.level"), format!("level {} is not from 1 to 9", c.level), None);
+            }
+            for (j, t) in c.types.iter().enumerate() {
+                let ok = t.split_once('/').is_some_and(|(ty, sub)| is_token(ty) && (sub == "*" || is_token(sub)));
+                if !ok {
+                    err(
+                        &format!("{base}.compress.types[{j}]"),
+                        format!("{t:?} is not a media type"),
+                        Some("for example text/html, application/json or text/*"),
+                    );
+                }
+            }
+        }
         Filter::Cors(c) => {
             if c.allow_origins.is_empty() {
                 err(
@@ -402,19 +468,26 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
 
 /// Checks one route's target and match (references to clusters are checked by the caller).
 pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
-    let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some()];
+    let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some(), r.handler.is_some()];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
         0 => err(
             base,
             "the route has no target".into(),
-            Some("give it one of `cluster: NAME`, `static: { body: ... }` or `redirect: { to: ... }`"),
+            Some("give it one of `cluster: NAME`, `static: { body: ... }`, `redirect: { to: ... }` or `handler: echo`"),
         ),
         _ => err(
             base,
-            "a route has exactly one target: `cluster`, `static` or `redirect`".into(),
+            "a route has exactly one target: `cluster`, `static`, `redirect` or `handler`".into(),
             Some("split it into two routes"),
         ),
+    }
+    if let Some(name) = r.handler.as_deref().filter(|h| !HANDLERS.contains(h)) {
+        err(
+            &format!("{base}.handler"),
+            format!("unknown handler {name:?}"),
+            Some(&format!("the handlers built into Portico: {}", HANDLERS.join(", "))),
+        );
     }
     if let Some(s) = &r.static_response {
         if !(200..=599).contains(&s.status) {
@@ -513,6 +586,11 @@ routes:
         assert!(none.iter().any(|e| e.starts_with("6:5") && e.contains("no target")), "{none:?}");
         let two = errors("routes:\n  - cluster: api\n    redirect: { to: /y }\n");
         assert!(two.iter().any(|e| e.contains("exactly one target")), "{two:?}");
+        let two = errors("routes:\n  - cluster: api\n    handler: echo\n");
+        assert!(two.iter().any(|e| e.contains("exactly one target")), "{two:?}");
+        assert!(errors("routes:\n  - handler: echo\n").is_empty());
+        let unknown = errors("routes:\n  - handler: ech\n");
+        assert!(unknown.iter().any(|e| e.starts_with("6:14") && e.contains("unknown handler \"ech\"")), "{unknown:?}");
     }
 
     #[test]

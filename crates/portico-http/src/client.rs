@@ -2,15 +2,20 @@
 //! answers through the route's response filters, and the closing fields of a proxied response head.
 
 use crate::codec::RequestHead;
+use crate::filters;
+use crate::h1_response::{status_text, write_h1};
 use crate::message::{LocalResponse, ResponseEdits};
 use crate::outcome::{Next, Outcome};
 use crate::relay::write_timed;
 use crate::snapshot::{Cluster, Endpoint};
+use crate::stream_body::full;
 use crate::upstream::push_u64;
 use bytes::BytesMut;
+use hyper::header;
 use portico_core::io::Stream;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::time::Duration;
 
 /// The most bytes of a body made by Portico written at once.
@@ -52,8 +57,38 @@ pub(crate) async fn answer(
     reply(client, head, &LocalResponse::text(status, reason), body_done).await
 }
 
+/// A response made by Portico to an HTTP/1 client, on a route whose filters wrap bodies.
+pub(crate) async fn reply_wrapped(
+    client: &mut Client,
+    head: &RequestHead,
+    resp: &LocalResponse,
+    body_done: bool,
+) -> Outcome {
+    let close = !body_done || !head.keep_alive;
+    let edits = client.response_edits(head, resp.status).unwrap_or_default();
+    let (parts, bytes) = resp.to_http(&edits).into_parts();
+    let mut headers = parts.headers;
+    headers.remove(header::CONTENT_LENGTH);
+    let body = match &client.filters {
+        Some(chain) => filters::wrap_body(chain, head, resp.status, &mut headers, full(bytes)),
+        None => full(bytes),
+    };
+    client.response_started = true;
+    let gone = pin!(std::future::pending::<()>());
+    let (send, out) = (client.send_timeout, &mut client.out);
+    let written = write_h1(&mut client.io, out, head, resp.status, &headers, body, close, send, gone).await;
+    let next = match close || !written.complete || written.close_delimited {
+        true => Next::Close,
+        false => Next::KeepAlive,
+    };
+    Outcome::local(next, resp.status, written.bytes)
+}
+
 /// Sends a response made by Portico to a request, through the route's response filters.
 pub(crate) async fn reply(client: &mut Client, head: &RequestHead, resp: &LocalResponse, body_done: bool) -> Outcome {
+    if client.filters.as_deref().is_some_and(crate::filters::has_body_hooks) {
+        return Box::pin(reply_wrapped(client, head, resp, body_done)).await;
+    }
     let close = !body_done || !head.keep_alive;
     let edits = client.response_edits(head, resp.status);
     let written = write_local(client, resp, Some(head), close, edits.as_ref()).await;
@@ -82,11 +117,6 @@ pub(crate) fn end_response_head(
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// The reason phrase for a status (empty for one without a registered phrase, as RFC 9112 allows).
-pub(crate) fn status_text(status: u16) -> &'static str {
-    hyper::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("")
 }
 
 /// A short plain-text answer to a request that could not be read, closing the connection.

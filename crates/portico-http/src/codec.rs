@@ -116,7 +116,7 @@ pub fn classify(name: &[u8]) -> Known {
 }
 
 /// A parsed request head. Everything points into `buf`, the head's own bytes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RequestHead {
     pub buf: Bytes,
     pub method: Span,

@@ -173,8 +173,14 @@ pub(crate) async fn forward(
         started,
         upstream_started,
     };
+    let chain = compiled.filters.as_deref();
+    let wrapping = chain.filter(|c| crate::filters::has_body_hooks(c)).map(|_| finish.head.clone());
     let recorded = Recorded { body, finish };
-    Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)))
+    let response = Response::from_parts(parts, ProxyBody::Forwarded(Box::new(recorded)));
+    match wrapping {
+        Some(head) => crate::serve_handler::wrap_h2(chain, &head, response),
+        None => response,
+    }
 }
 
 /// A request's body on its way to an HTTP/2 upstream.

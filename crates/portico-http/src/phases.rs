@@ -6,7 +6,8 @@
 //!                 400             404                     early answer    static / redirect
 //! ```
 //!
-//! A cluster target is the caller's to forward; everything else ends here in a `LocalResponse`. Response
+//! A cluster target is the caller's to forward, a handler target the caller's to run; everything else ends
+//! here in a `LocalResponse`. Response
 //! filters run when a response head is written (see `filters`), whoever wrote it.
 
 use crate::codec::{HeadError, RequestHead};
@@ -24,6 +25,8 @@ pub(crate) enum Front {
     /// Answer with this response (a local target, a filter's answer, a redirect to HTTPS); a static target's
     /// is shared, not copied per request.
     Answer { route: usize, response: Arc<LocalResponse> },
+    /// Answer with this in-process handler; `params` are the route's path parameters by name.
+    Handler { route: usize, handler: Arc<dyn crate::handler::Handler>, params: Vec<(String, String)> },
     /// No route matches.
     NoRoute,
     /// The path cannot be normalised: 400, and the connection is closed.
@@ -33,7 +36,7 @@ pub(crate) enum Front {
 impl Front {
     pub fn route(&self) -> Option<usize> {
         match self {
-            Front::Cluster { route, .. } | Front::Answer { route, .. } => Some(*route),
+            Front::Cluster { route, .. } | Front::Answer { route, .. } | Front::Handler { route, .. } => Some(*route),
             Front::NoRoute | Front::BadPath(_) => None,
         }
     }
@@ -78,6 +81,17 @@ pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &List
         Target::Static(response) => Front::Answer { route: index, response: response.clone() },
         Target::Redirect(redirect) => {
             Front::Answer { route: index, response: Arc::new(redirect.respond(head, https, &captured)) }
+        }
+        Target::Handler(handler, names) => {
+            let params = names
+                .iter()
+                .zip(&captured.ranges)
+                .map(|(name, &(start, end))| {
+                    let value = captured.path.get(start as usize..end as usize).unwrap_or_default();
+                    (name.clone(), String::from_utf8_lossy(value).into_owned())
+                })
+                .collect();
+            Front::Handler { route: index, handler: handler.clone(), params }
         }
     }
 }

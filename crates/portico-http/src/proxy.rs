@@ -329,6 +329,9 @@ async fn handle_request(
             return answer(client, head, 404, "no route matches this request", body_done).await;
         }
         Front::BadPath(e) => return answer(client, head, e.status, e.reason, false).await,
+        Front::Handler { handler, params, .. } => {
+            return Box::pin(crate::serve_handler::serve_h1(client, head, &handler, params, settings, ctx)).await
+        }
     };
     if head.body == BodyFraming::Chunked {
         // Catch a broken chunked body that already arrived before anything goes upstream.
@@ -473,6 +476,22 @@ async fn forward_response(
         return (Next::Close, bytes);
     }
 
+    if crate::serve_handler::wraps_proxied(client, head, &resp) {
+        let resp = (resp_bytes, resp);
+        let wrapped = crate::serve_handler::forward_wrapped(
+            client,
+            source,
+            resp,
+            head,
+            cluster,
+            endpoint,
+            set_cookie,
+            request_done,
+            settings,
+            ctx,
+        );
+        return Box::pin(wrapped).await;
+    }
     let edits = client.response_edits(head, resp.status);
     client.response_started = true;
     let out = &mut client.out;

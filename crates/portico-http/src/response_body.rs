@@ -30,6 +30,8 @@ pub(crate) enum ProxyBody {
     Upstream(Box<UpstreamBody>),
     /// Made by Portico itself.
     Local(Full<Bytes>),
+    /// A handler's answer, or a body a filter wrapped.
+    Boxed(crate::stream_body::BoxBody<'static>),
 }
 
 impl Body for ProxyBody {
@@ -41,6 +43,7 @@ impl Body for ProxyBody {
             ProxyBody::Forwarded(b) => Pin::new(b.as_mut()).poll_frame(cx),
             ProxyBody::Upstream(b) => Pin::new(b.as_mut()).poll_frame(cx),
             ProxyBody::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+            ProxyBody::Boxed(b) => b.as_mut().poll_frame(cx),
         }
     }
 
@@ -49,6 +52,7 @@ impl Body for ProxyBody {
             ProxyBody::Forwarded(b) => b.body.is_end_stream(),
             ProxyBody::Upstream(b) => b.is_end_stream(),
             ProxyBody::Local(b) => b.is_end_stream(),
+            ProxyBody::Boxed(b) => b.is_end_stream(),
         }
     }
 
@@ -57,6 +61,7 @@ impl Body for ProxyBody {
             ProxyBody::Forwarded(b) => b.body.size_hint(),
             ProxyBody::Upstream(b) => b.size_hint(),
             ProxyBody::Local(b) => b.size_hint(),
+            ProxyBody::Boxed(b) => b.size_hint(),
         }
     }
 }

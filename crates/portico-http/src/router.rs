@@ -45,6 +45,8 @@ pub enum Target {
     Cluster(usize),
     Static(Arc<LocalResponse>),
     Redirect(crate::redirect::RedirectTarget),
+    /// Code in the process (`handler:`), with the names of the route pattern's parameters.
+    Handler(Arc<dyn crate::handler::Handler>, Arc<[String]>),
 }
 
 #[derive(Debug)]
@@ -253,6 +255,14 @@ fn compile_route(
                 return None;
             }
         }
+    } else if let Some(name) = &r.handler {
+        match builtin_handler(name) {
+            Some(handler) => Target::Handler(handler, names.clone().into()),
+            None => {
+                problems.push((format!("{base}.handler"), format!("unknown handler {name:?}"), None));
+                return None;
+            }
+        }
     } else if let Some(redirect) = &r.redirect {
         match crate::redirect::RedirectTarget::parse(redirect, &names) {
             Ok(t) => Target::Redirect(t),
@@ -292,6 +302,14 @@ fn compile_route(
             .unwrap_or_default(),
         query: m.query.as_ref().map(|q| q.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
     })
+}
+
+/// The handler built into Portico with this name (`portico_config::HANDLERS` lists them).
+fn builtin_handler(name: &str) -> Option<Arc<dyn crate::handler::Handler>> {
+    match name {
+        "echo" => Some(Arc::new(crate::echo::Echo)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

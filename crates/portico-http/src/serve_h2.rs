@@ -55,6 +55,10 @@ pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Resp
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
         Front::NoRoute => reply.local(None, &head, &LocalResponse::text(404, "no route matches this request"), |_| {}),
         Front::BadPath(e) => reply.local(None, &head, &LocalResponse::text(e.status, e.reason), |_| {}),
+        Front::Handler { route, handler, params } => {
+            let target = (route, handler, params);
+            crate::serve_handler::serve_h2(req, head, target, &snapshot, conn, started).await
+        }
     }
 }
 
@@ -93,7 +97,9 @@ impl Reply<'_> {
         } else {
             body
         };
-        Response::from_parts(parts, ProxyBody::Local(Full::new(body)))
+        let response = Response::from_parts(parts, ProxyBody::Local(Full::new(body)));
+        let chain = compiled.and_then(|r| r.filters.as_deref());
+        crate::serve_handler::wrap_h2(chain, head, response)
     }
 }
 
@@ -219,8 +225,15 @@ async fn to_cluster(
         crate::filters::response_edits(chain, &finish.head, resp.status).apply(headers);
     }
     let reusable = resp.reusable && body.consumed();
+    // A route whose filters wrap bodies needs the request for them; the head itself goes with `finish`.
+    let chain = snapshot.router.get(route).and_then(|r| r.filters.as_deref());
+    let wrapping = chain.filter(|c| crate::filters::has_body_hooks(c)).map(|_| finish.head.clone());
     let upstream_body = UpstreamBody::new(source, resp.body, reusable, cluster.settings.read_timeout, finish);
-    response.map(|()| ProxyBody::Upstream(Box::new(upstream_body)))
+    let response = response.map(|()| ProxyBody::Upstream(Box::new(upstream_body)));
+    match wrapping {
+        Some(head) => crate::serve_handler::wrap_h2(chain, &head, response),
+        None => response,
+    }
 }
 
 /// Reads a body of `n` bytes whole; `Err(499)` when the client left, `Err(408)` when it was too slow.

@@ -2,6 +2,7 @@
 
 use crate::codec::RequestHead;
 use crate::message::{LocalResponse, ResponseEdits};
+use crate::stream_body::BoxBody;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -34,6 +35,33 @@ pub trait Filter: Send + Sync + Debug {
     fn has_response_hook(&self) -> bool {
         false
     }
+    /// Wraps the response body (compression). Runs after every `on_response` of the chain, in the chain's
+    /// order, for responses that have a body (not to HEAD, not 1xx, 204 or 304): proxied, made by a handler
+    /// or made by Portico. `resp` is the head as it will be sent so far; changes to it go into `edits`. The
+    /// returned body's `size_hint` decides the framing: a body whose length is no longer known goes out
+    /// chunked (HTTP/1.1) or without `content-length` (HTTP/2). Return `body` itself to leave it alone.
+    fn wrap_response_body<'b>(
+        &self,
+        _head: &RequestHead,
+        _resp: &ResponseView<'_>,
+        _edits: &mut ResponseEdits,
+        body: BoxBody<'b>,
+    ) -> BoxBody<'b> {
+        body
+    }
+    /// Whether `wrap_response_body` may wrap anything: a route none of whose filters has one keeps its
+    /// responses on the byte-relaying fast path.
+    fn has_body_hook(&self) -> bool {
+        false
+    }
+}
+
+/// A response head as a body hook sees it.
+pub struct ResponseView<'r> {
+    pub status: u16,
+    /// The headers as they will be sent (the response hooks' edits applied, `content-length` included when
+    /// the length is known).
+    pub headers: &'r hyper::HeaderMap,
 }
 
 /// A route's filters, global ones first, shared by the requests that use them.

@@ -5,15 +5,19 @@
 //! the last word over a global one; it changes the head through `ResponseEdits`. Response hooks run for every
 //! response of a routed request: proxied, made by a target or a filter, or an error of Portico's.
 //!
-//! Filters are trait objects so that code outside this crate (the functions plane) can add kinds. Body
-//! filters (compression) come with the streaming body type.
+//! A filter may also wrap the response body (`wrap_response_body`, after every response hook): then the
+//! response is streamed through `stream_body::BoxBody` rather than relayed as bytes. Routes without such a
+//! filter pay one branch per response for it.
+//!
+//! Filters are trait objects so that code outside this crate (the functions plane) can add kinds.
 
+mod compress;
 mod cors;
 mod filter;
 mod headers;
 mod rewrite;
 
-pub use filter::{Chain, Filter, RequestCx, Step};
+pub use filter::{Chain, Filter, RequestCx, ResponseView, Step};
 
 pub(crate) use rewrite::{after_prefix, trim_prefix};
 
@@ -29,6 +33,7 @@ pub fn compile(config: &FilterConfig, names: &[String]) -> Result<Arc<dyn Filter
         FilterConfig::Headers(h) => Arc::new(headers::Headers::new(h)),
         FilterConfig::Rewrite(r) => Arc::new(rewrite::Rewrite::new(r, names)?),
         FilterConfig::Cors(c) => Arc::new(cors::Cors::new(c)),
+        FilterConfig::Compress(c) => Arc::new(compress::Compress::new(c)),
     })
 }
 
@@ -39,4 +44,29 @@ pub fn response_edits(chain: &[Arc<dyn Filter>], head: &RequestHead, status: u16
         f.on_response(head, status, &mut edits);
     }
     edits
+}
+
+/// Whether a filter of `chain` wraps response bodies.
+pub fn has_body_hooks(chain: &[Arc<dyn Filter>]) -> bool {
+    chain.iter().any(|f| f.has_body_hook())
+}
+
+/// Runs the body hooks of `chain` for a response with `status` and `headers` (as they will be sent, updated
+/// with each hook's edits) to `head`. A response without a body (to HEAD, 1xx, 204, 304) is left alone.
+pub fn wrap_body<'b>(
+    chain: &[Arc<dyn Filter>],
+    head: &RequestHead,
+    status: u16,
+    headers: &mut hyper::HeaderMap,
+    mut body: crate::stream_body::BoxBody<'b>,
+) -> crate::stream_body::BoxBody<'b> {
+    if head.method() == b"HEAD" || status < 200 || status == 204 || status == 304 {
+        return body;
+    }
+    for f in chain.iter().filter(|f| f.has_body_hook()) {
+        let mut edits = ResponseEdits::default();
+        body = f.wrap_response_body(head, &ResponseView { status, headers }, &mut edits, body);
+        edits.apply(headers);
+    }
+    body
 }
