@@ -11,6 +11,7 @@ use crate::codec::{self, BodyFraming, Parsed, RequestHead};
 use crate::context::Connection;
 use crate::context::WorkerCtx;
 use crate::forward::{Answered, Exchange};
+use crate::h1_response::write_h1;
 use crate::outcome::{record, upstream_outcome, Next, Outcome};
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::response_body::{local, Finish, ProxyBody, Recorded};
@@ -29,6 +30,8 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use portico_core::stats::slot;
+use std::cell::Cell;
+use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -536,6 +539,29 @@ async fn write_response(
         edits.apply(&mut parts.headers);
     }
     let bodiless = head.method() == b"HEAD" || status == 204 || status == 304 || status < 200;
+    let wrapping = client.filters.as_ref().filter(|c| !bodiless && crate::filters::has_body_hooks(c)).cloned();
+    if let Some(chain) = wrapping {
+        // A route whose filter wraps bodies: the body goes through it as frames, framed by what comes out.
+        let mut headers = parts.headers;
+        if set_cookie {
+            if let Ok(v) = HeaderValue::from_str(&cluster.balancer.cookie_for(endpoint)) {
+                headers.append(header::SET_COOKIE, v);
+            }
+        }
+        let keep_alive = head.keep_alive && !close && !*ctx.shutdown.borrow();
+        let failed = Cell::new(false);
+        let source = ReadTimeout { body, limit: cluster.settings.read_timeout, timer: None, failed: &failed };
+        let body = crate::filters::wrap_body(&chain, head, status, &mut headers, crate::stream_body::boxed(source));
+        client.response_started = true;
+        let (send, gone) = (settings.send_timeout, std::pin::pin!(std::future::pending::<()>()));
+        let written =
+            write_h1(&mut client.io, &mut client.out, head, status, &headers, body, !keep_alive, send, gone).await;
+        if failed.get() {
+            observe(cluster, endpoint, ctx.index, Observed::GatewayFailure);
+        }
+        let reusable = keep_alive && written.complete && !written.close_delimited;
+        return (if reusable { Next::KeepAlive } else { Next::Close }, written.bytes);
+    }
     // 1xx and 204 never carry a length; HEAD and 304 carry the upstream's, which describes the would-be body.
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let length = match status {
@@ -653,5 +679,52 @@ impl Body for PipeBody {
             Poll::Ready(Ok(_)) => Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze())))),
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
         }
+    }
+}
+
+/// An HTTP/2 upstream's response body with a limit on each wait for the next frame (`read_timeout`), as the
+/// direct path applies it; a body that stalls or breaks off ends with an error and marks `failed`.
+struct ReadTimeout<'f> {
+    body: Incoming,
+    limit: std::time::Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    failed: &'f Cell<bool>,
+}
+
+impl Body for ReadTimeout<'_> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                this.failed.set(true);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(frame) => {
+                this.timer = None;
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                let limit = this.limit;
+                let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.failed.set(true);
+                        Poll::Ready(Some(Err("upstream response body timed out".into())))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }

@@ -433,7 +433,7 @@ fn compress_streams_a_handler_body_over_both_protocols() {
 }
 
 #[test]
-fn compress_gzips_an_h2_clusters_response_to_http2_clients() {
+fn compress_gzips_an_h2_clusters_response_to_both_protocols() {
     let backend = portico_testkit::Backend::start_h2("h2app").unwrap();
     let yaml = config(
         "",
@@ -463,5 +463,14 @@ clusters:
     let r = request(p.addr, Proto::H2, "GET", "t", "/bytes/50000", &[], b"");
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.header("content-length").as_deref(), Some("50000"));
+    assert!(r.body == expected);
+    // HTTP/1.1 clients of the same h2 cluster: compressed too, chunked, and the connection stays usable.
+    let r = request(p.addr, Proto::H1, "GET", "t", "/bytes/50000", &[("accept-encoding", "gzip")], b"");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{r:?}");
+    assert_eq!(r.header("content-length"), None);
+    assert!(gunzip(&r.body) == expected, "the body differs after decompression");
+    let r = request(p.addr, Proto::H1, "GET", "t", "/bytes/50000", &[], b"");
+    assert_eq!((r.header("content-encoding"), r.header("content-length").as_deref()), (None, Some("50000")));
     assert!(r.body == expected);
 }
