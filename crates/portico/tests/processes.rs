@@ -502,3 +502,46 @@ fn a_worker_process_killed_after_a_listener_change_is_replaced_on_the_new_listen
     assert!(refused(old));
     assert_eq!(p.metric("portico_worker_restarts_total"), 1.0);
 }
+
+#[test]
+fn a_worker_process_starting_during_a_listener_change_gets_the_new_sockets_once_it_serves() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    // A replacement held before it serves: stopped after its exec (the master waits for that) and before it runs
+    // Portico's code (which names it portico-w0), so it was started with the sockets of before the reload.
+    let mut held = None;
+    for _ in 0..20 {
+        let before = children(p.pid());
+        unsafe { libc::kill(before[0], libc::SIGKILL) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let new = loop {
+            if let Some(&pid) = children(p.pid()).iter().find(|pid| !before.contains(pid)) {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no replacement");
+        };
+        let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        while comm(new) == "portico\n" && std::time::Instant::now() < deadline {}
+        if comm(new) == "exe\n" {
+            unsafe { libc::kill(new, libc::SIGSTOP) };
+            if comm(new) == "exe\n" {
+                held = Some(new);
+                break;
+            }
+            unsafe { libc::kill(new, libc::SIGCONT) };
+        }
+        wait_until("the replacement serves", Duration::from_secs(10), || comm(new).starts_with("portico-w"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let held = held.expect("a replacement stopped before it started serving");
+    let port = free_port();
+    p.rewrite_config(&config_with(b.addr, &listener("extra", port)));
+    p.signal(libc::SIGHUP);
+    reloaded(&p, 1.0);
+    assert!(!listens_on(held, port));
+    unsafe { libc::kill(held, libc::SIGCONT) };
+    wait_until("the replacement listens on the added listener", Duration::from_secs(10), || listens_on(held, port));
+    let _held = every_worker_process_serves(&p, port);
+    let _web = every_worker_process_serves(&p, p.addr.port());
+}
