@@ -65,25 +65,30 @@ impl ListenerPlan {
     /// Hands the new sockets to the workers and stops the old ones; the table keeps what now serves.
     pub fn apply(self, bound: Vec<Vec<BoundListener>>, table: &mut WorkerSockets) {
         for (w, new) in bound.into_iter().enumerate() {
-            let sockets = &mut table.sockets[w];
-            sockets.retain(|l| {
-                let address = l.socket.local_addr().ok();
-                !self.stop.iter().any(|(name, a)| *name == l.name && Some(*a) == address)
-            });
-            for l in new {
-                if let Ok(copy) = l.socket.try_clone() {
-                    if let Some(changes) = &table.changes[w] {
-                        let _ = changes
-                            .send(worker::ListenerChange::Add(BoundListener { name: l.name.clone(), socket: copy }));
-                    }
-                }
-                sockets.push(l);
+            table.change(w, &self.stop, new);
+        }
+    }
+}
+
+impl WorkerSockets {
+    /// Worker `w` stops accepting on the sockets of `stop` (listener and address) and starts on `add`; the table
+    /// keeps what now serves. Stops come first, so that when a socket is replaced by another on the same listener
+    /// and address, the old one is the one stopped.
+    pub fn change(&mut self, w: usize, stop: &[(Arc<str>, SocketAddr)], add: Vec<BoundListener>) {
+        self.sockets[w].retain(|l| {
+            let address = l.socket.local_addr().ok();
+            !stop.iter().any(|(name, a)| *name == l.name && Some(*a) == address)
+        });
+        if let Some(changes) = &self.changes[w] {
+            for (name, address) in stop {
+                let _ = changes.send(worker::ListenerChange::Stop { name: name.clone(), address: *address });
             }
-            for (name, address) in &self.stop {
-                if let Some(changes) = &table.changes[w] {
-                    let _ = changes.send(worker::ListenerChange::Stop { name: name.clone(), address: *address });
-                }
+        }
+        for l in add {
+            if let (Some(changes), Ok(copy)) = (&self.changes[w], l.socket.try_clone()) {
+                let _ = changes.send(worker::ListenerChange::Add(BoundListener { name: l.name.clone(), socket: copy }));
             }
+            self.sockets[w].push(l);
         }
     }
 }

@@ -149,8 +149,19 @@ fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
     guard
 }
 
-/// Applies a configuration text (in worker processes, for their master).
-type ApplyFn = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+/// Gives the worker processes the configuration text their master applied, and their new sockets.
+type ForwardFn = Box<dyn Fn(&str, Option<crate::processes::ListenerUpdate>) -> Result<(), String> + Send + Sync>;
+
+/// Who accepts on the listeners, and so takes a reload's listener changes.
+enum Listeners {
+    /// Worker threads of this process: their sockets, which reloads change.
+    Threads(Arc<Mutex<WorkerSockets>>),
+    /// The master's worker processes: how many, and what gives them the configuration text the master validated
+    /// and applied, then their new sockets.
+    Processes(usize, ForwardFn),
+    /// In a worker process: its master binds the sockets and passes them.
+    FromMaster,
+}
 
 /// Applies new configurations: validates fully, swaps the snapshot only when all is well, and records the
 /// outcome for the log, the metrics and the admin API.
@@ -161,10 +172,7 @@ struct Reloader {
     admin: OnceLock<Arc<AdminState>>,
     /// One reload at a time, whatever triggered it.
     lock: Mutex<()>,
-    /// With worker processes: gives them the configuration text the master validated and applied.
-    forward: Option<ApplyFn>,
-    /// With worker threads in this process: their sockets, which reloads change.
-    listeners: Option<Arc<Mutex<WorkerSockets>>>,
+    listeners: Listeners,
 }
 
 impl Reloader {
@@ -185,23 +193,18 @@ impl Reloader {
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
             let plan = ListenerPlan::between(&addresses(&self.shared.load()), &addresses(&next));
-            let Some(table) = self.listeners.as_ref().filter(|_| !plan.is_empty()) else {
-                return Ok((next, None));
+            let workers = match &self.listeners {
+                _ if plan.is_empty() => return Ok((next, None)),
+                Listeners::Threads(table) => lock(table).sockets.len(),
+                Listeners::Processes(count, _) => *count,
+                Listeners::FromMaster => return Ok((next, None)),
             };
-            let workers = lock(table).sockets.len();
             let bound = plan.bind(workers)?;
             Ok((next, Some((plan, bound))))
         });
         let outcome = match result {
             Ok((next, listener_changes)) => {
                 let current = self.shared.load();
-                if self.listeners.is_none() {
-                    for l in &next.listeners {
-                        if current.listener(&l.name).is_none_or(|c| c.address != l.address) {
-                            tracing::warn!(listener = %l.name, "with worker processes, listener addresses are bound at start-up; restart to apply {}", l.address);
-                        }
-                    }
-                }
                 let (old, new) = (&current.source.config, &next.source.config);
                 let startup_only = [
                     ("access_log", format!("{:?}", old.access_log) != format!("{:?}", new.access_log)),
@@ -218,19 +221,25 @@ impl Reloader {
                     }
                 }
                 let next = Arc::new(next);
+                // The configuration first: a worker accepts on a listener only once its configuration has it.
                 self.shared.store(next.clone());
-                if let (Some(table), Some((plan, bound))) = (&self.listeners, listener_changes) {
-                    for (name, address) in &plan.start {
-                        tracing::info!(listener = %name, "listening on {address}");
-                    }
-                    for (name, address) in &plan.stop {
-                        tracing::info!(listener = %name, "no longer listening on {address}; its connections go on");
-                    }
-                    plan.apply(bound, &mut lock(table));
+                for (name, address) in listener_changes.iter().flat_map(|(plan, _)| &plan.start) {
+                    tracing::info!(listener = %name, "listening on {address}");
+                }
+                for (name, address) in listener_changes.iter().flat_map(|(plan, _)| &plan.stop) {
+                    tracing::info!(listener = %name, "no longer listening on {address}; its connections go on");
+                }
+                let mut forward_changes = None;
+                match (&self.listeners, listener_changes) {
+                    (Listeners::Threads(table), Some((plan, bound))) => plan.apply(bound, &mut lock(table)),
+                    (_, changes) => forward_changes = changes,
                 }
                 next.prune_health(&self.registry);
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
-                let forwarded = self.forward.as_ref().map_or(Ok(()), |forward| forward(&next.source.source));
+                let forwarded = match &self.listeners {
+                    Listeners::Processes(_, forward) => forward(&next.source.source, forward_changes),
+                    _ => Ok(()),
+                };
                 match forwarded {
                     Ok(()) => {
                         tracing::info!(trigger, "configuration reloaded from {}", self.path.display());
@@ -364,12 +373,11 @@ enum Workers {
 impl Workers {
     /// Copies of every worker's listening sockets (for an upgrade to inherit).
     fn sockets(&self) -> Vec<std::net::TcpListener> {
-        let copy = |sockets: &[Vec<BoundListener>]| -> Vec<std::net::TcpListener> {
-            sockets.iter().flatten().filter_map(|l| l.socket.try_clone().ok()).collect()
-        };
         match self {
-            Workers::Threads(s) => copy(&lock(&s.sockets).sockets),
-            Workers::Processes(m) => copy(&m.sockets),
+            Workers::Threads(s) => {
+                lock(&s.sockets).sockets.iter().flatten().filter_map(|l| l.socket.try_clone().ok()).collect()
+            }
+            Workers::Processes(m) => m.sockets(),
         }
     }
 
@@ -465,18 +473,18 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         })
     };
     let reloader = config_path.map(|path| {
-        let forward: Option<ApplyFn> = match &pool {
-            Workers::Processes(m) => Some(Box::new(m.reloader())),
-            Workers::Threads(_) => None,
+        let listeners = match (&pool, worker_sockets.clone()) {
+            (Workers::Processes(m), _) => Listeners::Processes(m.count(), Box::new(m.reloader())),
+            (Workers::Threads(_), Some(table)) if worker_process.is_none() => Listeners::Threads(table),
+            _ => Listeners::FromMaster,
         };
         Arc::new(Reloader {
-            listeners: worker_sockets.clone().filter(|_| worker_process.is_none()),
+            listeners,
             path,
             shared: shared.clone(),
             registry: registry.clone(),
             admin: OnceLock::new(),
             lock: Mutex::new(()),
-            forward,
         })
     });
     let admin = match admin_address {
@@ -523,6 +531,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         }
         None => None,
     };
+    // Every passed socket in use has its copies by now: the originals go, so that a socket whose listener a
+    // reload moves or removes closes when its copies do (and one no listener uses does not wait for nothing).
+    drop(inherited);
 
     // A worker process runs as whatever its master became.
     if worker_process.is_none() {
@@ -548,7 +559,16 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             Some(r) => r.reload_from(Some(text), &trigger),
             None => Err("no configuration file".to_string()),
         };
-        crate::processes::serve_control(http_view.clone(), registry.global.clone(), apply)
+        // The sockets its master passes after a reload: taken like a reload's in a process with worker threads.
+        let table = worker_sockets.clone().unwrap_or_default();
+        let listen = move |add: Vec<BoundListener>, stop: crate::processes::Stops| {
+            for l in &add {
+                tracing::debug!(listener = %l.name, "listening on a socket passed by the master");
+            }
+            lock(&table).change(0, &stop, add);
+            Ok(())
+        };
+        crate::processes::serve_control(http_view.clone(), registry.global.clone(), apply, listen)
             .context("cannot answer the master")?;
     }
     if let Some(a) = &admin {

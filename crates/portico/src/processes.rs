@@ -9,12 +9,23 @@
 //! Master and worker talk over a Unix socket pair ("control socket"). The worker's first message says it serves;
 //! then the master asks and the worker answers, each message `ID VERB LENGTH\n` (answers: `ID LENGTH\n`) and
 //! LENGTH bytes. Answers carry the question's id, so an answer that comes after its question timed out is
-//! recognised and skipped.
+//! recognised and skipped. Verbs: `metrics`, `clusters`, `reload` (the body is the configuration text) and
+//! `listeners`, which carries listening sockets (SCM_RIGHTS) with a JSON body naming the listener of each passed
+//! socket (`add`) and the sockets to stop accepting on (`stop`, by listener and address).
+//!
+//! Reloads that add, move or remove listeners: the master binds every new socket first (a taken address fails
+//! the reload), keeps a table of each worker's sockets (what a restarted worker process and an upgrade get), and
+//! brings each worker process to its row of the table: the new configuration first, then the sockets, so a worker
+//! never accepts on a listener its configuration does not have. A worker process that cannot be brought to its
+//! row is restarted with it.
 
+use portico_core::listeners::{lock, ListenerPlan};
 use portico_core::worker::BoundListener;
 use portico_http::Registry;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -40,6 +51,8 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 const LISTENERS_ENV: &str = "PORTICO_LISTENERS";
 /// How long worker processes may take to start serving before start-up (or an upgrade) is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// At most this many descriptors travel with one sendmsg (the kernel's limit is 253).
+const FDS_PER_SEND: usize = 250;
 /// The signals a worker process handles, blocked from its start until its handlers are in place (the default
 /// action of SIGHUP or SIGUSR1 would end it).
 const HANDLED_SIGNALS: [libc::c_int; 5] = [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGTERM, libc::SIGINT];
@@ -104,11 +117,29 @@ struct Slot {
 }
 
 /// One worker process's control socket, with the generation of the process it talks to (answers from a process
-/// already replaced are not counted).
+/// already replaced are not counted), and the sockets it accepts on.
 struct Control {
     generation: u64,
     stream: UnixStream,
+    serving: Serving,
 }
+
+/// A worker's listening socket in the master's table, with an id that tells it from a later socket bound for the
+/// same listener and address (a listener moved away and back).
+struct Held {
+    id: u64,
+    address: Option<SocketAddr>,
+    listener: BoundListener,
+}
+
+/// The sockets a worker process accepts on (as far as the master told it): id, listener and address of each.
+type Serving = Vec<(u64, Arc<str>, Option<SocketAddr>)>;
+
+/// Sockets to stop accepting on, by listener and address.
+pub type Stops = Vec<(Arc<str>, SocketAddr)>;
+
+/// A listener change a reload hands to the worker processes: the plan and, per worker, the sockets it bound.
+pub type ListenerUpdate = (ListenerPlan, Vec<Vec<BoundListener>>);
 
 /// What `/metrics` remembers: each worker's last answer (for one that does not answer in time, and to go on from
 /// when it is replaced) with its generation, and the counters of worker processes that are gone.
@@ -124,57 +155,150 @@ struct Controls {
     next_id: AtomicU64,
     next_generation: AtomicU64,
     metrics: Mutex<MetricsMemory>,
+    /// Each worker's listening sockets: what a worker process started (again) gets, what an upgrade hands over,
+    /// what reloads change. Locked after a slot, never before.
+    sockets: Mutex<Vec<Vec<Held>>>,
+    next_socket: AtomicU64,
+    /// Held while worker processes are brought to the running configuration and sockets (a reload, a worker
+    /// process that starts serving), so that each sees them change in the order they changed.
+    changing: Mutex<()>,
 }
 
 impl Controls {
-    /// Asks every worker process at once (`timeout` for each); per worker, in worker order, the generation asked
-    /// and the answer (or error).
-    fn ask_all(&self, verb: &str, body: &str, timeout: Duration) -> Vec<(u64, std::io::Result<String>)> {
+    /// Runs `f` on every worker process's control at once (with a fresh question id); the results in worker
+    /// order, `None` where `f` panicked.
+    fn each<R: Send>(&self, f: impl Fn(usize, &mut Option<Control>, u64) -> R + Sync) -> Vec<Option<R>> {
         std::thread::scope(|scope| {
-            let asks: Vec<_> = self
+            let f = &f;
+            let runs: Vec<_> = self
                 .slots
                 .iter()
-                .map(|slot| {
+                .enumerate()
+                .map(|(index, slot)| {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    scope.spawn(move || {
-                        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
-                        let Some(control) = guard.as_mut() else {
-                            return (0, Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not running")));
-                        };
-                        let generation = control.generation;
-                        let answer = ask(&mut control.stream, id, verb, body, timeout);
-                        // A clean timeout leaves the stream in step (the late answer is skipped by its id); any
-                        // other error leaves it out of step or closed: drop it, and the worker process, seeing
-                        // its end closed, drains and is started again.
-                        if matches!(&answer, Err(e) if e.kind() != std::io::ErrorKind::TimedOut) {
-                            *guard = None;
-                        }
-                        (generation, answer)
-                    })
+                    scope.spawn(move || f(index, &mut lock(slot), id))
                 })
                 .collect();
-            asks.into_iter().map(|a| a.join().unwrap_or_else(|_| (0, Err(std::io::Error::other("panicked"))))).collect()
+            runs.into_iter().map(|r| r.join().ok()).collect()
         })
     }
 
-    /// Puts a worker process's control socket in place once it serves. The process this one replaces: its
-    /// counters go on in the retired total (under the same lock as scrapes, so no scrape sees them twice or not
-    /// at all).
-    fn install(&self, index: usize, stream: UnixStream) {
+    /// Asks every worker process at once (`timeout` for each); per worker, in worker order, the generation asked
+    /// and the answer (or error).
+    fn ask_all(&self, verb: &str, body: &str, timeout: Duration) -> Vec<(u64, std::io::Result<String>)> {
+        self.each(|_, guard, id| {
+            let Some(control) = guard.as_mut() else {
+                return (0, Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not running")));
+            };
+            let generation = control.generation;
+            let answer = ask(&mut control.stream, id, verb, body, &[], timeout);
+            // A clean timeout leaves the stream in step (the late answer is skipped by its id); any other error
+            // leaves it out of step or closed: drop it, and the worker process, seeing its end closed, drains
+            // and is started again.
+            if matches!(&answer, Err(e) if e.kind() != std::io::ErrorKind::TimedOut) {
+                *guard = None;
+            }
+            (generation, answer)
+        })
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| (0, Err(std::io::Error::other("panicked")))))
+        .collect()
+    }
+
+    /// Puts a worker process's control socket in place once it serves, with the sockets it was started with. The
+    /// process this one replaces: its counters go on in the retired total (under the same lock as scrapes, so no
+    /// scrape sees them twice or not at all).
+    fn install(&self, index: usize, stream: UnixStream, serving: Serving) {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        let mut memory = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut memory = lock(&self.metrics);
         if let Some((_, previous)) = memory.last[index].take() {
             let retired = std::mem::take(&mut memory.retired);
             memory.retired = portico_admin::merge_metrics("", &[retired, counters_only(&previous)]);
         }
-        *self.slots[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(Control { generation, stream });
+        *lock(&self.slots[index]) = Some(Control { generation, stream, serving });
     }
+
+    /// Copies of worker `index`'s sockets, and what they are.
+    fn current(&self, index: usize) -> std::io::Result<(Vec<BoundListener>, Serving)> {
+        let table = lock(&self.sockets);
+        let copies = table[index]
+            .iter()
+            .map(|h| Ok(BoundListener { name: h.listener.name.clone(), socket: h.listener.socket.try_clone()? }))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok((copies, serving(&table[index])))
+    }
+
+    /// The table after a reload's listener change: the stopped sockets go, the new ones come.
+    fn change(&self, (plan, bound): ListenerUpdate) {
+        let mut table = lock(&self.sockets);
+        for (row, new) in table.iter_mut().zip(bound) {
+            row.retain(|h| !plan.stop.iter().any(|(name, a)| *name == h.listener.name && Some(*a) == h.address));
+            for listener in new {
+                let id = self.next_socket.fetch_add(1, Ordering::Relaxed);
+                row.push(Held { id, address: listener.socket.local_addr().ok(), listener });
+            }
+        }
+    }
+
+    /// Brings worker process `index` to its row of the table: passes the sockets it lacks and stops the ones it
+    /// should no longer accept on.
+    fn sync(&self, index: usize, control: &mut Control, id: u64) -> Result<(), String> {
+        let (stop, add, now) = {
+            let table = lock(&self.sockets);
+            let row = &table[index];
+            let stop: Vec<_> = control
+                .serving
+                .iter()
+                .filter(|(id, ..)| !row.iter().any(|h| h.id == *id))
+                .filter_map(|(_, name, address)| Some(serde_json::json!([&**name, address.as_ref()?.to_string()])))
+                .collect();
+            let add: Vec<&Held> = row.iter().filter(|h| !control.serving.iter().any(|(id, ..)| *id == h.id)).collect();
+            let add = add
+                .into_iter()
+                .map(|h| Ok((h.listener.name.clone(), OwnedFd::from(h.listener.socket.try_clone()?))))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| format!("cannot copy a socket: {e}"))?;
+            (stop, add, serving(row))
+        };
+        if stop.is_empty() && add.is_empty() {
+            control.serving = now;
+            return Ok(());
+        }
+        let body = serde_json::json!({ "stop": stop, "add": add.iter().map(|(name, _)| &**name).collect::<Vec<_>>() });
+        let fds: Vec<RawFd> = add.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+        match ask(&mut control.stream, id, "listeners", &body.to_string(), &fds, CONTROL_TIMEOUT) {
+            Ok(answer) if answer == "ok" => {
+                control.serving = now;
+                Ok(())
+            }
+            Ok(error) => Err(error),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Whether worker process `index` accepts on its row of the table.
+    fn in_step(&self, index: usize, control: &Control) -> bool {
+        let table = lock(&self.sockets);
+        let ids = |s: &Serving| s.iter().map(|(id, ..)| *id).collect::<Vec<_>>();
+        ids(&control.serving) == ids(&serving(&table[index]))
+    }
+}
+
+/// What a row of the table holds, by id, listener and address.
+fn serving(row: &[Held]) -> Serving {
+    row.iter().map(|h| (h.id, h.listener.name.clone(), h.address)).collect()
+}
+
+/// A worker process just started: its control socket (installed once it serves), the configuration and the
+/// sockets it was given.
+struct Starting {
+    stream: UnixStream,
+    config: Arc<portico_http::Snapshot>,
+    serving: Serving,
 }
 
 pub struct Master {
     slots: Vec<Slot>,
-    /// Each worker's listening sockets, kept for restarts and for an upgrade.
-    pub sockets: Vec<Vec<BoundListener>>,
     controls: Arc<Controls>,
     registry: Arc<Registry>,
     /// The running configuration, handed to each worker process as it starts.
@@ -188,6 +312,18 @@ impl Master {
         snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
     ) -> Master {
         let count = sockets.len();
+        let next_socket = AtomicU64::new(1);
+        let sockets = sockets
+            .into_iter()
+            .map(|row| {
+                let held = |listener: BoundListener| Held {
+                    id: next_socket.fetch_add(1, Ordering::Relaxed),
+                    address: listener.socket.local_addr().ok(),
+                    listener,
+                };
+                row.into_iter().map(held).collect()
+            })
+            .collect();
         Master {
             slots: (0..count).map(|_| Slot { child: None, deaths: 0, started: Instant::now(), due: None }).collect(),
             controls: Arc::new(Controls {
@@ -195,8 +331,10 @@ impl Master {
                 next_id: AtomicU64::new(1),
                 next_generation: AtomicU64::new(1),
                 metrics: Mutex::new(MetricsMemory { last: vec![None; count], retired: String::new() }),
+                sockets: Mutex::new(sockets),
+                next_socket,
+                changing: Mutex::new(()),
             }),
-            sockets,
             registry,
             snapshot,
         }
@@ -210,8 +348,8 @@ impl Master {
             starting.push(self.spawn(index)?);
         }
         let deadline = Instant::now() + START_TIMEOUT;
-        for (index, (mut stream, config)) in starting.into_iter().enumerate() {
-            if let Err(e) = wait_ready(&mut stream, deadline) {
+        for (index, mut started) in starting.into_iter().enumerate() {
+            if let Err(e) = wait_ready(&mut started.stream, deadline) {
                 let status = match e.kind() {
                     std::io::ErrorKind::TimedOut => format!("not serving within {START_TIMEOUT:?}"),
                     _ => {
@@ -221,21 +359,23 @@ impl Master {
                 };
                 anyhow::bail!("worker process {index} {status}; see its error above");
             }
-            self.controls.install(index, stream);
-            catch_up(&self.controls, &self.snapshot, index, &config);
+            self.controls.install(index, started.stream, started.serving);
+            catch_up(&self.controls, &self.snapshot, index, &started.config);
         }
         Ok(())
     }
 
-    /// Starts worker process `index`; returns its control socket (installed once it serves) and the configuration
-    /// it was given.
-    fn spawn(&mut self, index: usize) -> std::io::Result<(UnixStream, Arc<portico_http::Snapshot>)> {
+    /// Starts worker process `index` with its current sockets and the running configuration.
+    fn spawn(&mut self, index: usize) -> std::io::Result<Starting> {
         let (ours, theirs) = UnixStream::pair()?;
         ours.set_read_timeout(Some(CONTROL_TIMEOUT))?;
         ours.set_write_timeout(Some(CONTROL_TIMEOUT))?;
+        // The sockets before the configuration: a reload stores its configuration before it changes the table,
+        // so a worker process never gets a socket whose listener its configuration does not have.
+        let (sockets, serving) = self.controls.current(index)?;
         let running = self.snapshot.load_full();
         let config = running_configuration(&running.source)?;
-        let mut passed: Vec<RawFd> = self.sockets[index].iter().map(|l| l.socket.as_raw_fd()).collect();
+        let mut passed: Vec<RawFd> = sockets.iter().map(|l| l.socket.as_raw_fd()).collect();
         passed.push(theirs.as_raw_fd());
         passed.push(config.as_raw_fd());
         // Above every descriptor being passed, so placing one never overwrites another not yet placed.
@@ -255,7 +395,7 @@ impl Master {
             .env(CONTROL_FD_ENV, (first + listeners as RawFd).to_string())
             .env(CONFIG_FD_ENV, (first + listeners as RawFd + 1).to_string())
             .env(CONFIG_NAME_ENV, &running.source.file)
-            .env(LISTENERS_ENV, self.sockets[index].iter().map(|l| &*l.name).collect::<Vec<_>>().join(","))
+            .env(LISTENERS_ENV, sockets.iter().map(|l| &*l.name).collect::<Vec<_>>().join(","))
             .env_remove("LISTEN_PID")
             .env_remove("NOTIFY_SOCKET")
             .env_remove(portico_core::systemd::UPGRADE_FROM_ENV)
@@ -284,12 +424,12 @@ impl Master {
             });
         }
         let child = command.spawn()?;
-        drop((theirs, config));
+        drop((theirs, config, sockets));
         let slot = &mut self.slots[index];
         slot.child = Some(child);
         slot.started = Instant::now();
         slot.due = None;
-        Ok((ours, running))
+        Ok(Starting { stream: ours, config: running, serving })
     }
 
     /// Restarts worker processes that exited, with a back-off that grows with repeated deaths.
@@ -308,13 +448,13 @@ impl Master {
             }
             if self.slots[index].child.is_none() && self.slots[index].due.is_some_and(|due| due <= now) {
                 match self.spawn(index) {
-                    Ok((mut stream, config)) => {
+                    Ok(mut started) => {
                         // Installed once it serves, off this thread (it also handles signals).
                         let (controls, snapshot) = (self.controls.clone(), self.snapshot.clone());
                         let waiting = std::thread::Builder::new().name("portico-restart".into()).spawn(move || {
-                            if wait_ready(&mut stream, Instant::now() + START_TIMEOUT).is_ok() {
-                                controls.install(index, stream);
-                                catch_up(&controls, &snapshot, index, &config);
+                            if wait_ready(&mut started.stream, Instant::now() + START_TIMEOUT).is_ok() {
+                                controls.install(index, started.stream, started.serving);
+                                catch_up(&controls, &snapshot, index, &started.config);
                             }
                         });
                         if let Err(e) = waiting {
@@ -338,23 +478,54 @@ impl Master {
         }
     }
 
-    /// For reloads: gives every worker process the configuration text the master validated and applied; `Err`
-    /// names the worker processes that did not apply it.
-    pub fn reloader(&self) -> impl Fn(&str) -> Result<(), String> + Send + Sync + 'static {
+    /// How many worker processes there are (each with its own socket on every listener).
+    pub fn count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// For reloads: gives every worker process the configuration text the master validated and applied, then
+    /// (when the reload adds, moves or removes listeners) its new sockets, and stops the old ones; `Err` names the
+    /// worker processes that did not apply it. One that does not take its sockets is restarted with them.
+    pub fn reloader(&self) -> impl Fn(&str, Option<ListenerUpdate>) -> Result<(), String> + Send + Sync + 'static {
         let controls = self.controls.clone();
-        move |source: &str| {
+        move |source: &str, update: Option<ListenerUpdate>| {
+            let _changing = lock(&controls.changing);
+            if let Some(update) = update {
+                controls.change(update);
+            }
             let refusals: Vec<String> = controls
-                .ask_all("reload", source, RELOAD_TIMEOUT)
+                .each(|index, guard, id| {
+                    // Starting (or about to be started again): it catches up with the running configuration and
+                    // sockets once it serves.
+                    let control = guard.as_mut()?;
+                    let answer = ask(&mut control.stream, id, "reload", source, &[], RELOAD_TIMEOUT);
+                    let mut refusal = match &answer {
+                        Ok(ok) if ok == "ok" => None,
+                        Ok(error) => Some(format!("worker process {index}: {error}")),
+                        Err(e) => Some(format!("worker process {index} did not answer: {e}")),
+                    };
+                    // Its new sockets only once it runs the configuration that has their listeners.
+                    if refusal.is_none() {
+                        let id = controls.next_id.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = controls.sync(index, control, id) {
+                            refusal = Some(format!("worker process {index} did not take its listening sockets: {e}"));
+                        }
+                    }
+                    // A clean timeout leaves the stream in step (the late answer is skipped by its id); any other
+                    // error leaves it out of step or closed. And a worker process must accept on every socket the
+                    // master keeps for it (connections queued on one it does not would wait for nothing). Either
+                    // way its control socket is dropped: seeing its end closed, it drains and is started again,
+                    // with the running configuration and its sockets.
+                    let broken = matches!(&answer, Err(e) if e.kind() != std::io::ErrorKind::TimedOut);
+                    if broken || !controls.in_step(index, control) {
+                        *guard = None;
+                        refusal = refusal.map(|r| format!("{r}; it is started again with the running listeners"));
+                    }
+                    refusal
+                })
                 .into_iter()
                 .enumerate()
-                .filter_map(|(index, (_, answer))| match answer {
-                    Ok(ok) if ok == "ok" => None,
-                    Ok(error) => Some(format!("worker process {index}: {error}")),
-                    // Starting (or about to be started again): it catches up with the running configuration
-                    // once it serves.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => Some(format!("worker process {index} did not answer: {e}")),
-                })
+                .filter_map(|(index, r)| r.unwrap_or_else(|| Some(format!("worker process {index}: panicked"))))
                 .collect();
             match refusals.is_empty() {
                 true => Ok(()),
@@ -393,10 +564,16 @@ impl Master {
         })
     }
 
+    /// Copies of every worker's listening sockets, as they are now (for an upgrade to inherit).
+    pub fn sockets(&self) -> Vec<std::net::TcpListener> {
+        let table = lock(&self.controls.sockets);
+        table.iter().flatten().filter_map(|h| h.listener.socket.try_clone().ok()).collect()
+    }
+
     /// Shutdown: every worker process drains (SIGTERM) within `grace`; any still running after it is killed.
     pub fn stop(mut self, grace: Duration) {
         self.signal_all(libc::SIGTERM);
-        drop(std::mem::take(&mut self.sockets));
+        drop(std::mem::take(&mut *lock(&self.controls.sockets)));
         let deadline = Instant::now() + grace + Duration::from_secs(1);
         for slot in &mut self.slots {
             let Some(child) = slot.child.as_mut() else { continue };
@@ -479,27 +656,48 @@ fn wait_ready(stream: &mut UnixStream, deadline: Instant) -> std::io::Result<()>
     }
 }
 
-/// A worker process started with a configuration that a reload has replaced since: gives it the running one.
+/// A worker process that starts serving, started with a configuration or sockets that a reload has replaced
+/// since: gives it the running configuration, then its current sockets (or starts it again when it cannot take
+/// them).
 fn catch_up(
     controls: &Controls,
     snapshot: &arc_swap::ArcSwap<portico_http::Snapshot>,
     index: usize,
     started_with: &Arc<portico_http::Snapshot>,
 ) {
+    let _changing = lock(&controls.changing);
     let running = snapshot.load_full();
-    if Arc::ptr_eq(&running, started_with) {
-        return;
-    }
-    let mut guard = controls.slots[index].lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(control) = guard.as_mut() {
+    let mut guard = lock(&controls.slots[index]);
+    let Some(control) = guard.as_mut() else { return };
+    let mut configured = true;
+    if !Arc::ptr_eq(&running, started_with) {
         let id = controls.next_id.fetch_add(1, Ordering::Relaxed);
-        match ask(&mut control.stream, id, "reload", &running.source.source, RELOAD_TIMEOUT) {
+        match ask(&mut control.stream, id, "reload", &running.source.source, &[], RELOAD_TIMEOUT) {
             Ok(answer) if answer == "ok" => {}
-            answer => tracing::error!(
-                worker = index,
-                "the restarted worker process did not take the running configuration: {answer:?}"
-            ),
+            answer => {
+                configured = false;
+                tracing::error!(
+                    worker = index,
+                    "the restarted worker process did not take the running configuration: {answer:?}"
+                );
+            }
         }
+    }
+    let id = controls.next_id.fetch_add(1, Ordering::Relaxed);
+    let taken = match configured {
+        true => controls.sync(index, control, id),
+        false => Err("it did not take the configuration".into()),
+    };
+    // A worker process must accept on every socket the master keeps for it: started again, it gets them all.
+    match taken {
+        Err(e) if !controls.in_step(index, control) => {
+            tracing::error!(
+                worker = index,
+                "the worker process did not take its listening sockets ({e}); starting it again"
+            );
+            *guard = None;
+        }
+        _ => {}
     }
 }
 
@@ -535,13 +733,20 @@ fn read_message(stream: &mut UnixStream) -> std::io::Result<(u64, String)> {
     Ok((id, String::from_utf8(body).map_err(|_| invalid("control body not UTF-8"))?))
 }
 
-/// One question on a control socket, and its answer within `timeout` (older answers, to questions that timed
-/// out, are skipped). A question not written whole is a `BrokenPipe`: the stream is out of step.
-fn ask(stream: &mut UnixStream, id: u64, verb: &str, body: &str, timeout: Duration) -> std::io::Result<String> {
+/// One question on a control socket, with `fds` passed along, and its answer within `timeout` (older answers,
+/// to questions that timed out, are skipped). A question not written whole is a `BrokenPipe`: the stream is out
+/// of step.
+fn ask(
+    stream: &mut UnixStream,
+    id: u64,
+    verb: &str,
+    body: &str,
+    fds: &[RawFd],
+    timeout: Duration,
+) -> std::io::Result<String> {
     stream.set_read_timeout(Some(timeout.min(CONTROL_TIMEOUT)))?;
     stream.set_write_timeout(Some(timeout))?;
-    stream
-        .write_all(format!("{id} {verb} {}\n{body}", body.len()).as_bytes())
+    send_message(stream, format!("{id} {verb} {}\n{body}", body.len()).as_bytes(), fds)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::BrokenPipe, e))?;
     let deadline = Instant::now() + timeout;
     loop {
@@ -557,12 +762,91 @@ fn ask(stream: &mut UnixStream, id: u64, verb: &str, body: &str, timeout: Durati
     }
 }
 
+/// Writes `message` with `fds` attached to its first bytes (SCM_RIGHTS, at most `FDS_PER_SEND` with each byte:
+/// every descriptor has its listener's name in the message, so there are bytes enough).
+fn send_message(stream: &mut UnixStream, message: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+    let mut sent = 0;
+    for chunk in fds.chunks(FDS_PER_SEND) {
+        if sent >= message.len() {
+            return Err(std::io::Error::other("more descriptors than message bytes"));
+        }
+        let piece = [IoSlice::new(&message[sent..sent + 1])];
+        let rights = [ControlMessage::ScmRights(chunk)];
+        loop {
+            match sendmsg::<UnixAddr>(stream.as_raw_fd(), &piece, &rights, MsgFlags::MSG_NOSIGNAL, None) {
+                Ok(n) => {
+                    sent += n;
+                    break;
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    stream.write_all(&message[sent..])
+}
+
+/// The worker process's end of the control socket, read with recvmsg so that descriptors passed with a message
+/// are kept (in the order they came) rather than lost.
+struct ControlReader {
+    stream: UnixStream,
+    fds: VecDeque<OwnedFd>,
+}
+
+impl Read for ControlReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+        let mut space = nix::cmsg_space!([RawFd; 253]);
+        let mut iov = [IoSliceMut::new(buf)];
+        let message = recvmsg::<()>(self.stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        // A truncated set (never, with room for the kernel's maximum) leaves the stream's descriptors out of step.
+        let messages = message.cmsgs().map_err(|e| std::io::Error::other(format!("passed descriptors cut: {e}")))?;
+        for received in messages {
+            if let ControlMessageOwned::ScmRights(fds) = received {
+                // SAFETY: the kernel just installed these descriptors in this process for this message; nothing
+                // else owns them.
+                self.fds.extend(fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        Ok(message.bytes)
+    }
+}
+
+/// In a worker process: the `listeners` message's body and the descriptors passed with it, as the sockets to
+/// start accepting on and the ones to stop.
+fn passed_listeners(body: &str, fds: &mut VecDeque<OwnedFd>) -> Result<(Vec<BoundListener>, Stops), String> {
+    let json: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("bad listeners message: {e}"))?;
+    let names: Vec<&str> = json["add"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+    let mut stop = Vec::new();
+    for pair in json["stop"].as_array().into_iter().flatten() {
+        let (Some(name), Some(address)) = (pair[0].as_str(), pair[1].as_str().and_then(|a| a.parse().ok())) else {
+            return Err(format!("bad listener to stop: {pair}"));
+        };
+        stop.push((Arc::from(name), address));
+    }
+    if fds.len() < names.len() {
+        return Err(format!("the master passed {} sockets for {} listeners", fds.len(), names.len()));
+    }
+    let add = names
+        .into_iter()
+        .map(|name| BoundListener {
+            name: Arc::from(name),
+            socket: std::net::TcpListener::from(fds.pop_front().expect("counted")),
+        })
+        .collect();
+    Ok((add, stop))
+}
+
 /// In a worker process, once it serves: tells the master so, then answers its questions until the master goes
-/// (then this process drains, as on SIGTERM). `apply` applies a configuration text for a reload.
+/// (then this process drains, as on SIGTERM). `apply` applies a configuration text for a reload; `listen` starts
+/// accepting on the sockets passed (by listener) and stops the ones named (by listener and address).
 pub fn serve_control(
     view: Arc<dyn portico_core::view::PlaneView>,
     global: Arc<portico_core::stats::Global>,
     apply: impl Fn(&str) -> Result<(), String> + Send + 'static,
+    listen: impl Fn(Vec<BoundListener>, Stops) -> Result<(), String> + Send + 'static,
 ) -> std::io::Result<()> {
     let fd: RawFd = std::env::var(CONTROL_FD_ENV)
         .ok()
@@ -575,7 +859,7 @@ pub fn serve_control(
     let mut writer = stream.try_clone()?;
     writer.write_all(b"0 0\n")?;
     std::thread::Builder::new().name("portico-control".into()).spawn(move || {
-        let mut reader = BufReader::new(stream);
+        let mut reader = BufReader::new(ControlReader { stream, fds: VecDeque::new() });
         loop {
             let mut header = String::new();
             if !matches!(reader.read_line(&mut header), Ok(n) if n > 0) {
@@ -594,6 +878,15 @@ pub fn serve_control(
                     Ok(()) => "ok".to_string(),
                     Err(e) => e,
                 },
+                "listeners" => {
+                    let passed = passed_listeners(&String::from_utf8_lossy(&body), &mut reader.get_mut().fds);
+                    // Whatever came with this message is used or dropped now: the next starts in step.
+                    reader.get_mut().fds.clear();
+                    match passed.and_then(|(add, stop)| listen(add, stop)) {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => e,
+                    }
+                }
                 _ => String::new(),
             };
             if writer.write_all(format!("{id} {}\n{answer}", answer.len()).as_bytes()).is_err() {

@@ -289,26 +289,259 @@ fn scrapes_during_start_up_do_not_hold_it_up() {
     let _ = child.wait();
 }
 
+/// `config` with more listeners after `web` (each `, { name: N, address: "A" }`).
+fn config_with(endpoint: std::net::SocketAddr, listeners: &str) -> String {
+    config(endpoint).replace("address: \"{listen}\" }", &format!("address: \"{{listen}}\" }}{listeners}"))
+}
+
+/// A listener entry for `config_with`.
+fn listener(name: &str, port: u16) -> String {
+    format!(", {{ name: {name}, address: \"127.0.0.1:{port}\" }}")
+}
+
+fn at(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The inodes of the sockets process `pid` holds.
+fn socket_inodes(pid: i32) -> Vec<u64> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+    fds.filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
+        .collect()
+}
+
+/// The inodes of this host's TCP sockets in `state` (`0A` listening, `01` established) on local port `port`.
+fn tcp_inodes(port: u16, state: &str) -> Vec<u64> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1).and_then(|a| a.rsplit_once(':')).map(|(_, p)| p);
+            if local_port.and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port) && fields.get(3) == Some(&state) {
+                inodes.extend(fields.get(9).and_then(|i| i.parse::<u64>().ok()));
+            }
+        }
+    }
+    inodes
+}
+
+/// How many connections to `port` process `pid` has accepted and holds open.
+fn accepted_on(pid: i32, port: u16) -> usize {
+    let established = tcp_inodes(port, "01");
+    socket_inodes(pid).iter().filter(|i| established.contains(i)).count()
+}
+
+/// Whether process `pid` holds a socket listening on `port`.
+fn listens_on(pid: i32, port: u16) -> bool {
+    let listening = tcp_inodes(port, "0A");
+    socket_inodes(pid).iter().any(|i| listening.contains(i))
+}
+
+/// Sixteen connections to `port`, each answered, held open: every worker process must have accepted some (the
+/// kernel spreads them over the worker processes' sockets; one that did not accept would leave some waiting).
+fn every_worker_process_serves(p: &Portico, port: u16) -> Vec<Conn> {
+    let conns: Vec<Conn> = (0..16)
+        .map(|_| {
+            let mut c = Conn::open(at(port));
+            let r = c.get("/", "");
+            assert_eq!(r.status, 200, "{}", r.text());
+            c
+        })
+        .collect();
+    let workers = children(p.pid());
+    assert_eq!(workers.len(), 2);
+    for pid in workers {
+        assert!(listens_on(pid, port), "worker process {pid} does not listen on {port}");
+        assert!(accepted_on(pid, port) > 0, "worker process {pid} accepted none of 16 connections on {port}");
+    }
+    conns
+}
+
+fn reloaded(p: &Portico, n: f64) {
+    wait_until("the reload", Duration::from_secs(10), || p.metric("portico_reloads_total") == n);
+}
+
+fn refused(port: u16) -> bool {
+    std::net::TcpStream::connect(at(port)).is_err()
+}
+
 #[test]
-fn a_restarted_worker_process_serves_a_socket_whose_listener_a_reload_moved() {
+fn a_reload_adds_a_listener_that_every_worker_process_serves() {
     let b = Backend::start("b0").unwrap();
     let p = Portico::start(&config(b.addr));
     wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
-    // The listener moves (applied at the next start); the sockets bound now keep being served meanwhile.
-    let elsewhere = format!("127.0.0.1:{}", free_port());
-    std::fs::write(&p.config, std::fs::read_to_string(&p.config).unwrap().replace(&p.addr.to_string(), &elsewhere))
-        .unwrap();
+    let workers = children(p.pid());
+    let mut kept = Conn::open(p.addr);
+    assert_eq!(kept.get("/", "").status, 200);
+    let port = free_port();
+    p.rewrite_config(&config_with(b.addr, &listener("extra", port)));
     p.signal(libc::SIGHUP);
-    wait_until("the reload", Duration::from_secs(5), || p.metric("portico_reloads_total") == 1.0);
+    reloaded(&p, 1.0);
+    let _held = every_worker_process_serves(&p, port);
+    // The listener that stayed serves, new connections and the one opened before the reload.
+    for _ in 0..10 {
+        assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(kept.get("/", "").status, 200);
+    }
+    assert_eq!(children(p.pid()), workers, "no worker process was started again");
+    assert_eq!(p.metric("portico_worker_restarts_total"), 0.0);
+    let status: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
+    assert_eq!(status["ok"], true, "{status}");
+}
+
+#[test]
+fn a_reload_moves_a_listener_and_connections_on_the_old_address_finish() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let old = p.addr.port();
+    let mut kept = Conn::open(p.addr);
+    assert_eq!(kept.get("/", "").status, 200);
+    let mut in_flight = Conn::open(p.addr);
+    in_flight.send(b"GET /slow/1500 HTTP/1.1\r\nHost: a\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let port = free_port();
+    p.rewrite_config(&config(b.addr).replace("{listen}", &at(port).to_string()));
+    p.signal(libc::SIGHUP);
+    reloaded(&p, 1.0);
+    let _held = every_worker_process_serves(&p, port);
+    wait_until("the old address refuses new connections", Duration::from_secs(5), || refused(old));
+    for pid in children(p.pid()) {
+        assert!(!listens_on(pid, old), "worker process {pid} still listens on {old}");
+    }
+    // Connections accepted on the old address go on: the request in flight finishes, the idle one serves more.
+    let r = in_flight.read_response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("slow hello"), "{}", r.text());
+    for _ in 0..3 {
+        assert_eq!(kept.get("/", "").status, 200);
+    }
+    assert_eq!(p.metric("portico_worker_restarts_total"), 0.0);
+}
+
+#[test]
+fn a_reload_removes_a_listener() {
+    let b = Backend::start("b0").unwrap();
+    let port = free_port();
+    let p = Portico::start(&config_with(b.addr, &listener("extra", port)));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let _held = every_worker_process_serves(&p, port);
+    let mut kept = Conn::open(p.addr);
+    assert_eq!(kept.get("/", "").status, 200);
+    p.rewrite_config(&config(b.addr));
+    p.signal(libc::SIGHUP);
+    reloaded(&p, 1.0);
+    wait_until("the removed listener refuses connections", Duration::from_secs(5), || refused(port));
+    for pid in children(p.pid()) {
+        assert!(!listens_on(pid, port), "worker process {pid} still listens on {port}");
+    }
+    let _others = every_worker_process_serves(&p, p.addr.port());
+    for _ in 0..3 {
+        assert_eq!(kept.get("/", "").status, 200);
+    }
+    assert_eq!(p.metric("portico_worker_restarts_total"), 0.0);
+}
+
+#[test]
+fn a_reload_whose_new_address_is_taken_fails_and_the_running_listeners_stay() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let workers = children(p.pid());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    // One listener that could be had and one that cannot: neither is applied.
+    let free = free_port();
+    p.rewrite_config(&config_with(b.addr, &format!("{}{}", listener("extra", free), listener("clash", taken_port))));
+    let mut admin = Conn::open(p.admin);
+    admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = admin.read_response(false);
+    assert_eq!(r.status, 422, "{}", r.text());
+    let expected = format!("cannot listen on 127.0.0.1:{taken_port} (listener \\\"clash\\\")");
+    assert!(r.text().contains(&expected), "{}", r.text());
+    assert!(r.text().contains("is another process using it?"), "{}", r.text());
+    let status = p.admin_get("/admin/reload").text();
+    assert!(status.contains(&expected), "{status}");
+    assert_eq!(p.metric("portico_reload_failures_total"), 1.0);
+    assert_eq!(p.metric("portico_reloads_total"), 0.0);
+    assert!(refused(free), "a listener of the failed reload was applied");
+    let _held = every_worker_process_serves(&p, p.addr.port());
+    assert_eq!(children(p.pid()), workers);
+    drop(taken);
+}
+
+#[test]
+fn a_worker_process_killed_after_a_listener_change_is_replaced_on_the_new_listeners() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    let old = p.addr.port();
+    // `web` moves, `extra` comes.
+    let (moved, extra) = (free_port(), free_port());
+    let yaml = config_with(b.addr, &listener("extra", extra)).replace("{listen}", &at(moved).to_string());
+    p.rewrite_config(&yaml);
+    p.signal(libc::SIGHUP);
+    reloaded(&p, 1.0);
+    wait_until("the old address refuses new connections", Duration::from_secs(5), || refused(old));
     let before = children(p.pid());
     unsafe { libc::kill(before[0], libc::SIGKILL) };
     wait_until("a replacement worker process", Duration::from_secs(5), || {
         let now = children(p.pid());
         now.len() == 2 && !now.contains(&before[0])
     });
-    std::thread::sleep(Duration::from_millis(300));
-    for _ in 0..40 {
-        let r = Conn::open(p.addr).get("/", "");
-        assert_eq!(r.status, 200, "{}", r.text());
+    let replacement = *children(p.pid()).iter().find(|pid| !before.contains(pid)).unwrap();
+    wait_until("the replacement listens on the current listeners", Duration::from_secs(5), || {
+        listens_on(replacement, moved) && listens_on(replacement, extra)
+    });
+    assert!(!listens_on(replacement, old), "the replacement was given the socket of the listener's old address");
+    let _moved = every_worker_process_serves(&p, moved);
+    let _extra = every_worker_process_serves(&p, extra);
+    assert!(refused(old));
+    assert_eq!(p.metric("portico_worker_restarts_total"), 1.0);
+}
+
+#[test]
+fn a_worker_process_starting_during_a_listener_change_gets_the_new_sockets_once_it_serves() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&config(b.addr));
+    wait_until("two worker processes", Duration::from_secs(5), || children(p.pid()).len() == 2);
+    // A replacement held before it serves: stopped after its exec (the master waits for that) and before it runs
+    // Portico's code (which names it portico-w0), so it was started with the sockets of before the reload.
+    let mut held = None;
+    for _ in 0..20 {
+        let before = children(p.pid());
+        unsafe { libc::kill(before[0], libc::SIGKILL) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let new = loop {
+            if let Some(&pid) = children(p.pid()).iter().find(|pid| !before.contains(pid)) {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no replacement");
+        };
+        let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        while comm(new) == "portico\n" && std::time::Instant::now() < deadline {}
+        if comm(new) == "exe\n" {
+            unsafe { libc::kill(new, libc::SIGSTOP) };
+            if comm(new) == "exe\n" {
+                held = Some(new);
+                break;
+            }
+            unsafe { libc::kill(new, libc::SIGCONT) };
+        }
+        wait_until("the replacement serves", Duration::from_secs(10), || comm(new).starts_with("portico-w"));
+        std::thread::sleep(Duration::from_millis(200));
     }
+    let held = held.expect("a replacement stopped before it started serving");
+    let port = free_port();
+    p.rewrite_config(&config_with(b.addr, &listener("extra", port)));
+    p.signal(libc::SIGHUP);
+    reloaded(&p, 1.0);
+    assert!(!listens_on(held, port));
+    unsafe { libc::kill(held, libc::SIGCONT) };
+    wait_until("the replacement listens on the added listener", Duration::from_secs(10), || listens_on(held, port));
+    let _held = every_worker_process_serves(&p, port);
+    let _web = every_worker_process_serves(&p, p.addr.port());
 }
