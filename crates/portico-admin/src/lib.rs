@@ -2,7 +2,6 @@
 //! (readiness), `/admin/clusters`, `/admin/config`, `/admin/reload`. Served with hyper; the proxy's own codec
 //! is for the data path only.
 
-mod merge;
 mod metrics;
 
 use bytes::Bytes;
@@ -17,8 +16,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use merge::merge_metrics;
 pub use metrics::render as render_metrics;
+pub use portico_core::metrics_merge::merge_metrics;
 
 /// Applies a reload; `Err` carries the `FILE:LINE:COL` diagnostics.
 pub type ReloadFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -42,8 +41,7 @@ pub struct AdminState {
     pub version: &'static str,
 }
 
-/// Sends one request (`metrics`, `clusters`) to each worker process and returns the answers that came.
-pub type GatherFn = Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+pub use portico_core::processes::GatherFn;
 
 #[derive(Debug, Clone, Default)]
 pub struct ReloadStatus {

@@ -1,13 +1,15 @@
 //! What every plane of Portico stands on: listening sockets (bound, inherited from systemd or an upgrade,
 //! changed by reloads) and the worker threads that accept on them with their supervisor, TLS termination, the
 //! byte-stream type, per-worker counters, the access log's writer, systemd notification, the upgrade's socket
-//! hand-over, and what a plane shows the admin server. Depends on portico-config only; the planes (portico-http, later portico-mqtt) depend on
+//! hand-over, worker processes (`process_model: multi_process`) and what a plane shows the admin server. Depends on portico-config only; the planes (portico-http, later portico-mqtt) depend on
 //! it, never the other way round.
 
 pub mod access_log;
 pub mod io;
 pub mod listeners;
+pub mod metrics_merge;
 pub mod panic;
+pub mod processes;
 pub mod prometheus;
 pub mod shared;
 pub mod stats;

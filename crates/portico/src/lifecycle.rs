@@ -134,8 +134,8 @@ fn running_config(target: &str, asked: bool) -> anyhow::Result<Option<portico_co
 
 pub fn run_file(path: &Path) -> anyhow::Result<()> {
     // A worker process starts from its master's running configuration, not from a file edited since.
-    let loaded = match crate::processes::masters_configuration() {
-        Some(passed) => passed?,
+    let loaded = match portico_core::processes::masters_configuration() {
+        Some(passed) => passed.map_err(|e| anyhow!(e))?,
         None => portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?,
     };
     serve(loaded, Some(path.to_path_buf()))
@@ -150,7 +150,7 @@ fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
 }
 
 /// Gives the worker processes the configuration text their master applied, and their new sockets.
-type ForwardFn = Box<dyn Fn(&str, Option<crate::processes::ListenerUpdate>) -> Result<(), String> + Send + Sync>;
+type ForwardFn = Box<dyn Fn(&str, Option<portico_core::processes::ListenerUpdate>) -> Result<(), String> + Send + Sync>;
 
 /// Who accepts on the listeners, and so takes a reload's listener changes.
 enum Listeners {
@@ -343,7 +343,7 @@ fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Optio
 /// that moved or removed a listener, the socket still has connections waiting (as a worker thread keeps its
 /// socket).
 fn sockets_from_master(inherited: &portico_core::systemd::Inherited) -> anyhow::Result<Vec<BoundListener>> {
-    let names = crate::processes::listener_names();
+    let names = portico_core::processes::listener_names();
     let sockets = inherited.all().context("cannot use the sockets passed by the master")?;
     if names.len() != sockets.len() {
         return Err(anyhow!("the master passed {} sockets for {} listeners", sockets.len(), names.len()));
@@ -357,7 +357,7 @@ fn addresses(snapshot: &Snapshot) -> Vec<(&str, std::net::SocketAddr)> {
 }
 
 /// In a worker process: a signal meant for the whole Portico goes to the master.
-fn forward_to_master(worker: Option<crate::processes::WorkerIdentity>, signal: i32) {
+fn forward_to_master(worker: Option<portico_core::processes::WorkerIdentity>, signal: i32) {
     if let Some(w) = worker {
         // SAFETY: kill(2) on the master's pid, which is this process's parent (checked at start).
         unsafe { libc::kill(w.master as libc::pid_t, signal) };
@@ -367,7 +367,7 @@ fn forward_to_master(worker: Option<crate::processes::WorkerIdentity>, signal: i
 /// The workers: threads of this process, or (`process_model: multi_process`) processes this master started.
 enum Workers {
     Threads(Supervisor),
-    Processes(crate::processes::Master),
+    Processes(portico_core::processes::Master),
 }
 
 impl Workers {
@@ -395,9 +395,9 @@ impl Workers {
 /// and one of those worker processes (started by the master with its sockets and an index).
 pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let _log_guard = init_logging(&loaded.config.log.level);
-    let worker_process = crate::processes::identity();
+    let worker_process = portico_core::processes::identity();
     if let Some(identity) = worker_process {
-        crate::processes::become_worker(identity);
+        portico_core::processes::become_worker(identity);
     }
     let master = worker_process.is_none() && loaded.config.process_model == portico_config::ProcessModel::MultiProcess;
     // Limits and statistics are divided among all workers, whichever process runs them.
@@ -436,7 +436,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         ))
     })?;
     if worker_process.is_some() {
-        crate::processes::unblock_signals();
+        portico_core::processes::unblock_signals();
     }
     // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
@@ -459,7 +459,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         Arc::new(Mutex::new(WorkerSockets { sockets: std::mem::take(&mut per_worker), changes }))
     });
     let mut pool = if master {
-        Workers::Processes(crate::processes::Master::new(per_worker, registry.clone(), shared.clone()))
+        Workers::Processes(portico_core::processes::Master::new(per_worker, registry.global.clone(), {
+            let shared = shared.clone();
+            Arc::new(move || shared.load().source.clone())
+        }))
     } else {
         Workers::Threads(Supervisor {
             first_index: worker_process.map_or(0, |w| w.index),
@@ -561,15 +564,20 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         };
         // The sockets its master passes after a reload: taken like a reload's in a process with worker threads.
         let table = worker_sockets.clone().unwrap_or_default();
-        let listen = move |add: Vec<BoundListener>, stop: crate::processes::Stops| {
+        let listen = move |add: Vec<BoundListener>, stop: portico_core::processes::Stops| {
             for l in &add {
                 tracing::debug!(listener = %l.name, "listening on a socket passed by the master");
             }
             lock(&table).change(0, &stop, add);
             Ok(())
         };
-        crate::processes::serve_control(http_view.clone(), registry.global.clone(), apply, listen)
-            .context("cannot answer the master")?;
+        let (view, global) = (http_view.clone(), registry.global.clone());
+        let answer = move |verb: &str| match verb {
+            "metrics" => portico_admin::render_metrics(std::slice::from_ref(&view), &global, true),
+            "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
+            _ => String::new(),
+        };
+        portico_core::processes::serve_control(answer, apply, listen).context("cannot answer the master")?;
     }
     if let Some(a) = &admin {
         a.ready.store(true, Ordering::SeqCst);

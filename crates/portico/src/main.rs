@@ -4,7 +4,6 @@ mod admin_client;
 mod demo;
 mod demo_backend;
 mod lifecycle;
-mod processes;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

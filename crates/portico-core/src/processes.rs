@@ -19,9 +19,10 @@
 //! never accepts on a listener its configuration does not have. A worker process that cannot be brought to its
 //! row is restarted with it.
 
-use portico_core::listeners::{lock, ListenerPlan};
-use portico_core::worker::BoundListener;
-use portico_http::Registry;
+use crate::listeners::{lock, ListenerPlan};
+use crate::stats::Global;
+use crate::worker::BoundListener;
+use portico_config::LoadedConfig;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
 use std::net::SocketAddr;
@@ -56,6 +57,12 @@ const FDS_PER_SEND: usize = 250;
 /// The signals a worker process handles, blocked from its start until its handlers are in place (the default
 /// action of SIGHUP or SIGUSR1 would end it).
 const HANDLED_SIGNALS: [libc::c_int; 5] = [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGTERM, libc::SIGINT];
+
+/// Sends one request (`metrics`, `clusters`) to each worker process and returns the answers that came.
+pub type GatherFn = Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+
+/// The configuration running now (what a worker process is started with, and given when it catches up).
+pub type RunningConfig = Arc<dyn Fn() -> Arc<LoadedConfig> + Send + Sync>;
 
 /// Which worker a worker process is.
 #[derive(Clone, Copy, Debug)]
@@ -213,7 +220,7 @@ impl Controls {
         let mut memory = lock(&self.metrics);
         if let Some((_, previous)) = memory.last[index].take() {
             let retired = std::mem::take(&mut memory.retired);
-            memory.retired = portico_admin::merge_metrics("", &[retired, counters_only(&previous)]);
+            memory.retired = crate::metrics_merge::merge_metrics("", &[retired, counters_only(&previous)]);
         }
         *lock(&self.slots[index]) = Some(Control { generation, stream, serving });
     }
@@ -293,24 +300,20 @@ fn serving(row: &[Held]) -> Serving {
 /// sockets it was given.
 struct Starting {
     stream: UnixStream,
-    config: Arc<portico_http::Snapshot>,
+    config: Arc<LoadedConfig>,
     serving: Serving,
 }
 
 pub struct Master {
     slots: Vec<Slot>,
     controls: Arc<Controls>,
-    registry: Arc<Registry>,
+    global: Arc<Global>,
     /// The running configuration, handed to each worker process as it starts.
-    snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
+    running: RunningConfig,
 }
 
 impl Master {
-    pub fn new(
-        sockets: Vec<Vec<BoundListener>>,
-        registry: Arc<Registry>,
-        snapshot: Arc<arc_swap::ArcSwap<portico_http::Snapshot>>,
-    ) -> Master {
+    pub fn new(sockets: Vec<Vec<BoundListener>>, global: Arc<Global>, running: RunningConfig) -> Master {
         let count = sockets.len();
         let next_socket = AtomicU64::new(1);
         let sockets = sockets
@@ -335,14 +338,14 @@ impl Master {
                 next_socket,
                 changing: Mutex::new(()),
             }),
-            registry,
-            snapshot,
+            global,
+            running,
         }
     }
 
     /// Starts every worker process and waits until each serves: start-up (and an upgrade, which waits for this
     /// process's READY) fails when one cannot, rather than reporting ready while nothing answers.
-    pub fn start_all(&mut self) -> anyhow::Result<()> {
+    pub fn start_all(&mut self) -> std::io::Result<()> {
         let mut starting = Vec::with_capacity(self.slots.len());
         for index in 0..self.slots.len() {
             starting.push(self.spawn(index)?);
@@ -357,10 +360,10 @@ impl Master {
                         format!("exited before it served ({})", status.map_or("ended".into(), |s| s.to_string()))
                     }
                 };
-                anyhow::bail!("worker process {index} {status}; see its error above");
+                return Err(std::io::Error::other(format!("worker process {index} {status}; see its error above")));
             }
             self.controls.install(index, started.stream, started.serving);
-            catch_up(&self.controls, &self.snapshot, index, &started.config);
+            catch_up(&self.controls, &self.running, index, &started.config);
         }
         Ok(())
     }
@@ -373,8 +376,8 @@ impl Master {
         // The sockets before the configuration: a reload stores its configuration before it changes the table,
         // so a worker process never gets a socket whose listener its configuration does not have.
         let (sockets, serving) = self.controls.current(index)?;
-        let running = self.snapshot.load_full();
-        let config = running_configuration(&running.source)?;
+        let running = (self.running)();
+        let config = running_configuration(&running)?;
         let mut passed: Vec<RawFd> = sockets.iter().map(|l| l.socket.as_raw_fd()).collect();
         passed.push(theirs.as_raw_fd());
         passed.push(config.as_raw_fd());
@@ -394,12 +397,12 @@ impl Master {
             .env("LISTEN_FDS_FIRST_FD", first.to_string())
             .env(CONTROL_FD_ENV, (first + listeners as RawFd).to_string())
             .env(CONFIG_FD_ENV, (first + listeners as RawFd + 1).to_string())
-            .env(CONFIG_NAME_ENV, &running.source.file)
+            .env(CONFIG_NAME_ENV, &running.file)
             .env(LISTENERS_ENV, sockets.iter().map(|l| &*l.name).collect::<Vec<_>>().join(","))
             .env_remove("LISTEN_PID")
             .env_remove("NOTIFY_SOCKET")
-            .env_remove(portico_core::systemd::UPGRADE_FROM_ENV)
-            .env_remove(portico_core::systemd::SYSTEMD_SOCKET_ENV);
+            .env_remove(crate::systemd::UPGRADE_FROM_ENV)
+            .env_remove(crate::systemd::SYSTEMD_SOCKET_ENV);
         // SAFETY: between fork and exec only async-signal-safe calls (dup2, sigprocmask, prctl, getppid, _exit).
         unsafe {
             command.pre_exec(move || {
@@ -443,18 +446,18 @@ impl Master {
                 slot.deaths = if slot.started.elapsed() > Duration::from_secs(60) { 1 } else { slot.deaths + 1 };
                 let backoff = Duration::from_millis(100 << slot.deaths.min(6)).min(Duration::from_secs(5));
                 slot.due = Some(now + backoff);
-                self.registry.global.worker_restarts.fetch_add(1, Ordering::Relaxed);
+                self.global.worker_restarts.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(worker = index, "worker process exited ({status}); starting it again in {backoff:?}");
             }
             if self.slots[index].child.is_none() && self.slots[index].due.is_some_and(|due| due <= now) {
                 match self.spawn(index) {
                     Ok(mut started) => {
                         // Installed once it serves, off this thread (it also handles signals).
-                        let (controls, snapshot) = (self.controls.clone(), self.snapshot.clone());
+                        let (controls, running) = (self.controls.clone(), self.running.clone());
                         let waiting = std::thread::Builder::new().name("portico-restart".into()).spawn(move || {
                             if wait_ready(&mut started.stream, Instant::now() + START_TIMEOUT).is_ok() {
                                 controls.install(index, started.stream, started.serving);
-                                catch_up(&controls, &snapshot, index, &started.config);
+                                catch_up(&controls, &running, index, &started.config);
                             }
                         });
                         if let Err(e) = waiting {
@@ -539,7 +542,7 @@ impl Master {
     /// For the admin API: asks each worker process for `what` (`metrics`, `clusters`). For metrics, a worker
     /// that does not answer in time counts with its last answer, and replaced ones with their last counters, so
     /// counters never go down.
-    pub fn gatherer(&self) -> portico_admin::GatherFn {
+    pub fn gatherer(&self) -> GatherFn {
         let controls = self.controls.clone();
         Arc::new(move |what: &str| {
             let answers = controls.ask_all(what, "", CONTROL_TIMEOUT);
@@ -629,7 +632,7 @@ fn running_configuration(loaded: &portico_config::LoadedConfig) -> std::io::Resu
 
 /// In a worker process: the configuration its master passed (with the master's file name, for the paths in it
 /// that are relative to the file). `None` when this is not a worker process.
-pub fn masters_configuration() -> Option<anyhow::Result<portico_config::LoadedConfig>> {
+pub fn masters_configuration() -> Option<Result<LoadedConfig, String>> {
     identity()?;
     let fd: RawFd = std::env::var(CONFIG_FD_ENV).ok()?.parse().ok()?;
     // SAFETY: the master placed the memory file at this descriptor, and nothing else owns it.
@@ -638,10 +641,10 @@ pub fn masters_configuration() -> Option<anyhow::Result<portico_config::LoadedCo
     let read =
         std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).and_then(|_| file.read_to_string(&mut source));
     if let Err(e) = read {
-        return Some(Err(anyhow::anyhow!("cannot read the configuration passed by the master: {e}")));
+        return Some(Err(format!("cannot read the configuration passed by the master: {e}")));
     }
     let name = std::env::var(CONFIG_NAME_ENV).unwrap_or_else(|_| "portico.yaml".into());
-    Some(portico_config::load_str(&source, &name).map_err(|e| anyhow::anyhow!("invalid configuration\n{e}")))
+    Some(portico_config::load_str(&source, &name).map_err(|e| format!("invalid configuration\n{e}")))
 }
 
 /// Waits for a worker process's first message, which says it serves.
@@ -659,20 +662,15 @@ fn wait_ready(stream: &mut UnixStream, deadline: Instant) -> std::io::Result<()>
 /// A worker process that starts serving, started with a configuration or sockets that a reload has replaced
 /// since: gives it the running configuration, then its current sockets (or starts it again when it cannot take
 /// them).
-fn catch_up(
-    controls: &Controls,
-    snapshot: &arc_swap::ArcSwap<portico_http::Snapshot>,
-    index: usize,
-    started_with: &Arc<portico_http::Snapshot>,
-) {
+fn catch_up(controls: &Controls, running: &RunningConfig, index: usize, started_with: &Arc<LoadedConfig>) {
     let _changing = lock(&controls.changing);
-    let running = snapshot.load_full();
+    let running = running();
     let mut guard = lock(&controls.slots[index]);
     let Some(control) = guard.as_mut() else { return };
     let mut configured = true;
     if !Arc::ptr_eq(&running, started_with) {
         let id = controls.next_id.fetch_add(1, Ordering::Relaxed);
-        match ask(&mut control.stream, id, "reload", &running.source.source, &[], RELOAD_TIMEOUT) {
+        match ask(&mut control.stream, id, "reload", &running.source, &[], RELOAD_TIMEOUT) {
             Ok(answer) if answer == "ok" => {}
             answer => {
                 configured = false;
@@ -840,11 +838,11 @@ fn passed_listeners(body: &str, fds: &mut VecDeque<OwnedFd>) -> Result<(Vec<Boun
 }
 
 /// In a worker process, once it serves: tells the master so, then answers its questions until the master goes
-/// (then this process drains, as on SIGTERM). `apply` applies a configuration text for a reload; `listen` starts
+/// (then this process drains, as on SIGTERM). `view` answers `metrics` and `clusters` (the plane's exposition and
+/// view); `apply` applies a configuration text for a reload; `listen` starts
 /// accepting on the sockets passed (by listener) and stops the ones named (by listener and address).
 pub fn serve_control(
-    view: Arc<dyn portico_core::view::PlaneView>,
-    global: Arc<portico_core::stats::Global>,
+    view: impl Fn(&str) -> String + Send + 'static,
     apply: impl Fn(&str) -> Result<(), String> + Send + 'static,
     listen: impl Fn(Vec<BoundListener>, Stops) -> Result<(), String> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -872,8 +870,7 @@ pub fn serve_control(
                 break;
             }
             let answer = match verb {
-                "metrics" => portico_admin::render_metrics(std::slice::from_ref(&view), &global, true),
-                "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
+                "metrics" | "clusters" => view(verb),
                 "reload" => match apply(&String::from_utf8_lossy(&body)) {
                     Ok(()) => "ok".to_string(),
                     Err(e) => e,
