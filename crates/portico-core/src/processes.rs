@@ -896,3 +896,26 @@ pub fn serve_control(
     })?;
     Ok(())
 }
+
+/// In a worker process: every socket its master passed, under the listener name it was bound for. After a reload
+/// that moved or removed a listener, the socket still has connections waiting (as a worker thread keeps its
+/// socket).
+pub fn sockets_from_master(inherited: &crate::systemd::Inherited) -> std::io::Result<Vec<BoundListener>> {
+    let names = listener_names();
+    let sockets = inherited
+        .all()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot use the sockets passed by the master: {e}")))?;
+    if names.len() != sockets.len() {
+        let (s, n) = (sockets.len(), names.len());
+        return Err(std::io::Error::other(format!("the master passed {s} sockets for {n} listeners")));
+    }
+    Ok(names.into_iter().zip(sockets).map(|(name, socket)| BoundListener { name: Arc::from(name), socket }).collect())
+}
+
+/// In a worker process: a signal meant for the whole Portico goes to the master.
+pub fn forward_to_master(worker: Option<WorkerIdentity>, signal: i32) {
+    if let Some(w) = worker {
+        // SAFETY: kill(2) on the master's pid, which is this process's parent (checked at start).
+        unsafe { libc::kill(w.master as libc::pid_t, signal) };
+    }
+}

@@ -86,3 +86,28 @@ impl Supervisor {
         }
     }
 }
+
+/// The workers: threads of this process, or (`process_model: multi_process`) processes this master started.
+pub enum Workers {
+    Threads(Supervisor),
+    Processes(crate::processes::Master),
+}
+
+impl Workers {
+    /// Copies of every worker's listening sockets (for an upgrade to inherit).
+    pub fn sockets(&self) -> Vec<std::net::TcpListener> {
+        match self {
+            Workers::Threads(s) => {
+                lock(&s.sockets).sockets.iter().flatten().filter_map(|l| l.socket.try_clone().ok()).collect()
+            }
+            Workers::Processes(m) => m.sockets(),
+        }
+    }
+
+    pub fn check(&mut self) {
+        match self {
+            Workers::Threads(s) => s.check(),
+            Workers::Processes(m) => m.check(),
+        }
+    }
+}

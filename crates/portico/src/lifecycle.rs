@@ -6,7 +6,8 @@ use portico_admin::{AdminState, ReloadStatus};
 use portico_config::LoadedConfig;
 use portico_core::access_log::AccessLogSink;
 use portico_core::listeners::{bind_per_worker, lock, ListenerPlan, WorkerSockets};
-use portico_core::supervisor::Supervisor;
+use portico_core::supervisor::{Supervisor, Workers};
+use portico_core::watch::watched_stamps;
 use portico_core::worker::{BoundListener, Plane};
 use portico_http::plane::HttpPlane;
 use portico_http::{Registry, Snapshot};
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
@@ -270,123 +271,9 @@ impl Reloader {
     }
 }
 
-/// `user:` (and `group:`): once the sockets are bound and the logs open, a process started as root goes on as
-/// that user, so a bug cannot use root's rights. Reloads then read the configuration and certificates as that
-/// user.
-fn drop_privileges(config: &portico_config::Config) -> anyhow::Result<()> {
-    let Some(user) = &config.user else { return Ok(()) };
-    if !privdrop_needed() {
-        tracing::warn!(user, "`user` is set but Portico was not started as root: it keeps running as it is");
-        return Ok(());
-    }
-    let mut drop = privdrop::PrivDrop::default().user(user);
-    if let Some(group) = &config.group {
-        drop = drop.group(group);
-    }
-    drop.apply().with_context(|| format!("cannot switch to user {user:?}; check that it exists"))?;
-    tracing::info!(user, "running as {user}");
-    Ok(())
-}
-
-fn privdrop_needed() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
-/// Raises the soft limit on open files to the hard limit, and warns when even that is below what the
-/// listeners' connection limits need (a descriptor per client connection, plus pooled upstream connections).
-fn raise_fd_limit(loaded: &LoadedConfig, warn: bool) {
-    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => limit,
-        Err(e) => {
-            tracing::warn!("cannot read or raise the open-file limit: {e}");
-            return;
-        }
-    };
-    let connections: u64 = loaded.config.listeners.iter().map(|l| l.limits.max_connections as u64).sum();
-    // Upstream connections are pooled and usually far fewer than client connections: a margin, not a double.
-    let needed = connections.saturating_add(1024);
-    // Worker processes raise their own limit; their master has warned once for all of them.
-    if limit < needed && warn {
-        tracing::warn!(
-            "the open-file limit is {limit}, but the listeners allow {connections} client connections, which with \
-             upstream connections need about {needed} descriptors; raise the hard limit (LimitNOFILE= in the \
-             systemd unit, or `ulimit -Hn` as root) or lower limits.max_connections. Past the limit, new \
-             connections wait in the kernel's queue"
-        );
-    }
-}
-
-/// Size and modification time: what `watch: true` compares every second.
-fn file_stamp(path: &Path) -> Option<(u64, SystemTime)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.len(), meta.modified().ok()?))
-}
-
-/// What `watch: true` watches: the configuration file and every certificate, key and CA file it names, so a
-/// renewed certificate is served without a signal.
-fn watched_stamps(config: &Path, snapshot: &portico_http::Snapshot) -> Vec<Option<(u64, SystemTime)>> {
-    let loaded = &snapshot.source;
-    let mut stamps = vec![file_stamp(config)];
-    for tls in loaded.config.listeners.iter().filter_map(|l| l.tls.as_ref()) {
-        let files = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(tls.client_ca.as_ref());
-        stamps.extend(files.map(|f| file_stamp(&portico_core::tls::config_relative(loaded, f))));
-    }
-    stamps
-}
-
-/// In a worker process: every socket its master passed, under the listener name it was bound for. After a reload
-/// that moved or removed a listener, the socket still has connections waiting (as a worker thread keeps its
-/// socket).
-fn sockets_from_master(inherited: &portico_core::systemd::Inherited) -> anyhow::Result<Vec<BoundListener>> {
-    let names = portico_core::processes::listener_names();
-    let sockets = inherited.all().context("cannot use the sockets passed by the master")?;
-    if names.len() != sockets.len() {
-        return Err(anyhow!("the master passed {} sockets for {} listeners", sockets.len(), names.len()));
-    }
-    Ok(names.into_iter().zip(sockets).map(|(name, socket)| BoundListener { name: Arc::from(name), socket }).collect())
-}
-
 /// The listeners a snapshot serves, by name and address.
 fn addresses(snapshot: &Snapshot) -> Vec<(&str, std::net::SocketAddr)> {
     snapshot.listeners.iter().map(|l| (l.name.as_str(), l.address)).collect()
-}
-
-/// In a worker process: a signal meant for the whole Portico goes to the master.
-fn forward_to_master(worker: Option<portico_core::processes::WorkerIdentity>, signal: i32) {
-    if let Some(w) = worker {
-        // SAFETY: kill(2) on the master's pid, which is this process's parent (checked at start).
-        unsafe { libc::kill(w.master as libc::pid_t, signal) };
-    }
-}
-
-/// The workers: threads of this process, or (`process_model: multi_process`) processes this master started.
-enum Workers {
-    Threads(Supervisor),
-    Processes(portico_core::processes::Master),
-}
-
-impl Workers {
-    /// Copies of every worker's listening sockets (for an upgrade to inherit).
-    fn sockets(&self) -> Vec<std::net::TcpListener> {
-        match self {
-            Workers::Threads(s) => {
-                lock(&s.sockets).sockets.iter().flatten().filter_map(|l| l.socket.try_clone().ok()).collect()
-            }
-            Workers::Processes(m) => m.sockets(),
-        }
-    }
-
-    fn check(&mut self) {
-        match self {
-            Workers::Threads(s) => s.check(),
-            Workers::Processes(m) => m.check(),
-        }
-    }
 }
 
 /// Runs the gateway until SIGTERM or SIGINT; SIGHUP reloads `config_path` (when there is one).
@@ -404,7 +291,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let workers = worker_process.map_or_else(|| loaded.config.workers.resolve(), |w| w.count);
     let registry = Arc::new(Registry::new(workers));
     let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
-    raise_fd_limit(&loaded, worker_process.is_none());
+    portico_core::process_setup::raise_fd_limit(&loaded, worker_process.is_none());
     portico_core::panic::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.
@@ -420,7 +307,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // A worker process runs one worker thread; the others bind a socket per worker.
     let slots = if worker_process.is_some() { 1 } else { workers };
     let mut per_worker = match worker_process {
-        Some(_) => vec![sockets_from_master(&inherited)?],
+        Some(_) => vec![portico_core::processes::sockets_from_master(&inherited)?],
         None => bind_per_worker(&addresses(&snapshot), &inherited, workers)?,
     };
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
@@ -540,7 +427,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
 
     // A worker process runs as whatever its master became.
     if worker_process.is_none() {
-        drop_privileges(&loaded.config)?;
+        portico_core::process_setup::drop_privileges(&loaded.config)?;
     }
     match &mut pool {
         Workers::Threads(supervisor) => {
@@ -598,7 +485,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     runtime.block_on(async {
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
         let mut supervise_tick = tokio::time::interval(Duration::from_millis(200));
-        let mut stamps = reloader.as_ref().map(|r| watched_stamps(&r.path, &shared.load()));
+        let mut stamps = reloader.as_ref().map(|r| watched_stamps(&r.path, &shared.load().source));
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -606,7 +493,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 // A worker process hands reloads and upgrades to its master (`pidof -s portico` may name a
                 // worker): the master validates, then gives every worker the same configuration.
                 _ = hup.recv() => match &reloader {
-                    _ if worker_process.is_some() => forward_to_master(worker_process, libc::SIGHUP),
+                    _ if worker_process.is_some() => portico_core::processes::forward_to_master(worker_process, libc::SIGHUP),
                     // Off this thread: a slow DNS answer must not hold up SIGTERM.
                     Some(r) => { let r = r.clone(); tokio::task::spawn_blocking(move || r.reload("SIGHUP")); }
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
@@ -614,7 +501,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 _ = supervise_tick.tick() => pool.check(),
                 _ = usr2.recv() => {
                     if worker_process.is_some() {
-                        forward_to_master(worker_process, libc::SIGUSR2);
+                        portico_core::processes::forward_to_master(worker_process, libc::SIGUSR2);
                         continue;
                     }
                     // Zero-downtime upgrade: the binary now on disk takes over the same sockets; once it says it
@@ -643,7 +530,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 }
                 _ = watch_tick.tick(), if watch && reloader.is_some() => {
                     if let Some(r) = &reloader {
-                        let now = Some(watched_stamps(&r.path, &shared.load()));
+                        let now = Some(watched_stamps(&r.path, &shared.load().source));
                         // A certificate being replaced may be missing for a moment: wait until it is back. A
                         // changed configuration file is reloaded at once (it may name other files now).
                         let config_changed = now.as_ref().is_some_and(|n| n[0].is_some())

@@ -1,0 +1,53 @@
+//! What a process sets up about itself before it serves: the user it runs as and how many files it may open.
+
+/// `user:` (and `group:`): once the sockets are bound and the logs open, a process started as root goes on as
+/// that user, so a bug cannot use root's rights. Reloads then read the configuration and certificates as that
+/// user.
+pub fn drop_privileges(config: &portico_config::Config) -> std::io::Result<()> {
+    let Some(user) = &config.user else { return Ok(()) };
+    if !privdrop_needed() {
+        tracing::warn!(user, "`user` is set but Portico was not started as root: it keeps running as it is");
+        return Ok(());
+    }
+    let mut drop = privdrop::PrivDrop::default().user(user);
+    if let Some(group) = &config.group {
+        drop = drop.group(group);
+    }
+    drop.apply()
+        .map_err(|e| std::io::Error::other(format!("cannot switch to user {user:?}; check that it exists: {e}")))?;
+    tracing::info!(user, "running as {user}");
+    Ok(())
+}
+
+fn privdrop_needed() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Raises the soft limit on open files to the hard limit, and warns when even that is below what the
+/// listeners' connection limits need (a descriptor per client connection, plus pooled upstream connections).
+pub fn raise_fd_limit(loaded: &portico_config::LoadedConfig, warn: bool) {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!("cannot read or raise the open-file limit: {e}");
+            return;
+        }
+    };
+    let connections: u64 = loaded.config.listeners.iter().map(|l| l.limits.max_connections as u64).sum();
+    // Upstream connections are pooled and usually far fewer than client connections: a margin, not a double.
+    let needed = connections.saturating_add(1024);
+    // Worker processes raise their own limit; their master has warned once for all of them.
+    if limit < needed && warn {
+        tracing::warn!(
+            "the open-file limit is {limit}, but the listeners allow {connections} client connections, which with \
+             upstream connections need about {needed} descriptors; raise the hard limit (LimitNOFILE= in the \
+             systemd unit, or `ulimit -Hn` as root) or lower limits.max_connections. Past the limit, new \
+             connections wait in the kernel's queue"
+        );
+    }
+}

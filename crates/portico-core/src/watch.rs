@@ -1,0 +1,22 @@
+//! `watch: true`: what is compared every second to notice a changed configuration or certificate.
+
+use portico_config::LoadedConfig;
+use std::path::Path;
+use std::time::SystemTime;
+
+/// Size and modification time: what `watch: true` compares every second.
+fn file_stamp(path: &Path) -> Option<(u64, SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+/// What `watch: true` watches: the configuration file and every certificate, key and CA file it names, so a
+/// renewed certificate is served without a signal.
+pub fn watched_stamps(config: &Path, loaded: &LoadedConfig) -> Vec<Option<(u64, SystemTime)>> {
+    let mut stamps = vec![file_stamp(config)];
+    for tls in loaded.config.listeners.iter().filter_map(|l| l.tls.as_ref()) {
+        let files = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(tls.client_ca.as_ref());
+        stamps.extend(files.map(|f| file_stamp(&crate::tls::config_relative(loaded, f))));
+    }
+    stamps
+}
