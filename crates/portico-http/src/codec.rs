@@ -298,6 +298,10 @@ fn strict_line_endings(head: &[u8]) -> bool {
 
 /// Parses a Content-Length value: digits, or a list of identical digit strings (RFC 9110 8.6).
 fn parse_content_length(v: &[u8]) -> Option<u64> {
+    // The common case first: one number.
+    if !v.is_empty() && v.len() <= 19 && v.iter().all(u8::is_ascii_digit) {
+        return Some(v.iter().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')));
+    }
     let mut result: Option<u64> = None;
     for part in v.split(|&b| b == b',') {
         let part = trim(part);
@@ -714,19 +718,22 @@ pub fn parse_response(
         let name = h.name.as_bytes();
         let value = trim(h.value);
         let span = HeaderSpan { name: Span::of(buf, name), value: Span::of(buf, value) };
-        if name.eq_ignore_ascii_case(b"content-length") {
+        // Lengths first: most names are told apart by one comparison.
+        if name.len() == 14 && name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_content_length(value).ok_or("invalid Content-Length from upstream")?;
             if content_length.is_some_and(|p| p != n) {
                 return Err("conflicting Content-Length from upstream");
             }
             content_length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
             te_present = true;
             codings.extend(value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()));
             te_chunked_last = codings.last().is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= list_contains(value, b"close");
-            keep_alive |= list_contains(value, b"keep-alive");
+        } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',').map(trim) {
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
             connection.push(span.value);
         }
         headers.push(span);

@@ -49,7 +49,8 @@ pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Resp
     let reply = Reply { snapshot: &snapshot, conn, started };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
-            crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn).await
+            // Boxed: this rarer path's future would otherwise make every stream's future larger.
+            Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await
         }
         Front::Cluster { route, cluster } => to_cluster(req, head, route, cluster, settings, &reply).await,
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
@@ -206,6 +207,14 @@ async fn to_cluster(
     // The values are slices of the upstream's head (no copy); the upstream's own Content-Length is kept when
     // it is already what would be written.
     let mut length = None;
+    // Whether Connection names any header that could be kept: `keep-alive`, the usual value, names only a
+    // hop-by-hop header, dropped anyway.
+    let named_by_connection = resp.connection.iter().any(|v| {
+        v.get(&resp_bytes)
+            .split(|&b| b == b',')
+            .map(codec::trim)
+            .any(|t| !t.is_empty() && !t.eq_ignore_ascii_case(b"keep-alive"))
+    });
     for h in &resp.headers {
         let name = h.name.get(&resp_bytes);
         let keep = match codec::classify(name) {
@@ -219,7 +228,7 @@ async fn to_cluster(
                 }
                 false
             }
-            _ => resp.connection.is_empty() || !resp.named_by_connection(&resp_bytes, name),
+            _ => !named_by_connection || !resp.named_by_connection(&resp_bytes, name),
         };
         if !keep {
             continue;
