@@ -433,12 +433,13 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
 /// A request head made from an HTTP/2 request's fields: laid out as the HTTP/1.1 head of the same request
 /// (`METHOD target HTTP/1.1`, `host` first, then the fields in order) and held to the same character rules,
 /// limits and checks as `parse_request`, with the spans filled as the bytes are written instead of written
-/// out as text and parsed back. `fields` must not hold `host` (it is `host`).
-pub fn request_from_fields<'a>(
+/// out as text and parsed back. `fields` gives the fields, without `host` (that is `host`), each time it is
+/// called: once to size the head, once to write it.
+pub fn request_from_fields<'a, I: Iterator<Item = (&'a [u8], &'a [u8])>>(
     method: &str,
     target: &str,
     host: &'a [u8],
-    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    fields: impl Fn() -> I,
     limits: &HeadLimits,
 ) -> Result<RequestHead, HeadError> {
     const VERSION: &[u8] = b" HTTP/1.1\r\n";
@@ -455,16 +456,17 @@ pub fn request_from_fields<'a>(
         return Err(bad("invalid request method"));
     }
     let slots = limits.max_headers.min(MAX_HEADERS_HARD);
-    let (_, most) = fields.size_hint();
-    let mut headers = Vec::with_capacity(most.unwrap_or(15).min(slots) + 1);
-    let mut buf = Vec::with_capacity(512);
+    // Sized exactly, the buffer becomes the head's bytes without another allocation.
+    let (count, size) = fields().fold((0, 0), |(count, size), (n, v)| (count + 1, size + n.len() + v.len() + 4));
+    let mut headers = Vec::with_capacity(count.min(slots) + 1);
+    let mut buf = Vec::with_capacity(method.len() + 1 + target.len() + VERSION.len() + host.len() + 8 + size + 2);
     buf.extend_from_slice(method);
     buf.push(b' ');
     buf.extend_from_slice(target);
     buf.extend_from_slice(VERSION);
     let method_span = Span { start: 0, end: method.len() as u32 };
     let target_span = Span { start: method.len() as u32 + 1, end: (method.len() + 1 + target.len()) as u32 };
-    for (name, value) in std::iter::once((&b"host"[..], host)).chain(fields) {
+    for (name, value) in std::iter::once((&b"host"[..], host)).chain(fields()) {
         if headers.len() >= slots {
             return Err(HeadError { status: 431, reason: "too many header fields" });
         }
@@ -1138,7 +1140,7 @@ mod tests {
                 Ok(Parsed::Partial) => panic!("partial: {:?}", String::from_utf8_lossy(&text)),
                 Err(e) => Err(e),
             };
-            let built = request_from_fields(method, target, host, fields.iter().copied(), limits);
+            let built = request_from_fields(method, target, host, || fields.iter().copied(), limits);
             let what = String::from_utf8_lossy(&text);
             match (parsed, built) {
                 (Err(a), Err(b)) => assert_eq!(a, b, "{what:?}"),

@@ -43,17 +43,20 @@ use std::time::Instant;
 /// limits as the HTTP/1 parser, built straight from the HTTP/2 request's fields. `:authority` is the host;
 /// without it, the first `host` field; `host` fields are not kept beside it.
 pub(crate) fn head_of(req: &Request<Incoming>, limits: &codec::HeadLimits) -> Result<RequestHead, &'static str> {
-    let host = match (req.uri().authority(), req.headers().get(header::HOST)) {
-        (Some(a), _) => a.as_str().as_bytes(),
-        (None, Some(h)) => h.as_bytes(),
-        (None, None) => return Err("request without :authority or host"),
+    let host = match req.uri().authority() {
+        Some(a) => a.as_str().as_bytes(),
+        None => match req.headers().get(header::HOST) {
+            Some(h) => h.as_bytes(),
+            None => return Err("request without :authority or host"),
+        },
     };
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let fields = req
-        .headers()
-        .iter()
-        .filter(|(name, _)| *name != header::HOST)
-        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let fields = || {
+        req.headers()
+            .iter()
+            .filter(|(name, _)| *name != header::HOST)
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
+    };
     codec::request_from_fields(req.method().as_str(), target, host, fields, limits).map_err(|e| e.reason)
 }
 
