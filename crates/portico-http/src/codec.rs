@@ -298,6 +298,10 @@ fn strict_line_endings(head: &[u8]) -> bool {
 
 /// Parses a Content-Length value: digits, or a list of identical digit strings (RFC 9110 8.6).
 fn parse_content_length(v: &[u8]) -> Option<u64> {
+    // The common case first: one number.
+    if !v.is_empty() && v.len() <= 19 && v.iter().all(u8::is_ascii_digit) {
+        return Some(v.iter().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')));
+    }
     let mut result: Option<u64> = None;
     for part in v.split(|&b| b == b',') {
         let part = trim(part);
@@ -313,8 +317,33 @@ fn parse_content_length(v: &[u8]) -> Option<u64> {
     result
 }
 
+/// A table of the bytes allowed somewhere: letters and digits, the bytes of `extra`, and 0x80 to 0xFF when
+/// `high`.
+const fn byte_set(extra: &[u8], high: bool) -> [bool; 256] {
+    let mut set = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        set[b] = (b as u8).is_ascii_alphanumeric() || (high && b >= 0x80);
+        b += 1;
+    }
+    let mut i = 0;
+    while i < extra.len() {
+        set[extra[i] as usize] = true;
+        i += 1;
+    }
+    set
+}
+
+static HOST_BYTES: [bool; 256] = byte_set(b"-._~!$&'()*+,;=:[]%", false);
+/// Token characters (RFC 9110 5.6.2), as httparse reads methods and header names.
+static TOKEN_BYTES: [bool; 256] = byte_set(b"!#$%&'*+-.^_`|~", false);
+/// What httparse accepts in a request target: visible ASCII and obs-text.
+static TARGET_BYTES: [bool; 256] = byte_set(b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", true);
+/// What httparse accepts in a field value: visible ASCII, space, tab and obs-text.
+static VALUE_BYTES: [bool; 256] = byte_set(b"\t !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", true);
+
 fn valid_host(h: &[u8]) -> bool {
-    !h.is_empty() && h.iter().all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b))
+    !h.is_empty() && h.iter().all(|&b| HOST_BYTES[b as usize])
 }
 
 /// The outcome of trying to parse a request head from the bytes received so far.
@@ -384,15 +413,109 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     }
     let head_bytes = &data[..used];
     let method = Span::of(head_bytes, req.method.unwrap_or_default().as_bytes());
-    let target_str = req.path.unwrap_or_default();
-    let target = Span::of(head_bytes, target_str.as_bytes());
+    let target = Span::of(head_bytes, req.path.unwrap_or_default().as_bytes());
     let http10 = req.version == Some(0);
-    let method_bytes = req.method.unwrap_or_default().as_bytes();
+    let headers = req
+        .headers
+        .iter()
+        .map(|h| {
+            let name = h.name.as_bytes();
+            (
+                HeaderSpan { name: Span::of(head_bytes, name), value: Span::of(head_bytes, trim(h.value)) },
+                classify(name),
+            )
+        })
+        .collect();
+    let head = analyse_request(head_bytes, method, target, http10, headers, skip as u32)?;
+    Ok(Parsed::Complete(head, skip + used))
+}
+
+/// A request head made from an HTTP/2 request's fields: laid out as the HTTP/1.1 head of the same request
+/// (`METHOD target HTTP/1.1`, `host` first, then the fields in order) and held to the same character rules,
+/// limits and checks as `parse_request`, with the spans filled as the bytes are written instead of written
+/// out as text and parsed back. `fields` gives the fields, without `host` (that is `host`), each time it is
+/// called: once to size the head, once to write it.
+pub fn request_from_fields<'a, I: Iterator<Item = (&'a [u8], &'a [u8])>>(
+    method: &str,
+    target: &str,
+    host: &'a [u8],
+    fields: impl Fn() -> I,
+    limits: &HeadLimits,
+) -> Result<RequestHead, HeadError> {
+    const VERSION: &[u8] = b" HTTP/1.1\r\n";
+    let (method, target) = (method.as_bytes(), target.as_bytes());
+    // Where parse_request measures the request line: up to its LF.
+    if method.len() + 1 + target.len() + VERSION.len() - 1 > limits.max_request_line {
+        return Err(HeadError { status: 414, reason: "request line too long" });
+    }
+    // httparse's errors for the same bytes.
+    if method.is_empty() || !method.iter().all(|&b| TOKEN_BYTES[b as usize]) {
+        return Err(bad("invalid request method"));
+    }
+    if target.is_empty() || !target.iter().all(|&b| TARGET_BYTES[b as usize]) {
+        return Err(bad("invalid request method"));
+    }
+    let slots = limits.max_headers.min(MAX_HEADERS_HARD);
+    // Sized exactly, the buffer becomes the head's bytes without another allocation.
+    let (count, size) = fields().fold((0, 0), |(count, size), (n, v)| (count + 1, size + n.len() + v.len() + 4));
+    let mut headers = Vec::with_capacity(count.min(slots) + 1);
+    let mut buf = Vec::with_capacity(method.len() + 1 + target.len() + VERSION.len() + host.len() + 8 + size + 2);
+    buf.extend_from_slice(method);
+    buf.push(b' ');
+    buf.extend_from_slice(target);
+    buf.extend_from_slice(VERSION);
+    let method_span = Span { start: 0, end: method.len() as u32 };
+    let target_span = Span { start: method.len() as u32 + 1, end: (method.len() + 1 + target.len()) as u32 };
+    for (name, value) in std::iter::once((&b"host"[..], host)).chain(fields()) {
+        if headers.len() >= slots {
+            return Err(HeadError { status: 431, reason: "too many header fields" });
+        }
+        if name.is_empty() || !name.iter().all(|&b| TOKEN_BYTES[b as usize]) {
+            return Err(bad("invalid header name (whitespace before the colon or obs-fold?)"));
+        }
+        if !value.iter().all(|&b| VALUE_BYTES[b as usize]) {
+            return Err(bad("invalid header value"));
+        }
+        let name_start = buf.len();
+        buf.extend_from_slice(name);
+        let name_span = Span { start: name_start as u32, end: buf.len() as u32 };
+        buf.extend_from_slice(b": ");
+        let value_start = buf.len();
+        buf.extend_from_slice(value);
+        buf.extend_from_slice(b"\r\n");
+        // The value without the whitespace around it, as parse_request keeps it.
+        let kept = trim(value);
+        let offset = kept.as_ptr() as usize - value.as_ptr() as usize;
+        let start = (value_start + offset) as u32;
+        let value_span = Span { start, end: start + kept.len() as u32 };
+        headers.push((HeaderSpan { name: name_span, value: value_span }, classify(name)));
+    }
+    buf.extend_from_slice(b"\r\n");
+    if buf.len() > limits.max_header_bytes {
+        return Err(HeadError { status: 431, reason: "request header section too large" });
+    }
+    let mut head = analyse_request(&buf, method_span, target_span, false, headers, 0)?;
+    head.buf = Bytes::from(buf);
+    Ok(head)
+}
+
+/// The rest of a request head once its bytes are tokenised (method, target, fields, each header classified):
+/// what parse_request and request_from_fields share, so both refuse and read a head alike. The head's `buf` is
+/// left empty for the caller to attach `head_bytes`.
+fn analyse_request(
+    head_bytes: &[u8],
+    method: Span,
+    target: Span,
+    http10: bool,
+    headers: Vec<(HeaderSpan, Known)>,
+    skipped: u32,
+) -> Result<RequestHead, HeadError> {
+    let method_bytes = method.get(head_bytes);
     if method_bytes == b"CONNECT" {
         return Err(HeadError { status: 405, reason: "CONNECT is not supported" });
     }
 
-    let tb = target_str.as_bytes();
+    let tb = target.get(head_bytes);
     let (mut host, origin_start) = if tb.first() == Some(&b'/') {
         (None, 0usize)
     } else if tb == b"*" {
@@ -423,7 +546,6 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     let origin = &tb[origin_start..];
     let path_end = origin_start + memchr::memchr(b'?', origin).unwrap_or(origin.len());
 
-    let mut headers = Vec::with_capacity(req.headers.len());
     let mut content_length: Option<u64> = None;
     let mut chunked = false;
     let mut transfer_encoding = false;
@@ -434,11 +556,9 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     let mut connection_upgrade = false;
     let mut upgrade_websocket = false;
     let mut connection = Vec::new();
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = trim(h.value);
-        let span = HeaderSpan { name: Span::of(head_bytes, name), value: Span::of(head_bytes, value) };
-        let kind = classify(name);
+    for &(span, kind) in &headers {
+        let name = span.name.get(head_bytes);
+        let value = span.value.get(head_bytes);
         match kind {
             Known::ContentLength => {
                 let n = parse_content_length(value).ok_or(bad("invalid or conflicting Content-Length"))?;
@@ -486,7 +606,6 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
             }
             _ => {}
         }
-        headers.push((span, kind));
     }
     if transfer_encoding && content_length.is_some() {
         return Err(bad("both Content-Length and Transfer-Encoding"));
@@ -524,10 +643,10 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
             && body == BodyFraming::None
             && method.get(head_bytes) == b"GET",
         connection,
-        skipped: skip as u32,
+        skipped,
         edits: None,
     };
-    Ok(Parsed::Complete(head, skip + used))
+    Ok(head)
 }
 
 /// Splits a complete head off the front of `buf` and attaches its bytes to `head`.
@@ -601,19 +720,22 @@ pub fn parse_response(
         let name = h.name.as_bytes();
         let value = trim(h.value);
         let span = HeaderSpan { name: Span::of(buf, name), value: Span::of(buf, value) };
-        if name.eq_ignore_ascii_case(b"content-length") {
+        // Lengths first: most names are told apart by one comparison.
+        if name.len() == 14 && name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_content_length(value).ok_or("invalid Content-Length from upstream")?;
             if content_length.is_some_and(|p| p != n) {
                 return Err("conflicting Content-Length from upstream");
             }
             content_length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
             te_present = true;
             codings.extend(value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()));
             te_chunked_last = codings.last().is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= list_contains(value, b"close");
-            keep_alive |= list_contains(value, b"keep-alive");
+        } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',').map(trim) {
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
             connection.push(span.value);
         }
         headers.push(span);
@@ -981,6 +1103,127 @@ mod tests {
             assert!(matches!(parse_request(&input[..end], &LIMITS), Ok(Parsed::Partial)), "prefix {end}");
         }
         assert_eq!(full, (BodyFraming::Length(3), input.len() - 3));
+    }
+
+    #[test]
+    fn byte_tables_are_the_rules() {
+        for b in 0..=255u8 {
+            let token = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            let host = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b);
+            assert_eq!(TOKEN_BYTES[b as usize], token, "{b:#x}");
+            assert_eq!(HOST_BYTES[b as usize], host, "{b:#x}");
+            assert_eq!(TARGET_BYTES[b as usize], b > b' ' && b != 0x7f, "{b:#x}");
+            assert_eq!(VALUE_BYTES[b as usize], b == b'\t' || (b >= b' ' && b != 0x7f), "{b:#x}");
+        }
+    }
+
+    /// The head built from HTTP/2 fields is the head parse_request makes of the same request written as
+    /// HTTP/1.1 text: the same fields, spans over the same bytes, the same refusals.
+    #[test]
+    fn fields_make_the_head_the_text_makes() {
+        fn same(method: &str, target: &str, host: &[u8], fields: &[(&[u8], &[u8])], limits: &HeadLimits) {
+            let mut text = format!("{method} {target} HTTP/1.1\r\nhost: ").into_bytes();
+            text.extend_from_slice(host);
+            text.extend_from_slice(b"\r\n");
+            for (n, v) in fields {
+                text.extend_from_slice(n);
+                text.extend_from_slice(b": ");
+                text.extend_from_slice(v);
+                text.extend_from_slice(b"\r\n");
+            }
+            text.extend_from_slice(b"\r\n");
+            let parsed = match parse_request(&text, limits) {
+                Ok(Parsed::Complete(h, used)) => {
+                    let mut buf = BytesMut::from(&text[..]);
+                    Ok(take_request(&mut buf, h, used))
+                }
+                Ok(Parsed::Partial) => panic!("partial: {:?}", String::from_utf8_lossy(&text)),
+                Err(e) => Err(e),
+            };
+            let built = request_from_fields(method, target, host, || fields.iter().copied(), limits);
+            let what = String::from_utf8_lossy(&text);
+            match (parsed, built) {
+                (Err(a), Err(b)) => assert_eq!(a, b, "{what:?}"),
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a.buf, b.buf, "{what:?}");
+                    let fields =
+                        |h: &RequestHead| h.headers.iter().map(|(s, k)| (s.name, s.value, *k)).collect::<Vec<_>>();
+                    assert_eq!(fields(&a), fields(&b), "{what:?}");
+                    assert_eq!(
+                        (a.method, a.target, a.origin_start, a.path_end, a.host),
+                        (b.method, b.target, b.origin_start, b.path_end, b.host)
+                    );
+                    assert_eq!(
+                        (a.http10, a.body, a.keep_alive, a.expect_continue, a.upgrade_websocket),
+                        (b.http10, b.body, b.keep_alive, b.expect_continue, b.upgrade_websocket)
+                    );
+                    assert_eq!(a.connection, b.connection);
+                }
+                (a, b) => panic!("{what:?}: parsed {:?}, built {:?}", a.err(), b.err()),
+            }
+        }
+        let ok: &[(&[u8], &[u8])] = &[(b"user-agent", b"h2load"), (b"accept", b"*/*"), (b"cookie", b"a=1; b=2")];
+        same("GET", "/a/b?x=1", b"example.com:8443", ok, &LIMITS);
+        same("POST", "/p", b"h", &[(b"content-length", b"3"), (b"expect", b"100-continue")], &LIMITS);
+        same("OPTIONS", "*", b"h", &[], &LIMITS);
+        same("GET", "*", b"h", &[], &LIMITS);
+        same("CONNECT", "/", b"h", &[], &LIMITS);
+        same("GET", "http://other:81/p?q", b"h", &[], &LIMITS);
+        same("GET", "/", b"bad host", &[], &LIMITS);
+        same("GET", "/", b"", &[], &LIMITS);
+        same("GET", "/", b"h", &[(b"x", b"  padded \t ")], &LIMITS);
+        same("GET", "/", b"h", &[(b"x", b"")], &LIMITS);
+        same("GET", "/", b"h", &[(b"x", b"a\x7fb")], &LIMITS);
+        same("GET", "/", b"h", &[(b"x", b"\xff\x80")], &LIMITS);
+        same("GET", "/", b"h", &[(b"x y", b"v")], &LIMITS);
+        same("GET", "/", b"h", &[(b"x\"", b"v")], &LIMITS);
+        same("GET", "/", b"h", &[(b"content-length", b"1, 2")], &LIMITS);
+        same("GET", "/", b"h", &[(b"content-length", b"5"), (b"transfer-encoding", b"chunked")], &LIMITS);
+        same("GET", "/", b"h", &[(b"expect", b"magic")], &LIMITS);
+        same("GET", "/", b"h", &[(b"host", b"second")], &LIMITS);
+        same("G(ET", "/", b"h", &[], &LIMITS);
+        same("GET", "/\x7f", b"h", &[], &LIMITS);
+        same("GET", "/é", b"h", &[], &LIMITS);
+        let long = format!("/{}", "a".repeat(8192 - 14));
+        same("GET", &long, b"h", &[], &LIMITS);
+        same("GET", &long[1..], b"h", &[], &LIMITS);
+        let many: Vec<(Vec<u8>, Vec<u8>)> = (0..120).map(|i| (format!("x-{i}").into_bytes(), b"v".to_vec())).collect();
+        let many: Vec<(&[u8], &[u8])> = many.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+        for n in [98, 99, 100, 120] {
+            same("GET", "/", b"h", &many[..n], &LIMITS);
+        }
+        let big = "v".repeat(16000);
+        same("GET", "/", b"h", &[(b"a", big.as_bytes()), (b"b", big.as_bytes())], &LIMITS);
+        same("GET", "/", b"h", &[(b"a", big.as_bytes()), (b"b", big.as_bytes()), (b"c", big.as_bytes())], &LIMITS);
+        let tight = HeadLimits { max_request_line: 20, max_header_bytes: 60, max_headers: 2 };
+        for target in ["/", "/123456", "/1234567", "/12345678"] {
+            same("GET", target, b"h", &[], &tight);
+        }
+        same("GET", "/", b"h", &[(b"a", b"1")], &tight);
+        same("GET", "/", b"h", &[(b"a", b"1"), (b"b", b"2")], &tight);
+        same("GET", "/", b"h", &[(b"a", b"12345678901234567890")], &tight);
+        same("GET", "/", b"h", &[(b"a", b"123456789012345678901234567890")], &tight);
+        // Random fields from an alphabet with every kind of byte the rules tell apart.
+        let alphabet = b" \t:;,=\"()/?*aZ09-_\x00\x7f\x80\xff";
+        let names: [&[u8]; 8] =
+            [b"x", b"cookie", b"content-length", b"connection", b"upgrade", b"expect", b"te", b"via"];
+        let mut rng = fastrand::Rng::with_seed(0x2f1e1d);
+        for _ in 0..5_000 {
+            let mut owned = Vec::new();
+            for _ in 0..rng.usize(0..4) {
+                let mut name = names[rng.usize(..names.len())].to_vec();
+                // Not a colon: the text would be another request (the name ends at it).
+                let byte = alphabet[rng.usize(..alphabet.len())];
+                if rng.u8(..4) == 0 && byte != b':' {
+                    name.insert(rng.usize(..=name.len()), byte);
+                }
+                let value: Vec<u8> = (0..rng.usize(0..6)).map(|_| alphabet[rng.usize(..alphabet.len())]).collect();
+                owned.push((name, value));
+            }
+            let fields: Vec<(&[u8], &[u8])> = owned.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+            let host: Vec<u8> = (0..rng.usize(0..4)).map(|_| alphabet[rng.usize(..alphabet.len())]).collect();
+            same(["GET", "POST", "HEAD"][rng.usize(..3)], "/x?y", &host, &fields, &LIMITS);
+        }
     }
 
     /// Random mutations of valid messages never panic the parsers, and whatever the request parser accepts

@@ -7,7 +7,7 @@
 use crate::body::{ClientFacts, ReqBody, REPLAYABLE_BODY};
 use crate::client::{answer, Client};
 use crate::codec::Known;
-use crate::codec::{self, BodyFraming, Parsed, RequestHead};
+use crate::codec::{self, BodyFraming, RequestHead};
 use crate::context::Connection;
 use crate::context::WorkerCtx;
 use crate::forward::{Answered, Exchange};
@@ -39,36 +39,25 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// The request head as the HTTP/1 side sees it (for routing, balancing and the log): the same strict parser
-/// and limits, fed with the HTTP/2 request's fields.
+/// The request head as the HTTP/1 side sees it (for routing, balancing and the log): the same checks and
+/// limits as the HTTP/1 parser, built straight from the HTTP/2 request's fields. `:authority` is the host;
+/// without it, the first `host` field; `host` fields are not kept beside it.
 pub(crate) fn head_of(req: &Request<Incoming>, limits: &codec::HeadLimits) -> Result<RequestHead, &'static str> {
-    let mut text = Vec::with_capacity(512);
-    text.extend_from_slice(req.method().as_str().as_bytes());
-    text.push(b' ');
-    text.extend_from_slice(req.uri().path_and_query().map_or("/", |p| p.as_str()).as_bytes());
-    text.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    match (req.uri().authority(), req.headers().get(header::HOST)) {
-        (Some(a), _) => text.extend_from_slice(a.as_str().as_bytes()),
-        (None, Some(h)) => text.extend_from_slice(h.as_bytes()),
-        (None, None) => return Err("request without :authority or host"),
-    }
-    text.extend_from_slice(b"\r\n");
-    for (name, value) in req.headers() {
-        if name == header::HOST {
-            continue;
-        }
-        text.extend_from_slice(name.as_str().as_bytes());
-        text.extend_from_slice(b": ");
-        text.extend_from_slice(value.as_bytes());
-        text.extend_from_slice(b"\r\n");
-    }
-    text.extend_from_slice(b"\r\n");
-    let mut buf = bytes::BytesMut::from(&text[..]);
-    match codec::parse_request(&buf, limits) {
-        Ok(Parsed::Complete(head, used)) => Ok(codec::take_request(&mut buf, head, used)),
-        Ok(Parsed::Partial) => Err("request head too large"),
-        Err(e) => Err(e.reason),
-    }
+    let host = match req.uri().authority() {
+        Some(a) => a.as_str().as_bytes(),
+        None => match req.headers().get(header::HOST) {
+            Some(h) => h.as_bytes(),
+            None => return Err("request without :authority or host"),
+        },
+    };
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let fields = || {
+        req.headers()
+            .iter()
+            .filter(|(name, _)| *name != header::HOST)
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
+    };
+    codec::request_from_fields(req.method().as_str(), target, host, fields, limits).map_err(|e| e.reason)
 }
 
 /// Forwards one request to the `protocol: h2` cluster of route `route`.

@@ -6,6 +6,7 @@ use crate::snapshot::Endpoint;
 use crate::stats::{ClusterStats, EndpointStats};
 use bytes::BytesMut;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +79,48 @@ impl Drop for UpstreamConn {
 /// changes how an endpoint is reached (plain or TLS, other roots or client certificate) starts a new pool.
 pub(crate) type PoolKey = (usize, SocketAddr, usize);
 
+/// A map keyed by `PoolKey`, hashed cheaply: the keys come from the configuration, never from clients, so
+/// SipHash's defence against chosen keys buys nothing here, and it hashed a socket address twice per request.
+pub(crate) type KeyMap<V> = HashMap<PoolKey, V, BuildHasherDefault<KeyHasher>>;
+
+/// Multiply-rotate hashing (as in rustc's FxHasher) of the few words of a `PoolKey`.
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl KeyHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.add(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 pub(crate) fn key(endpoint: &Endpoint) -> PoolKey {
     let tls = endpoint.tls.as_ref().map_or(0, |t| Arc::as_ptr(t.connector.config()) as usize);
     (Arc::as_ptr(&endpoint.stats) as usize, endpoint.addr, tls)
@@ -86,7 +129,7 @@ pub(crate) fn key(endpoint: &Endpoint) -> PoolKey {
 #[derive(Default)]
 pub struct Pool {
     /// Idle connections with the time they went idle and their cluster's idle timeout.
-    idle: HashMap<PoolKey, Vec<(UpstreamConn, Instant, Duration)>>,
+    idle: KeyMap<Vec<(UpstreamConn, Instant, Duration)>>,
 }
 
 impl Pool {

@@ -49,7 +49,8 @@ pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Resp
     let reply = Reply { snapshot: &snapshot, conn, started };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
-            crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn).await
+            // Boxed: this rarer path's future would otherwise make every stream's future larger.
+            Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await
         }
         Front::Cluster { route, cluster } => to_cluster(req, head, route, cluster, settings, &reply).await,
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
@@ -199,22 +200,50 @@ async fn to_cluster(
     let mut response = Response::new(());
     *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let headers = response.headers_mut();
+    if resp.headers.len() > 6 {
+        // The map's first allocation holds 6: grow it once rather than step by step.
+        headers.reserve(resp.headers.len() + 2);
+    }
+    // The values are slices of the upstream's head (no copy); the upstream's own Content-Length is kept when
+    // it is already what would be written.
+    let mut length = None;
+    // Whether Connection names any header that could be kept: `keep-alive`, the usual value, names only a
+    // hop-by-hop header, dropped anyway.
+    let named_by_connection = resp.connection.iter().any(|v| {
+        v.get(&resp_bytes)
+            .split(|&b| b == b',')
+            .map(codec::trim)
+            .any(|t| !t.is_empty() && !t.eq_ignore_ascii_case(b"keep-alive"))
+    });
     for h in &resp.headers {
         let name = h.name.get(&resp_bytes);
         let keep = match codec::classify(name) {
             Known::HopByHop => false,
             // Written below from the framing, except on bodiless responses where it describes the would-be body.
-            Known::ContentLength => resp.body == BodyFraming::None,
-            _ => resp.connection.is_empty() || !resp.named_by_connection(&resp_bytes, name),
+            Known::ContentLength if resp.body == BodyFraming::None => true,
+            Known::ContentLength => {
+                let value = h.value.get(&resp_bytes);
+                if length.is_none() && canonical_length(value) {
+                    length = Some(h.value);
+                }
+                false
+            }
+            _ => !named_by_connection || !resp.named_by_connection(&resp_bytes, name),
         };
-        if let (true, Ok(n), Ok(v)) =
-            (keep, HeaderName::from_bytes(name), HeaderValue::from_bytes(h.value.get(&resp_bytes)))
-        {
+        if !keep {
+            continue;
+        }
+        let value = resp_bytes.slice(h.value.start as usize..h.value.end as usize);
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_maybe_shared(value)) {
             headers.append(n, v);
         }
     }
     if let BodyFraming::Length(n) = resp.body {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        let value = length
+            .map(|span| resp_bytes.slice(span.start as usize..span.end as usize))
+            .and_then(|v| HeaderValue::from_maybe_shared(v).ok())
+            .unwrap_or_else(|| HeaderValue::from(n));
+        headers.insert(header::CONTENT_LENGTH, value);
     }
     if set_cookie {
         if let Ok(v) = HeaderValue::from_str(&cluster.balancer.cookie_for(endpoint)) {
@@ -234,6 +263,11 @@ async fn to_cluster(
         Some(head) => crate::serve_handler::wrap_h2(chain, &head, response),
         None => response,
     }
+}
+
+/// A Content-Length value written as Portico would write its number: digits, without leading zeros.
+fn canonical_length(value: &[u8]) -> bool {
+    !value.is_empty() && value.iter().all(u8::is_ascii_digit) && (value.len() == 1 || value[0] != b'0')
 }
 
 /// Reads a body of `n` bytes whole; `Err(499)` when the client left, `Err(408)` when it was too slow.

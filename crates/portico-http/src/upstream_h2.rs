@@ -19,7 +19,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use portico_core::io::Stream;
 use portico_core::stats::slot;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -32,7 +31,7 @@ pub(crate) type UpBody = UnsyncBoxBody<Bytes, BoxError>;
 /// A worker's HTTP/2 connections, one per endpoint.
 #[derive(Default)]
 pub struct H2Pool {
-    conns: HashMap<PoolKey, Slot>,
+    conns: crate::pool::KeyMap<Slot>,
 }
 
 enum Slot {
