@@ -1,5 +1,5 @@
 //! `portico demo`: three built-in backends on loopback behind a round-robin load balancer, with a static
-//! route, a redirect and a filter to show the other targets.
+//! route, a redirect, an in-process handler and a filter to show the other targets.
 
 use crate::demo_backend;
 use anyhow::{anyhow, Context};
@@ -22,6 +22,8 @@ routes:
     static: {{ body: \"ok\\n\" }}
   - match: {{ path: /old/*rest }}
     redirect: {{ to: \"/{{rest}}\", status: 301 }}
+  - match: {{ path: /whoami }}
+    handler: echo
   - match: {{ path_prefix: / }}
     cluster: demo
 clusters:
@@ -39,6 +41,9 @@ clusters:
     eprintln!("      curl http://{listen}/echo      (what the backend received)");
     eprintln!("      curl http://{listen}/healthz   (a static response from Portico itself)");
     eprintln!("      curl -i http://{listen}/old/echo  (a redirect to /echo)");
+    eprintln!(
+        "      curl http://{listen}/whoami    (Portico's own echo handler: the request as it would be forwarded)"
+    );
     eprintln!("Stop with Ctrl-C.\n");
     crate::lifecycle::serve(loaded, None)
 }

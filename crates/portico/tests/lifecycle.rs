@@ -128,14 +128,27 @@ fn version_and_help() {
     }
 }
 
+/// A child process killed when dropped (a test that fails must not leave it running).
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn demo_serves_three_backends_round_robin() {
     let port = free_port();
-    let mut child = Command::new(portico_bin())
-        .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // Killed if an assertion fails: a demo left running would hold the test harness's output open.
+    let mut child = ChildGuard(
+        Command::new(portico_bin())
+            .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(addr).is_err() && Instant::now() < deadline {
@@ -154,8 +167,10 @@ fn demo_serves_three_backends_round_robin() {
     assert!(health.contains("x-served-by: portico-demo"), "{health}");
     let (ok, moved) = curl(&["-si", &format!("http://127.0.0.1:{port}/old/echo")]);
     assert!(ok && moved.starts_with("HTTP/1.1 301") && moved.contains("location: /echo\r\n"), "{moved}");
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+    let (ok, whoami) = curl(&["-si", &format!("http://127.0.0.1:{port}/whoami")]);
+    assert!(ok && whoami.starts_with("HTTP/1.1 200") && whoami.contains("GET /whoami"), "{whoami}");
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let status = child.0.wait().unwrap();
     assert!(status.success());
     assert_eq!(&seen[..3], &seen[3..], "not a rotation: {seen:?}");
     seen.sort();
