@@ -6,6 +6,7 @@ use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, RequestHead};
 use crate::context::WorkerCtx;
 use crate::outcome::{record, upstream_outcome, Next};
 use crate::snapshot::Snapshot;
+use crate::source_body::{poll_fill, Filled};
 use crate::upstream::{observe, Observed, Source};
 use crate::upstream_h2::BoxError;
 use bytes::{Bytes, BytesMut};
@@ -14,7 +15,6 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 use portico_core::stats::slot;
-use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -300,32 +300,18 @@ impl Body for UpstreamBody {
                 }
                 Ok(None) => {}
             }
-            let Source::Conn(conn) = &mut this.source else {
-                // A buffered body that ends before its framing says: the upstream's fault.
-                return this.fail("upstream response body incomplete");
-            };
-            if conn.buf.capacity() - conn.buf.len() < 4096 {
-                crate::buffers::reserve(&mut conn.buf, 16 * 1024);
-            }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf) {
-                Poll::Ready(Ok(0)) if this.framing == BodyFraming::UntilClose => {
+            // A buffered body that ends before its framing says is the upstream's fault (`poll_fill` says so).
+            match poll_fill(&mut this.source, cx, &mut this.timer, this.read_timeout) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(reason)) => return this.fail(reason),
+                Poll::Ready(Ok(Filled::Eof)) if this.framing == BodyFraming::UntilClose => {
                     this.ended = true;
                     this.reusable = false;
                     this.complete();
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                    return this.fail("upstream closed inside the response body")
-                }
-                Poll::Ready(Ok(_)) => this.timer = None,
-                Poll::Pending => {
-                    let timeout = this.read_timeout;
-                    let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                    if timer.as_mut().poll(cx).is_ready() {
-                        return this.fail("upstream response body timed out");
-                    }
-                    return Poll::Pending;
-                }
+                Poll::Ready(Ok(Filled::Eof)) => return this.fail("upstream closed inside the response body"),
+                Poll::Ready(Ok(Filled::More)) => {}
             }
         }
     }

@@ -112,6 +112,46 @@ impl<'s> SourceBody<'s> {
     }
 }
 
+/// What one read of an upstream response body's connection brought.
+pub(crate) enum Filled {
+    /// More bytes in the connection's buffer.
+    More,
+    /// The upstream closed the connection.
+    Eof,
+}
+
+/// Reads more of a response body into its connection's buffer, each wait for bytes within `read_timeout`
+/// (`timer` holds the wait under way). `Err` says why the body cannot go on: a body already buffered whole has
+/// no connection to read more from, a read failed, or the upstream went quiet.
+pub(crate) fn poll_fill(
+    source: &mut Source,
+    cx: &mut Context<'_>,
+    timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    read_timeout: Duration,
+) -> Poll<Result<Filled, &'static str>> {
+    let Source::Conn(conn) = source else {
+        return Poll::Ready(Err("upstream response body incomplete"));
+    };
+    if conn.buf.capacity() - conn.buf.len() < 4096 {
+        crate::buffers::reserve(&mut conn.buf, 16 * 1024);
+    }
+    match tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf) {
+        Poll::Ready(Ok(0)) => Poll::Ready(Ok(Filled::Eof)),
+        Poll::Ready(Err(_)) => Poll::Ready(Err("upstream closed inside the response body")),
+        Poll::Ready(Ok(_)) => {
+            *timer = None;
+            Poll::Ready(Ok(Filled::More))
+        }
+        Poll::Pending => {
+            let wait = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(read_timeout)));
+            match wait.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err("upstream response body timed out")),
+                Poll::Pending => Poll::Pending,
+            }
+        }
+    }
+}
+
 impl Body for SourceBody<'_> {
     type Data = Bytes;
     type Error = BoxError;
@@ -131,29 +171,15 @@ impl Body for SourceBody<'_> {
                 Ok(None) if this.end.get() != SourceEnd::Running => return Poll::Ready(None),
                 Ok(None) => {}
             }
-            let Source::Conn(conn) = &mut *this.source else {
-                return this.fail("upstream response body incomplete");
-            };
-            if conn.buf.capacity() - conn.buf.len() < 4096 {
-                crate::buffers::reserve(&mut conn.buf, 16 * 1024);
-            }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf) {
-                Poll::Ready(Ok(0)) if this.framing == BodyFraming::UntilClose => {
+            match poll_fill(this.source, cx, &mut this.timer, this.read_timeout) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(reason)) => return this.fail(reason),
+                Poll::Ready(Ok(Filled::Eof)) if this.framing == BodyFraming::UntilClose => {
                     this.end.set(SourceEnd::Complete);
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                    return this.fail("upstream closed inside the response body")
-                }
-                Poll::Ready(Ok(_)) => this.timer = None,
-                Poll::Pending => {
-                    let timeout = this.read_timeout;
-                    let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                    if timer.as_mut().poll(cx).is_ready() {
-                        return this.fail("upstream response body timed out");
-                    }
-                    return Poll::Pending;
-                }
+                Poll::Ready(Ok(Filled::Eof)) => return this.fail("upstream closed inside the response body"),
+                Poll::Ready(Ok(Filled::More)) => {}
             }
         }
     }
