@@ -80,12 +80,12 @@ impl BodySource<'_> {
 /// A frame-delivered body read as bytes: data frames in order, trailers dropped (an HTTP/1 upstream is not
 /// sent trailers).
 pub(crate) struct FrameReader {
-    body: hyper::body::Incoming,
+    body: crate::h2_body::ClientBody,
     rest: Bytes,
 }
 
 impl FrameReader {
-    pub fn new(body: hyper::body::Incoming) -> FrameReader {
+    pub fn new(body: crate::h2_body::ClientBody) -> FrameReader {
         FrameReader { body, rest: Bytes::new() }
     }
 }

@@ -12,6 +12,7 @@ use crate::context::Connection;
 use crate::context::WorkerCtx;
 use crate::forward::{Answered, Exchange};
 use crate::h1_response::write_h1;
+use crate::h2_body::ClientBody;
 use crate::outcome::{record, upstream_outcome, Next, Outcome};
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::response_body::{local, Finish, ProxyBody, Recorded};
@@ -42,7 +43,7 @@ use std::time::Instant;
 /// The request head as the HTTP/1 side sees it (for routing, balancing and the log): the same checks and
 /// limits as the HTTP/1 parser, built straight from the HTTP/2 request's fields. `:authority` is the host;
 /// without it, the first `host` field; `host` fields are not kept beside it.
-pub(crate) fn head_of(req: &Request<Incoming>, limits: &codec::HeadLimits) -> Result<RequestHead, &'static str> {
+pub(crate) fn head_of<B>(req: &Request<B>, limits: &codec::HeadLimits) -> Result<RequestHead, &'static str> {
     let host = match req.uri().authority() {
         Some(a) => a.as_str().as_bytes(),
         None => match req.headers().get(header::HOST) {
@@ -62,7 +63,7 @@ pub(crate) fn head_of(req: &Request<Incoming>, limits: &codec::HeadLimits) -> Re
 
 /// Forwards one request to the `protocol: h2` cluster of route `route`.
 pub(crate) async fn forward(
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     head: RequestHead,
     snapshot: Arc<Snapshot>,
     route: usize,
@@ -180,7 +181,7 @@ enum H2Body<'c> {
     /// No body, or all of it in hand (with its trailers, if any): the request can be sent again.
     InHand(Bytes, Option<HeaderMap>),
     /// Streaming from an HTTP/2 client: sent once (`None` once sent).
-    Frames(Option<Incoming>),
+    Frames(Option<ClientBody>),
     /// Streaming from an HTTP/1 client's connection, decoded with `framing` (`None` once sent).
     Connection { client: &'c mut Client, framing: Option<BodyFraming>, settings: &'c ListenerSettings },
 }
@@ -395,7 +396,7 @@ impl Drop for Waiting<'_> {
 
 /// A request body that says when it has been sent in full.
 struct Watched {
-    body: Incoming,
+    body: ClientBody,
     sent: Option<Arc<tokio::sync::Notify>>,
 }
 

@@ -23,7 +23,7 @@
 use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, Known, RequestHead};
 pub use crate::stream_body::{boxed, full, BoxBody, BoxError};
 use bytes::{Bytes, BytesMut};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use portico_core::io::Stream;
 use std::cell::RefCell;
 use std::fmt::Debug;
@@ -101,7 +101,7 @@ pub struct RequestBody<'a>(Inner<'a>);
 enum Inner<'a> {
     Empty,
     Http1(Rc<RefCell<Http1Reader<'a>>>),
-    Frames(Incoming),
+    Frames(crate::h2_body::ClientBody),
 }
 
 impl<'a> RequestBody<'a> {
@@ -111,7 +111,7 @@ impl<'a> RequestBody<'a> {
     pub(crate) fn http1(reader: Rc<RefCell<Http1Reader<'a>>>) -> RequestBody<'a> {
         RequestBody(Inner::Http1(reader))
     }
-    pub(crate) fn frames(body: Incoming) -> RequestBody<'a> {
+    pub(crate) fn frames(body: crate::h2_body::ClientBody) -> RequestBody<'a> {
         RequestBody(Inner::Frames(body))
     }
 }

@@ -1,40 +1,44 @@
 //! HTTP/2 from clients: over TLS when ALPN picks `h2`, on plain listeners when a connection opens with the
-//! HTTP/2 preface (prior knowledge, "h2c"). hyper's HTTP/2 server does the framing, flow control and HPACK;
-//! each stream's request is then handed, serialized as HTTP/1.1 by hyper's client, to the same HTTP/1 engine
-//! that serves HTTP/1 clients, through an in-process pipe. So routing, balancing, retries, the circuit breaker,
-//! metrics and the access log are one code path for both protocols, at the cost of one extra serialization
-//! per request (measured in bench/RESULTS.md).
+//! HTTP/2 preface (prior knowledge, "h2c"). The `h2` crate does the framing, flow control and HPACK; this
+//! module runs the connection: it accepts streams, runs each one's request through the phases
+//! (`serve_h2::serve`) on the connection's own task, sends keep-alive PINGs, closes an idle connection and
+//! says GOAWAY at shutdown. Streams are polled before the connection, so what they answer in one wake-up
+//! leaves in one write.
 
 use crate::body::ClientFacts;
 use crate::context::Connection;
 use crate::context::WorkerCtx;
-use crate::exec::LocalExec;
+use crate::h2_body::{respond, ClientBody};
 use crate::response_body::{local, ProxyBody};
 use crate::snapshot::Http2Settings;
 use bytes::{Buf, Bytes};
-use futures_util::FutureExt;
-use hyper::body::Incoming;
+use futures_util::stream::FuturesUnordered;
+use futures_util::task::AtomicWaker;
+use futures_util::{FutureExt, StreamExt};
+use h2::server::SendResponse;
+use h2::{Ping, RecvStream};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use portico_core::io::Stream;
 use std::cell::Cell;
-use std::convert::Infallible;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves one HTTP/2 connection until the client closes it, it idles for the listener's keep-alive timeout,
-/// or the process shuts down (then with a GOAWAY that lets open streams finish).
+/// a keep-alive PING goes unanswered, or the process shuts down (then with a GOAWAY that lets open streams
+/// finish).
 pub(crate) async fn serve(
     io: Stream,
     preread: Bytes,
@@ -49,6 +53,15 @@ pub(crate) async fn serve(
         let Some(settings) = l.http2.clone() else { return };
         (settings, l.keepalive_timeout)
     };
+    let handshake = builder(&settings).handshake::<_, Bytes>(Rewind { preread, io });
+    let mut conn = match tokio::time::timeout(keepalive, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            tracing::debug!(client = %peer, "HTTP/2 handshake failed: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
     let mut shutdown = ctx.shutdown.clone();
     let state = Rc::new(Connection {
         peer,
@@ -58,45 +71,197 @@ pub(crate) async fn serve(
         last_request: Cell::new(Instant::now()),
         active: Cell::new(0),
     });
-    let service_state = state.clone();
-    let service = hyper::service::service_fn(move |req| bridge(req, service_state.clone()));
-    let conn = builder(&settings).serve_connection(TokioIo::new(Rewind { preread, io }), service);
-    let mut conn = std::pin::pin!(conn);
+    let mut pinger = settings.keepalive_interval.and_then(|every| {
+        let pong = conn.ping_pong()?;
+        Some(Pinger { pong, every, waiting: false })
+    });
+    let mut streams = FuturesUnordered::new();
+    let mut shutting_down = pin!(shutdown.changed());
+    let mut idle = pin!(tokio::time::sleep(keepalive));
+    let ping_first = settings.keepalive_interval.unwrap_or(keepalive);
+    let mut ping_timer = pin!(tokio::time::sleep(ping_first));
     let mut closing = false;
+    // The connection and the timers are polled only when they were woken (the flags), not on every wake-up
+    // of the task; a stream's answer wakes the connection, which is polled in the same pass anyway.
+    let conn_flag = Arc::new(Flag::new());
+    let timers_flag = Arc::new(Flag::new());
+    let conn_waker = Waker::from(conn_flag.clone());
+    let timers_waker = Waker::from(timers_flag.clone());
     loop {
-        // Idle means no stream in progress: while one is, look again a keep-alive period later (a stream
-        // ending counts as activity), instead of waking up for a deadline already past.
-        let idle_deadline = match state.active.get() {
-            0 => state.last_request.get() + keepalive,
-            _ => Instant::now() + keepalive,
-        };
-        tokio::select! {
-            _ = conn.as_mut() => break,
-            _ = shutdown.changed(), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = tokio::time::sleep_until(idle_deadline), if !closing => {
-                if state.active.get() == 0 && state.last_request.get() + keepalive <= Instant::now() {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
+        let event = poll_fn(|cx| {
+            conn_flag.task.register(cx.waker());
+            timers_flag.task.register(cx.waker());
+            conn_flag.quiet.store(true, Ordering::SeqCst);
+            let event = loop {
+                // The streams first: their answers are queued before the connection writes.
+                while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
+                if conn_flag.woken.swap(false, Ordering::SeqCst) {
+                    match conn.poll_accept(&mut Context::from_waker(&conn_waker)) {
+                        Poll::Ready(Some(Ok((req, reply)))) => {
+                            streams.push(stream(req, reply, state.clone()));
+                            // More may be ready.
+                            conn_flag.woken.store(true, Ordering::SeqCst);
+                            continue;
+                        }
+                        Poll::Ready(Some(Err(e))) => break Poll::Ready(Event::Closed(Some(e))),
+                        Poll::Ready(None) => break Poll::Ready(Event::Closed(None)),
+                        Poll::Pending => {}
+                    }
                 }
+                if timers_flag.woken.swap(false, Ordering::SeqCst) {
+                    let polled = poll_timers(
+                        &mut Context::from_waker(&timers_waker),
+                        closing,
+                        (shutting_down.as_mut(), idle.as_mut(), ping_timer.as_mut()),
+                        pinger.as_mut(),
+                    );
+                    if polled.is_ready() {
+                        // Polled again next time: the event's handling resets them.
+                        timers_flag.woken.store(true, Ordering::SeqCst);
+                    }
+                    break polled;
+                }
+                break Poll::Pending;
+            };
+            conn_flag.quiet.store(false, Ordering::SeqCst);
+            if conn_flag.woken.load(Ordering::SeqCst) {
+                // Woken while it was being polled: it asked for another turn.
+                cx.waker().wake_by_ref();
+            }
+            event
+        })
+        .await;
+        // Whatever is done about the event (a GOAWAY, a PING) is the connection's to send.
+        conn_flag.woken.store(true, Ordering::SeqCst);
+        match event {
+            Event::Closed(error) => {
+                if let Some(e) = error.filter(|e| !e.is_io() && !e.is_go_away()) {
+                    tracing::debug!(client = %peer, "HTTP/2 connection ended: {e}");
+                }
+                break;
+            }
+            Event::Shutdown => {
+                closing = true;
+                conn.graceful_shutdown();
+            }
+            Event::IdleTimer => {
+                // Idle means no stream in progress: while one is, look again a keep-alive period later (a
+                // stream ending counts as activity).
+                let now = Instant::now();
+                let idle_since = state.last_request.get();
+                if state.active.get() == 0 && idle_since + keepalive <= now {
+                    closing = true;
+                    conn.graceful_shutdown();
+                } else if state.active.get() == 0 {
+                    idle.as_mut().reset(idle_since + keepalive);
+                } else {
+                    idle.as_mut().reset(now + keepalive);
+                }
+            }
+            Event::PingTimer => {
+                let Some(p) = &mut pinger else { continue };
+                if p.waiting {
+                    // No answer within the interval.
+                    tracing::debug!(client = %peer, "HTTP/2 keep-alive PING not answered: closing");
+                    break;
+                }
+                if p.pong.send_ping(Ping::opaque()).is_err() {
+                    break;
+                }
+                p.waiting = true;
+                ping_timer.as_mut().reset(Instant::now() + p.every);
+            }
+            Event::Pong(ok) => {
+                let Some(p) = &mut pinger else { continue };
+                if !ok {
+                    break;
+                }
+                p.waiting = false;
+                ping_timer.as_mut().reset(Instant::now() + p.every);
             }
         }
     }
 }
 
-fn builder(settings: &Http2Settings) -> hyper::server::conn::http2::Builder<LocalExec> {
-    let mut builder = hyper::server::conn::http2::Builder::new(LocalExec);
+/// The timers and the shutdown signal, polled when one of them woke the connection's task.
+fn poll_timers(
+    cx: &mut Context<'_>,
+    closing: bool,
+    (shutting_down, idle, ping_timer): (Pin<&mut impl Future>, Pin<&mut Sleep>, Pin<&mut Sleep>),
+    pinger: Option<&mut Pinger>,
+) -> Poll<Event> {
+    if !closing {
+        if shutting_down.poll(cx).is_ready() {
+            return Poll::Ready(Event::Shutdown);
+        }
+        if idle.poll(cx).is_ready() {
+            return Poll::Ready(Event::IdleTimer);
+        }
+    }
+    if let Some(pinger) = pinger {
+        if pinger.waiting {
+            if let Poll::Ready(pong) = pinger.pong.poll_pong(cx) {
+                return Poll::Ready(Event::Pong(pong.is_ok()));
+            }
+        }
+        if ping_timer.poll(cx).is_ready() {
+            return Poll::Ready(Event::PingTimer);
+        }
+    }
+    Poll::Pending
+}
+
+/// A waker that remembers that it was woken, so that the connection's loop polls only what was. While
+/// `quiet`, it does not wake the task: the loop is running and looks at the flag itself.
+struct Flag {
+    task: AtomicWaker,
+    woken: AtomicBool,
+    quiet: AtomicBool,
+}
+
+impl Flag {
+    fn new() -> Flag {
+        Flag { task: AtomicWaker::new(), woken: AtomicBool::new(true), quiet: AtomicBool::new(false) }
+    }
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.quiet.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
+/// What the connection's loop has to handle.
+enum Event {
+    Closed(Option<h2::Error>),
+    Shutdown,
+    IdleTimer,
+    PingTimer,
+    Pong(bool),
+}
+
+/// The keep-alive PINGs (`http2.keepalive_interval`): one in flight at a time, answered within the interval.
+struct Pinger {
+    pong: h2::PingPong,
+    every: Duration,
+    waiting: bool,
+}
+
+fn builder(settings: &Http2Settings) -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
     builder
-        .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_concurrent_streams)
-        .initial_stream_window_size(settings.initial_stream_window)
+        .initial_window_size(settings.initial_stream_window)
         .initial_connection_window_size(settings.initial_connection_window)
         .max_header_list_size(settings.max_header_list_size)
-        .max_frame_size(settings.max_frame_size)
-        .keep_alive_interval(settings.keepalive_interval)
-        .keep_alive_timeout(settings.keepalive_interval.unwrap_or(Duration::from_secs(20)));
+        .max_frame_size(settings.max_frame_size);
     builder
 }
 
@@ -110,18 +275,37 @@ impl Drop for Active<'_> {
     }
 }
 
-/// Answers one stream: its request goes through the HTTP/1 engine on a pipe of its own.
-async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response<ProxyBody>, Infallible> {
+/// Answers one stream, on the connection's task. A client that resets the stream before the answer is ready
+/// drops the work under way (an upstream exchange is abandoned, the request logged as 499).
+async fn stream(req: Request<RecvStream>, mut reply: SendResponse<Bytes>, conn: Rc<Connection>) {
     conn.last_request.set(Instant::now());
     conn.active.set(conn.active.get() + 1);
     let _active = Active(&conn);
-    if req.method() == Method::CONNECT {
-        return Ok(local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported"));
-    }
-    // A panic (a bug) costs this stream, answered 500, never the connection or the worker. Boxed: the stream's
-    // task is moved several times as hyper and tokio set it up, and this future is most of its size.
-    let served = AssertUnwindSafe(Box::pin(crate::serve_h2::serve(req, &conn))).catch_unwind().await;
-    Ok(served.unwrap_or_else(|panic| {
+    let (parts, recv) = req.into_parts();
+    let body = ClientBody::new(recv, &parts.headers);
+    let req = Request::from_parts(parts, body);
+    let response = if req.method() == Method::CONNECT {
+        local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported")
+    } else {
+        // Boxed: the stream's future is moved as it is queued, and the answer's future is most of its size.
+        let mut served = Box::pin(answer(req, &conn));
+        let answered = poll_fn(|cx| match served.as_mut().poll(cx) {
+            Poll::Ready(response) => Poll::Ready(Some(response)),
+            Poll::Pending => reply.poll_reset(cx).map(|_| None),
+        })
+        .await;
+        match answered {
+            Some(response) => response,
+            None => return,
+        }
+    };
+    respond(reply, response).await;
+}
+
+/// The stream's answer. A panic (a bug) costs this stream, answered 500, never the connection or the worker.
+async fn answer(req: Request<ClientBody>, conn: &Rc<Connection>) -> Response<ProxyBody> {
+    let served = AssertUnwindSafe(crate::serve_h2::serve(req, conn)).catch_unwind().await;
+    served.unwrap_or_else(|panic| {
         if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
             portico_core::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
         }
@@ -133,7 +317,7 @@ async fn bridge(req: Request<Incoming>, conn: Rc<Connection>) -> Result<Response
             portico_core::panic::panic_message(panic.as_ref())
         );
         local(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-    }))
+    })
 }
 
 /// A stream with bytes already read from it put back in front: the preface read while telling h2c from

@@ -16,6 +16,7 @@ pub mod filters;
 mod forward;
 mod forward_h2;
 mod h1_response;
+mod h2_body;
 pub mod handler;
 pub mod health;
 mod http2;

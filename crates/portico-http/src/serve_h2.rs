@@ -11,6 +11,7 @@ use crate::codec::{self, BodyFraming, Known, RequestHead};
 use crate::context::Connection;
 use crate::forward::Answered;
 use crate::forward_h2::Waiting;
+use crate::h2_body::ClientBody;
 use crate::message::LocalResponse;
 use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
@@ -19,7 +20,7 @@ use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
 use crate::snapshot::{ListenerSettings, Snapshot};
 use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use portico_core::stats::slot;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Serves one stream's request.
-pub(crate) async fn serve(req: Request<Incoming>, conn: &Rc<Connection>) -> Response<ProxyBody> {
+pub(crate) async fn serve(req: Request<ClientBody>, conn: &Rc<Connection>) -> Response<ProxyBody> {
     let started = Instant::now();
     let snapshot = conn.ctx.snapshot.load_full();
     let Some(settings) = snapshot.listener(&conn.listener) else {
@@ -106,7 +107,7 @@ impl Reply<'_> {
 
 /// A request for an HTTP/1 cluster.
 async fn to_cluster(
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     mut head: RequestHead,
     route: usize,
     cluster_index: usize,

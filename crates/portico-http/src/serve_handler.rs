@@ -19,7 +19,7 @@ use crate::source_body::{SourceBody, SourceEnd};
 use crate::stream_body::{boxed, full, BoxBody, BoxError};
 use crate::upstream::Source;
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::{Body, Frame};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
@@ -244,7 +244,7 @@ pub(crate) fn wrap_h2(
 /// A handler target for an HTTP/2 stream. The request body is the stream's; the response body goes to hyper
 /// and the request is counted and logged when it ends or is dropped (the client reset the stream).
 pub(crate) async fn serve_h2(
-    req: hyper::Request<Incoming>,
+    req: hyper::Request<crate::h2_body::ClientBody>,
     head: RequestHead,
     (route, handler, params): (usize, Arc<dyn Handler>, Vec<(String, String)>),
     snapshot: &Arc<Snapshot>,

@@ -272,3 +272,56 @@ fn an_http2_request_without_authority_is_refused_counted_and_logged() {
     });
     assert_eq!(b.requests(), 0);
 }
+
+/// One HTTP/2 frame read from a raw socket: (type, flags, payload); `None` when the connection ended.
+fn read_frame(s: &mut std::net::TcpStream) -> Option<(u8, u8, Vec<u8>)> {
+    use std::io::Read;
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).ok()?;
+    Some((head[3], head[4], payload))
+}
+
+/// A raw h2c client that opens a connection and then either answers the server's PINGs or not, for
+/// `watch`; returns the PINGs it saw and whether the server closed the connection (EOF or GOAWAY).
+fn ping_watch(addr: SocketAddr, answer: bool, watch: Duration) -> (usize, bool) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").unwrap();
+    let start = std::time::Instant::now();
+    let mut pings = 0;
+    while start.elapsed() < watch {
+        s.set_read_timeout(Some(watch.saturating_sub(start.elapsed()).max(Duration::from_millis(10)))).unwrap();
+        let Some((kind, flags, payload)) = read_frame(&mut s) else {
+            let timed_out = start.elapsed() >= watch;
+            return (pings, !timed_out);
+        };
+        match (kind, flags) {
+            // The server's SETTINGS: acknowledged, as a live client does.
+            (4, 0) => s.write_all(b"\0\0\0\x04\x01\0\0\0\0").unwrap(),
+            (6, 0) => {
+                pings += 1;
+                if answer {
+                    let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                    ack.extend_from_slice(&payload);
+                    s.write_all(&ack).unwrap();
+                }
+            }
+            (7, _) => return (pings, true),
+            _ => {}
+        }
+    }
+    (pings, false)
+}
+
+#[test]
+fn keepalive_pings_disconnect_a_client_that_stops_answering() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&yaml(b.addr, "    http2: { keepalive_interval: 200ms }\n"));
+    let (pings, closed) = ping_watch(p.addr, true, Duration::from_millis(1500));
+    assert!(pings >= 3 && !closed, "an answering client saw {pings} PINGs, closed: {closed}");
+    let (pings, closed) = ping_watch(p.addr, false, Duration::from_secs(3));
+    assert!(pings == 1 && closed, "a silent client saw {pings} PINGs, closed: {closed}");
+}

@@ -1,0 +1,226 @@
+//! The two ends of an HTTP/2 client's stream as the `h2` crate hands them over: the request body it sends
+//! (`ClientBody`, an `http_body::Body` that gives flow-control credit back as it is read) and the response
+//! sent to it (`respond`: the head, then the body's frames as the stream's send window allows, the client's
+//! reset ending it early). hyper's server did this for us before; serving `h2` directly saves its per-stream
+//! task and the checks it repeats, and lets every stream of a connection run on the connection's task.
+
+use crate::response_body::ProxyBody;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use hyper::body::{Body, Frame, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::Response;
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// An HTTP/2 client's request body: DATA frames in order, then its trailers, if any.
+pub(crate) struct ClientBody {
+    recv: RecvStream,
+    /// Bytes still announced by `content-length`, when the request has one.
+    left: Option<u64>,
+    data_done: bool,
+}
+
+impl ClientBody {
+    pub fn new(recv: RecvStream, headers: &HeaderMap) -> ClientBody {
+        // h2 itself refuses DATA that disagrees with `content-length`; here it only sizes the body.
+        let left = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        ClientBody { recv, left, data_done: false }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if !this.data_done {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // The bytes are ours now: the client may send as many more.
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    if let Some(left) = &mut this.left {
+                        *left = left.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => this.data_done = true,
+            }
+        }
+        match ready!(this.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.left {
+            Some(n) => SizeHint::with_exact(n),
+            None if self.recv.is_end_stream() => SizeHint::with_exact(0),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+/// Sends `response` on the stream: its head (with `date` and, for a body of known size, `content-length`
+/// added when missing), then its body until it ends, fails (the stream is reset) or the client resets the
+/// stream (the body is dropped, which ends what produces it).
+pub(crate) async fn respond(mut reply: SendResponse<Bytes>, response: Response<ProxyBody>) {
+    let (mut parts, mut body) = response.into_parts();
+    strip_connection_fields(&mut parts.headers);
+    if !parts.headers.contains_key(header::DATE) {
+        parts.headers.insert(header::DATE, date());
+    }
+    let end = body.is_end_stream();
+    if !end && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+        if let Some(n) = body.size_hint().exact() {
+            parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+    let Ok(mut send) = reply.send_response(Response::from_parts(parts, ()), end) else { return };
+    if !end {
+        let _ = poll_fn(|cx| pipe(&mut send, Pin::new(&mut body), cx)).await;
+    }
+}
+
+/// Moves the body's frames to the stream, taking more from the body only while the stream can carry them.
+fn pipe(
+    send: &mut SendStream<Bytes>,
+    mut body: Pin<&mut ProxyBody>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), h2::Error>> {
+    loop {
+        send.reserve_capacity(1);
+        if send.capacity() == 0 {
+            loop {
+                match ready!(send.poll_capacity(cx)) {
+                    Some(Ok(0)) => {}
+                    Some(Ok(_)) => break,
+                    Some(Err(e)) => return Poll::Ready(Err(e)),
+                    // The stream is gone (reset by the client).
+                    None => return Poll::Ready(Ok(())),
+                }
+            }
+        } else if let Poll::Ready(reset) = send.poll_reset(cx) {
+            return Poll::Ready(reset.map(drop));
+        }
+        match ready!(body.as_mut().poll_frame(cx)) {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    let end = body.is_end_stream();
+                    send.send_data(data, end)?;
+                    if end {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Err(frame) => {
+                    send.reserve_capacity(0);
+                    if let Ok(trailers) = frame.into_trailers() {
+                        send.send_trailers(trailers)?;
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            },
+            Some(Err(_)) => {
+                // The body broke off (an upstream that failed mid-way): the client must not take what it got
+                // for the whole.
+                send.send_reset(Reason::INTERNAL_ERROR);
+                return Poll::Ready(Ok(()));
+            }
+            None => {
+                send.reserve_capacity(0);
+                return Poll::Ready(send.send_data(Bytes::new(), true));
+            }
+        }
+    }
+}
+
+/// Removes the fields HTTP/2 forbids (RFC 9113 8.2.2), which h2 would refuse the whole head for. Responses
+/// from upstreams have lost them already; a filter or handler may still set one. One pass over the names,
+/// and the removals only when there is something to remove.
+fn strip_connection_fields(headers: &mut HeaderMap) {
+    let forbidden = |name: &header::HeaderName| {
+        name == header::CONNECTION
+            || name == header::TRANSFER_ENCODING
+            || name == header::UPGRADE
+            || name == header::TE
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection"
+    };
+    if !headers.keys().any(forbidden) {
+        return;
+    }
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+        .collect();
+    for name in named {
+        headers.remove(name.as_str());
+    }
+    for name in [header::CONNECTION, header::TRANSFER_ENCODING, header::UPGRADE, header::TE] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+thread_local! {
+    /// The `date` value of the current second, formatted once per second per worker.
+    static DATE: RefCell<(u64, HeaderValue)> = const { RefCell::new((u64::MAX, HeaderValue::from_static(""))) };
+}
+
+/// Now as an HTTP date (RFC 9110 5.6.7), for responses that come without one.
+fn date() -> HeaderValue {
+    let now = SystemTime::now();
+    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != second {
+            let text = httpdate::fmt_http_date(now);
+            cached.1 = HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""));
+            cached.0 = second;
+        }
+        cached.1.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_connection_fields_and_what_connection_names() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close, X-Hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        strip_connection_fields(&mut headers);
+        let names: Vec<&str> = headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["content-type"]);
+    }
+
+    #[test]
+    fn dates_are_http_dates() {
+        let value = date();
+        let parsed = httpdate::parse_http_date(value.to_str().unwrap()).unwrap();
+        let age = SystemTime::now().duration_since(parsed).unwrap();
+        assert!(age.as_secs() < 5);
+    }
+}
