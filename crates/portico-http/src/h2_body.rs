@@ -78,12 +78,25 @@ impl Body for ClientBody {
 /// stream (the body is dropped, which ends what produces it).
 pub(crate) async fn respond(mut reply: SendResponse<Bytes>, response: Response<ProxyBody>) {
     let (mut parts, mut body) = response.into_parts();
-    strip_connection_fields(&mut parts.headers);
-    if !parts.headers.contains_key(header::DATE) {
+    // One pass over the names (standard names compare as small integers) instead of a lookup for each.
+    let (mut forbidden, mut dated, mut sized) = (false, false, false);
+    for name in parts.headers.keys() {
+        if name == header::DATE {
+            dated = true;
+        } else if name == header::CONTENT_LENGTH {
+            sized = true;
+        } else if connection_field(name) {
+            forbidden = true;
+        }
+    }
+    if forbidden {
+        strip_connection_fields(&mut parts.headers);
+    }
+    if !dated {
         parts.headers.insert(header::DATE, date());
     }
     let end = body.is_end_stream();
-    if !end && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+    if !end && !sized {
         if let Some(n) = body.size_hint().exact() {
             parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
@@ -146,21 +159,19 @@ fn pipe(
     }
 }
 
-/// Removes the fields HTTP/2 forbids (RFC 9113 8.2.2), which h2 would refuse the whole head for. Responses
-/// from upstreams have lost them already; a filter or handler may still set one. One pass over the names,
-/// and the removals only when there is something to remove.
+/// A field HTTP/2 forbids (RFC 9113 8.2.2), which h2 would refuse the whole head for.
+fn connection_field(name: &header::HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::TE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
+/// Removes the connection fields and those `Connection` names. Responses from upstreams have lost them
+/// already; a filter or handler may still set one.
 fn strip_connection_fields(headers: &mut HeaderMap) {
-    let forbidden = |name: &header::HeaderName| {
-        name == header::CONNECTION
-            || name == header::TRANSFER_ENCODING
-            || name == header::UPGRADE
-            || name == header::TE
-            || name.as_str() == "keep-alive"
-            || name.as_str() == "proxy-connection"
-    };
-    if !headers.keys().any(forbidden) {
-        return;
-    }
     let named: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -98,7 +98,8 @@ pub(crate) async fn serve(
                 if conn_flag.woken.swap(false, Ordering::SeqCst) {
                     match conn.poll_accept(&mut Context::from_waker(&conn_waker)) {
                         Poll::Ready(Some(Ok((req, reply)))) => {
-                            streams.push(stream(req, reply, state.clone()));
+                            // Boxed once here: the queue moves what it is given several times.
+                            streams.push(Box::pin(stream(req, reply, state.clone())));
                             // More may be ready.
                             conn_flag.woken.store(true, Ordering::SeqCst);
                             continue;
@@ -287,8 +288,7 @@ async fn stream(req: Request<RecvStream>, mut reply: SendResponse<Bytes>, conn: 
     let response = if req.method() == Method::CONNECT {
         local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported")
     } else {
-        // Boxed: the stream's future is moved as it is queued, and the answer's future is most of its size.
-        let mut served = Box::pin(answer(req, &conn));
+        let mut served = pin!(answer(req, &conn));
         let answered = poll_fn(|cx| match served.as_mut().poll(cx) {
             Poll::Ready(response) => Poll::Ready(Some(response)),
             Poll::Pending => reply.poll_reset(cx).map(|_| None),

@@ -325,3 +325,27 @@ fn keepalive_pings_disconnect_a_client_that_stops_answering() {
     let (pings, closed) = ping_watch(p.addr, false, Duration::from_secs(3));
     assert!(pings == 1 && closed, "a silent client saw {pings} PINGs, closed: {closed}");
 }
+
+#[test]
+fn connection_fields_a_static_answer_sets_are_dropped_over_http2_and_a_date_is_added() {
+    // HTTP/2 forbids connection-specific fields (RFC 9113 8.2.2): sent as they are, the stream would be reset.
+    let p = Portico::start(
+        "workers: 1\nadmin: { address: \"{admin}\" }\nlisteners: [ { name: web, address: \"{listen}\" } ]\nroutes:\n  - match: { path_prefix: / }\n    static: { status: 200, headers: { connection: \"close, x-named\", keep-alive: \"timeout=5\", x-named: \"1\", x-kept: \"1\" }, body: \"ok\\n\" }\n",
+    );
+    runtime().block_on(async {
+        let mut sender = common::h2c::<Full<Bytes>>(p.addr).await;
+        let resp = sender
+            .send_request(hyper::Request::get("http://localhost/").body(Full::new(Bytes::new())).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let h = resp.headers();
+        for gone in ["connection", "keep-alive", "x-named"] {
+            assert!(!h.contains_key(gone), "{gone} reached the client: {h:?}");
+        }
+        assert_eq!(h.get("x-kept").map(|v| v.as_bytes()), Some(&b"1"[..]));
+        let date = h.get("date").expect("a date").to_str().unwrap();
+        assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok\n");
+    });
+}
