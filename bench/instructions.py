@@ -6,9 +6,11 @@ Each binary (`--binary NAME=PATH`, several allowed) runs under `valgrind --tool=
 front of one nginx backend (100 B responses), and h2load sends a fixed number of requests over 8 keep-alive
 connections: HTTP/1.1 (`--protocol h1`) or HTTP/2 by prior knowledge (`--protocol h2`). It is run twice, with
 N1 and N2 requests; (instructions(N2) - instructions(N1)) / (N2 - N1) is the cost of one request without the
-start-up and shutdown. Extra YAML for the route (`--route-extra`) measures a route's filters.
+start-up and shutdown. Extra YAML for the route (`--route-extra`) measures a route's filters. `--peers
+nginx,haproxy` counts the peers set up the same way (one worker, upstream keep-alive), in the same run.
 
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
+    python3 bench/instructions.py --protocol h2 --binary portico=target/release/portico --peers nginx,haproxy
 """
 import argparse
 import os
@@ -49,6 +51,20 @@ http {{ access_log off; keepalive_requests 10000000;
     return proc
 
 
+def load(requests, protocol):
+    """Sends `requests` requests through the proxy with h2load over 8 keep-alive connections."""
+    if not requests:
+        return
+    args = ["h2load", "-n", str(requests), "-c", "8", "-m", "1"]
+    if protocol == "h1":
+        args.append("--h1")
+    args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    ok = re.search(r"requests: .* (\d+) succeeded", done.stdout)
+    if not ok or int(ok.group(1)) != requests:
+        raise SystemExit(f"h2load did not complete every request:\n{done.stdout}")
+
+
 def count(binary, requests, protocol, route_extra, work):
     """Total instructions (Ir) of a Portico run that served `requests` requests."""
     conf = f"""workers: 1
@@ -70,15 +86,7 @@ clusters:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(PROXY_PORT)
-        if requests:
-            args = ["h2load", "-n", str(requests), "-c", "8", "-m", "1"]
-            if protocol == "h1":
-                args.append("--h1")
-            args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
-            done = subprocess.run(args, capture_output=True, text=True, timeout=600)
-            ok = re.search(r"requests: .* (\d+) succeeded", done.stdout)
-            if not ok or int(ok.group(1)) != requests:
-                raise SystemExit(f"h2load did not complete every request:\n{done.stdout}")
+        load(requests, protocol)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
@@ -89,16 +97,76 @@ clusters:
     raise SystemExit("no totals in the callgrind output")
 
 
+def peer_command(peer, protocol, work):
+    """The command line of a peer proxy (`nginx` or `haproxy`) set up as Portico is: one worker, the same
+    backend, upstream keep-alive, HTTP/2 by prior knowledge for `--protocol h2`; and the signal that stops it
+    gracefully (so that callgrind writes its totals)."""
+    if peer == "nginx":
+        h2 = " http2" if protocol == "h2" else ""
+        conf = f"""worker_processes 1; daemon off; master_process off; pid {work}/peer.pid; error_log stderr error;
+events {{ worker_connections 1024; }}
+http {{ access_log off; keepalive_requests 10000000;
+  upstream be {{ server 127.0.0.1:{BACKEND_PORT}; keepalive 64; }}
+  server {{ listen 127.0.0.1:{PROXY_PORT}{h2};
+    location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
+"""
+        with open(f"{work}/peer-nginx.conf", "w") as f:
+            f.write(conf)
+        return ["nginx", "-c", f"{work}/peer-nginx.conf"], signal.SIGQUIT
+    if peer == "haproxy":
+        h2 = " proto h2" if protocol == "h2" else ""
+        conf = f"""global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend fe
+  bind 127.0.0.1:{PROXY_PORT}{h2}
+  default_backend be
+backend be
+  http-reuse always
+  server s1 127.0.0.1:{BACKEND_PORT}
+"""
+        with open(f"{work}/peer-haproxy.cfg", "w") as f:
+            f.write(conf)
+        return ["haproxy", "-db", "-f", f"{work}/peer-haproxy.cfg"], signal.SIGUSR1
+    raise SystemExit(f"unknown peer {peer} (nginx or haproxy)")
+
+
+def count_peer(peer, requests, protocol, work):
+    """Total instructions (Ir) of a peer's run that served `requests` requests."""
+    command, stop = peer_command(peer, protocol, work)
+    out = f"{work}/callgrind-{peer}.out"
+    if os.path.exists(out):
+        os.remove(out)
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(PROXY_PORT)
+        load(requests, protocol)
+    finally:
+        proc.send_signal(stop)
+        proc.wait(timeout=120)
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no totals in {peer}'s callgrind output")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", action="append", required=True, help="NAME=PATH of a portico binary")
+    ap.add_argument("--binary", action="append", default=[], help="NAME=PATH of a portico binary")
+    ap.add_argument("--peers", default="", help="peers measured the same way, comma-separated: nginx,haproxy")
     ap.add_argument("--protocol", choices=["h1", "h2"], default="h1")
     ap.add_argument("--requests", default="2000,12000", help="N1,N2")
     ap.add_argument("--route-extra", default="", help="YAML lines added under the route (indented 4 spaces)")
     a = ap.parse_args()
-    for tool in ("valgrind", "nginx", "h2load"):
+    for tool in ("valgrind", "nginx", "h2load") + (("haproxy",) if "haproxy" in a.peers else ()):
         if not shutil.which(tool):
-            raise SystemExit(f"{tool} is needed (apt-get install valgrind nginx nghttp2-client)")
+            raise SystemExit(f"{tool} is needed (apt-get install valgrind nginx nghttp2-client haproxy)")
     n1, n2 = (int(x) for x in a.requests.split(","))
     work = tempfile.mkdtemp(prefix="portico-instr-")
     backend = start_backend(work)
@@ -110,6 +178,10 @@ def main():
             low = count(path, n1, a.protocol, a.route_extra, work)
             high = count(path, n2, a.protocol, a.route_extra, work)
             print(f"| {name} | {a.protocol} | {(high - low) / (n2 - n1):,.0f} |", flush=True)
+        for peer in filter(None, a.peers.split(",")):
+            low = count_peer(peer, n1, a.protocol, work)
+            high = count_peer(peer, n2, a.protocol, work)
+            print(f"| {peer} | {a.protocol} | {(high - low) / (n2 - n1):,.0f} |", flush=True)
     finally:
         backend.send_signal(signal.SIGQUIT)
         backend.wait(timeout=10)
