@@ -7,13 +7,14 @@
 //!   end. Its request is cancelled by dropping the request's future, which is what the HTTP/2 server does when
 //!   the client resets the stream.
 
-use crate::codec::BodyFraming;
+use crate::codec::{self, BodyFraming, ResponseHead};
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::Body;
 use portico_core::io::Stream;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, ReadBuf};
 
 /// The request body as the proxy holds it.
@@ -42,9 +43,20 @@ impl ReqBody {
 pub(crate) const REPLAYABLE_BODY: u64 = 64 * 1024;
 
 pub(crate) enum BodySource<'a> {
-    Connection { io: &'a mut Stream, buf: &'a mut BytesMut },
-    Frames { reader: &'a mut FrameReader, buf: &'a mut BytesMut },
+    Connection {
+        io: &'a mut Stream,
+        buf: &'a mut BytesMut,
+    },
+    /// An HTTP/2 stream's body; `interim` sends the stream's 1xx responses.
+    Frames {
+        reader: &'a mut FrameReader,
+        buf: &'a mut BytesMut,
+        interim: &'a crate::h2_request::Interim,
+    },
 }
+
+/// How long writing an interim response to an HTTP/1 client may take (as for Portico's own heads).
+const INTERIM_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the upstream side gets from the client side of a request.
 pub(crate) struct Downstream<'a> {
@@ -56,6 +68,58 @@ pub(crate) struct Downstream<'a> {
 }
 
 impl BodySource<'_> {
+    /// Passes an upstream's interim (1xx) response on to the client, as RFC 9110 15.2 asks of a proxy: on
+    /// HTTP/1.1 as it came, less its hop-by-hop fields; on HTTP/2 as a HEADERS frame; never to an HTTP/1.0
+    /// client, which cannot read one. `Err` when the client has gone.
+    pub async fn interim(&mut self, bytes: &[u8], resp: &ResponseHead, http10: bool) -> io::Result<()> {
+        let forwarded = resp.headers.iter().filter(|h| {
+            let name = h.name.get(bytes);
+            codec::classify(name) != codec::Known::HopByHop
+                && (resp.connection.is_empty() || !resp.named_by_connection(bytes, name))
+        });
+        match self {
+            BodySource::Connection { io, .. } => {
+                if http10 {
+                    return Ok(());
+                }
+                let mut out = Vec::with_capacity(bytes.len());
+                out.extend_from_slice(b"HTTP/1.1 ");
+                // parse_response keeps only three-digit codes.
+                let status = resp.status;
+                out.extend_from_slice(&[
+                    b'0' + (status / 100) as u8,
+                    b'0' + (status / 10 % 10) as u8,
+                    b'0' + (status % 10) as u8,
+                ]);
+                out.push(b' ');
+                out.extend_from_slice(resp.reason.get(bytes));
+                out.extend_from_slice(b"\r\n");
+                for h in forwarded {
+                    out.extend_from_slice(h.name.get(bytes));
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(h.value.get(bytes));
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"\r\n");
+                crate::relay::write_timed(*io, &out, INTERIM_SEND_TIMEOUT).await
+            }
+            BodySource::Frames { interim, .. } => {
+                let mut response = hyper::Response::new(());
+                *response.status_mut() = hyper::StatusCode::from_u16(resp.status).map_err(io::Error::other)?;
+                for h in forwarded {
+                    let name = hyper::header::HeaderName::from_bytes(h.name.get(bytes));
+                    let value = hyper::header::HeaderValue::from_bytes(h.value.get(bytes));
+                    if let (Ok(name), Ok(value)) = (name, value) {
+                        response.headers_mut().append(name, value);
+                    }
+                }
+                // A stream already reset or answered has nowhere to put it: not a reason to fail the request.
+                let _ = interim.borrow_mut().send_informational(response);
+                Ok(())
+            }
+        }
+    }
+
     /// Resolves when the client has gone, as far as this source can tell while the request waits for its
     /// response: an HTTP/1 connection that closes (bytes read meanwhile, a pipelined request, stay in the
     /// buffer, at most `limit`); never for frames, whose request is cancelled by being dropped.
@@ -80,12 +144,12 @@ impl BodySource<'_> {
 /// A frame-delivered body read as bytes: data frames in order, trailers dropped (an HTTP/1 upstream is not
 /// sent trailers).
 pub(crate) struct FrameReader {
-    body: crate::h2_body::ClientBody,
+    body: crate::h2_request::ClientBody,
     rest: Bytes,
 }
 
 impl FrameReader {
-    pub fn new(body: crate::h2_body::ClientBody) -> FrameReader {
+    pub fn new(body: crate::h2_request::ClientBody) -> FrameReader {
         FrameReader { body, rest: Bytes::new() }
     }
 }

@@ -96,16 +96,19 @@ pub(crate) async fn reply(client: &mut Client, head: &RequestHead, resp: &LocalR
     Outcome::local(next, resp.status, written.unwrap_or(0))
 }
 
-/// The last fields of a proxied response head: the sticky cookie when the balancer set one, and what the
-/// connection does next (an HTTP/1.0 client kept alive must be told, or it closes).
+/// The last fields of a proxied response head: a `date` when the upstream sent none, the sticky cookie when
+/// the balancer set one, and what the connection does next (an HTTP/1.0 client kept alive must be told, or it closes).
 pub(crate) fn end_response_head(
     out: &mut Vec<u8>,
     cluster: &Cluster,
     endpoint: &Endpoint,
-    set_cookie: bool,
+    (set_cookie, dated): (bool, bool),
     keep_alive: bool,
     http10: bool,
 ) {
+    if !dated {
+        crate::date::write_field(out);
+    }
     if set_cookie {
         out.extend_from_slice(b"set-cookie: ");
         out.extend_from_slice(cluster.balancer.cookie_for(endpoint).as_bytes());
@@ -154,6 +157,9 @@ async fn write_local(
     }
     if let Some(edits) = edits {
         edits.write_appended(out);
+    }
+    if !resp.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("date")) {
+        crate::date::write_field(out);
     }
     if resp.status != 204 {
         out.extend_from_slice(b"content-length: ");

@@ -671,6 +671,8 @@ pub struct ResponseHead {
     /// Transfer codings other than the final `chunked` (for example `gzip`): the body is still encoded with
     /// them after de-chunking, so they must be forwarded.
     pub other_codings: Option<String>,
+    /// The response has a `date` (a proxy adds one when it has not).
+    pub dated: bool,
 }
 
 impl ResponseHead {
@@ -716,6 +718,7 @@ pub fn parse_response(
     let mut keep_alive = false;
     let mut headers = Vec::with_capacity(resp.headers.len());
     let mut connection = Vec::new();
+    let mut dated = false;
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         let value = trim(h.value);
@@ -737,6 +740,8 @@ pub fn parse_response(
                 keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
             connection.push(span.value);
+        } else if name.len() == 4 && name.eq_ignore_ascii_case(b"date") {
+            dated = true;
         }
         headers.push(span);
     }
@@ -767,7 +772,7 @@ pub fn parse_response(
     let other_codings = (te_present && !codings.is_empty() && body != BodyFraming::None)
         .then(|| codings.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join(", "));
     Ok(Parsed::Complete(
-        ResponseHead { status, reason, headers, body, reusable, connection, len: used, other_codings },
+        ResponseHead { status, reason, headers, body, reusable, connection, len: used, other_codings, dated },
         used,
     ))
 }

@@ -12,7 +12,7 @@ use crate::context::Connection;
 use crate::context::WorkerCtx;
 use crate::forward::{Answered, Exchange};
 use crate::h1_response::write_h1;
-use crate::h2_body::ClientBody;
+use crate::h2_request::ClientBody;
 use crate::outcome::{record, upstream_outcome, Next, Outcome};
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::response_body::{local, Finish, ProxyBody, Recorded};
@@ -586,7 +586,8 @@ async fn write_response(
     } else if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
-    crate::client::end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
+    let dated = parts.headers.contains_key(header::DATE);
+    crate::client::end_response_head(out, cluster, endpoint, (set_cookie, dated), keep_alive, head.http10);
     let send = settings.send_timeout;
     if bodiless {
         let written = write_timed(&mut client.io, &client.out, send).await;

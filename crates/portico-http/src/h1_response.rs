@@ -78,6 +78,9 @@ pub(crate) async fn write_h1<W: AsyncWrite + Unpin>(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    if !headers.contains_key(hyper::header::DATE) {
+        crate::date::write_field(out);
+    }
     match length {
         Some(n) if status >= 200 && status != 204 && status != 304 => {
             out.extend_from_slice(b"content-length: ");

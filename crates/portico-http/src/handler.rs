@@ -101,7 +101,7 @@ pub struct RequestBody<'a>(Inner<'a>);
 enum Inner<'a> {
     Empty,
     Http1(Rc<RefCell<Http1Reader<'a>>>),
-    Frames(crate::h2_body::ClientBody),
+    Frames(crate::h2_request::ClientBody),
 }
 
 impl<'a> RequestBody<'a> {
@@ -111,7 +111,7 @@ impl<'a> RequestBody<'a> {
     pub(crate) fn http1(reader: Rc<RefCell<Http1Reader<'a>>>) -> RequestBody<'a> {
         RequestBody(Inner::Http1(reader))
     }
-    pub(crate) fn frames(body: crate::h2_body::ClientBody) -> RequestBody<'a> {
+    pub(crate) fn frames(body: crate::h2_request::ClientBody) -> RequestBody<'a> {
         RequestBody(Inner::Frames(body))
     }
 }

@@ -8,7 +8,8 @@
 use crate::body::ClientFacts;
 use crate::context::Connection;
 use crate::context::WorkerCtx;
-use crate::h2_body::{respond, ClientBody};
+use crate::h2_request::{ClientBody, Interim};
+use crate::h2_response::respond;
 use crate::response_body::{local, ProxyBody};
 use crate::snapshot::Http2Settings;
 use bytes::{Buf, Bytes};
@@ -19,7 +20,7 @@ use h2::server::SendResponse;
 use h2::{Ping, RecvStream};
 use hyper::{Method, Request, Response, StatusCode};
 use portico_core::io::Stream;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
@@ -278,20 +279,21 @@ impl Drop for Active<'_> {
 
 /// Answers one stream, on the connection's task. A client that resets the stream before the answer is ready
 /// drops the work under way (an upstream exchange is abandoned, the request logged as 499).
-async fn stream(req: Request<RecvStream>, mut reply: SendResponse<Bytes>, conn: Rc<Connection>) {
+async fn stream(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<Connection>) {
     conn.last_request.set(Instant::now());
     conn.active.set(conn.active.get() + 1);
     let _active = Active(&conn);
     let (parts, recv) = req.into_parts();
     let body = ClientBody::new(recv, &parts.headers);
     let req = Request::from_parts(parts, body);
+    let reply: Interim = RefCell::new(reply);
     let response = if req.method() == Method::CONNECT {
         local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported")
     } else {
-        let mut served = pin!(answer(req, &conn));
+        let mut served = pin!(answer(req, &conn, &reply));
         let answered = poll_fn(|cx| match served.as_mut().poll(cx) {
             Poll::Ready(response) => Poll::Ready(Some(response)),
-            Poll::Pending => reply.poll_reset(cx).map(|_| None),
+            Poll::Pending => reply.borrow_mut().poll_reset(cx).map(|_| None),
         })
         .await;
         match answered {
@@ -299,12 +301,12 @@ async fn stream(req: Request<RecvStream>, mut reply: SendResponse<Bytes>, conn: 
             None => return,
         }
     };
-    respond(reply, response).await;
+    respond(&reply, response).await;
 }
 
 /// The stream's answer. A panic (a bug) costs this stream, answered 500, never the connection or the worker.
-async fn answer(req: Request<ClientBody>, conn: &Rc<Connection>) -> Response<ProxyBody> {
-    let served = AssertUnwindSafe(crate::serve_h2::serve(req, conn)).catch_unwind().await;
+async fn answer(req: Request<ClientBody>, conn: &Rc<Connection>, interim: &Interim) -> Response<ProxyBody> {
+    let served = AssertUnwindSafe(crate::serve_h2::serve(req, conn, interim)).catch_unwind().await;
     served.unwrap_or_else(|panic| {
         if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
             portico_core::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();

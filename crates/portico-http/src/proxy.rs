@@ -540,7 +540,7 @@ async fn forward_response(
     if let Some(edits) = &edits {
         edits.write_appended(out);
     }
-    end_response_head(out, cluster, endpoint, set_cookie, keep_alive, head.http10);
+    end_response_head(out, cluster, endpoint, (set_cookie, resp.dated), keep_alive, head.http10);
     // The head stays in `client.out`: relay_body sends it with the first body bytes.
     let timeouts = (cluster.settings.read_timeout, settings.send_timeout);
     let relayed = match &mut source {

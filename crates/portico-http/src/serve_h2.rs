@@ -11,7 +11,7 @@ use crate::codec::{self, BodyFraming, Known, RequestHead};
 use crate::context::Connection;
 use crate::forward::Answered;
 use crate::forward_h2::Waiting;
-use crate::h2_body::ClientBody;
+use crate::h2_request::{ClientBody, Interim};
 use crate::message::LocalResponse;
 use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Serves one stream's request.
-pub(crate) async fn serve(req: Request<ClientBody>, conn: &Rc<Connection>) -> Response<ProxyBody> {
+pub(crate) async fn serve(req: Request<ClientBody>, conn: &Rc<Connection>, interim: &Interim) -> Response<ProxyBody> {
     let started = Instant::now();
     let snapshot = conn.ctx.snapshot.load_full();
     let Some(settings) = snapshot.listener(&conn.listener) else {
@@ -47,7 +47,7 @@ pub(crate) async fn serve(req: Request<ClientBody>, conn: &Rc<Connection>) -> Re
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(&head, &conn.ctx);
     let front = crate::phases::front(&mut head, &snapshot, settings, conn.facts.https);
-    let reply = Reply { snapshot: &snapshot, conn, started };
+    let reply = Reply { snapshot: &snapshot, conn, started, interim };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
             // Boxed: this rarer path's future would otherwise make every stream's future larger.
@@ -69,6 +69,8 @@ struct Reply<'a> {
     snapshot: &'a Arc<Snapshot>,
     conn: &'a Rc<Connection>,
     started: Instant,
+    /// Where an upstream's 1xx goes.
+    interim: &'a Interim,
 }
 
 impl Reply<'_> {
@@ -149,7 +151,7 @@ async fn to_cluster(
     let mut down = Downstream {
         facts: &conn.facts,
         out: &mut out,
-        body: BodySource::Frames { reader: &mut reader, buf: &mut received },
+        body: BodySource::Frames { reader: &mut reader, buf: &mut received, interim: reply.interim },
     };
     let Some(compiled) = snapshot.router.get(route) else {
         counters.requests.add(-1);

@@ -244,7 +244,7 @@ pub(crate) fn wrap_h2(
 /// A handler target for an HTTP/2 stream. The request body is the stream's; the response body goes to hyper
 /// and the request is counted and logged when it ends or is dropped (the client reset the stream).
 pub(crate) async fn serve_h2(
-    req: hyper::Request<crate::h2_body::ClientBody>,
+    req: hyper::Request<crate::h2_request::ClientBody>,
     head: RequestHead,
     (route, handler, params): (usize, Arc<dyn Handler>, Vec<(String, String)>),
     snapshot: &Arc<Snapshot>,

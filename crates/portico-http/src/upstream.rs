@@ -8,7 +8,7 @@ use crate::message::same_header_name;
 use crate::pool::{Pool, UpstreamConn};
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use portico_core::io::Stream;
 use portico_core::shared::now_ms;
 use portico_core::stats::slot;
@@ -344,7 +344,7 @@ async fn relay_request_body<W: tokio::io::AsyncWrite + Unpin>(
     let out_chunked = framing == BodyFraming::Chunked;
     match source {
         BodySource::Connection { io, buf } => relay_body(*io, buf, framing, dst, out_chunked, timeouts, out).await,
-        BodySource::Frames { reader, buf } => {
+        BodySource::Frames { reader, buf, .. } => {
             let until_end = if out_chunked { BodyFraming::UntilClose } else { framing };
             relay_body(*reader, buf, until_end, dst, out_chunked, timeouts, out).await
         }
@@ -520,8 +520,12 @@ pub(crate) async fn read_response_head(
                     return Err(UpstreamFailure::upstream(502, "upstream switched protocols unexpectedly"));
                 }
                 if resp.status < 200 {
-                    // 100 Continue was answered by the proxy itself; other interim responses are dropped.
-                    conn.buf.advance(used);
+                    // 100 Continue was answered by the proxy itself; the others (103 Early Hints) go on to
+                    // the client.
+                    let bytes = conn.buf.split_to(used);
+                    if resp.status != 100 && source.interim(&bytes, &resp, head.http10).await.is_err() {
+                        return Err(UpstreamFailure::client_gone());
+                    }
                     interim_seen = true;
                     continue;
                 }

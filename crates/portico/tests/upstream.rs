@@ -346,3 +346,41 @@ fn ipv6_and_dns_endpoints() {
     seen.dedup();
     assert_eq!(seen.len(), 2, "{seen:?}");
 }
+
+#[test]
+fn interim_responses_reach_http11_and_http2_clients_and_a_date_is_added() {
+    // RFC 9110 15.2: a proxy forwards 1xx responses (here 103 Early Hints, less its hop-by-hop fields), but
+    // not to an HTTP/1.0 client; RFC 9110 6.6.1: a response without a date gets one.
+    let raw = RawBackend::start(Behaviour::Fixed(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n\
+          HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            .to_vec(),
+    ))
+    .unwrap();
+    let p = Portico::simple("round_robin", &[raw.addr], "");
+
+    let (out, _) = raw_exchange(p.addr, b"GET /hints HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let (interim, last) = out.split_once("\r\n\r\n").expect("two heads");
+    assert!(interim.starts_with("HTTP/1.1 103 Early Hints\r\n"), "{out}");
+    assert!(interim.contains("\r\nLink: </s.css>; rel=preload") && !interim.contains("X-Hop"), "{out}");
+    assert!(last.starts_with("HTTP/1.1 200 OK\r\n") && last.ends_with("\r\n\r\nok"), "{out}");
+    let date = last.lines().find_map(|l| l.strip_prefix("date: ")).expect("a date");
+    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+
+    let (out, _) = raw_exchange(p.addr, b"GET /hints HTTP/1.0\r\nHost: a\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n") && !out.contains("103"), "{out}");
+
+    // Portico's own answers are dated too.
+    let (out, _) = raw_exchange(p.addr, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 400") && out.contains("\r\ndate: "), "{out}");
+
+    let url = format!("http://{}/hints", p.addr);
+    let curl = std::process::Command::new("curl")
+        .args(["-sv", "--http2-prior-knowledge", "--max-time", "10", &url])
+        .output()
+        .unwrap();
+    let verbose = String::from_utf8_lossy(&curl.stderr);
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "ok");
+    assert!(verbose.contains("< HTTP/2 103") && verbose.contains("< link: </s.css>; rel=preload"), "{verbose}");
+    assert!(!verbose.contains("x-hop") && verbose.contains("< HTTP/2 200"), "{verbose}");
+}

@@ -1,82 +1,23 @@
-//! The two ends of an HTTP/2 client's stream as the `h2` crate hands them over: the request body it sends
-//! (`ClientBody`, an `http_body::Body` that gives flow-control credit back as it is read) and the response
-//! sent to it (`respond`: the head, then the body's frames as the stream's send window allows, the client's
-//! reset ending it early). hyper's server did this for us before; serving `h2` directly saves its per-stream
-//! task and the checks it repeats, and lets every stream of a connection run on the connection's task.
+//! The response sent to an HTTP/2 client's stream, as the `h2` crate takes it: the head (with the fields
+//! HTTP/2 forbids removed, `date` and `content-length` added when missing), then the body's frames as the
+//! stream's send window allows, the client's reset ending it early. hyper's server did this before; serving
+//! `h2` directly saves its per-stream task and the checks it repeated.
 
+use crate::h2_request::Interim;
 use crate::response_body::ProxyBody;
 use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
-use hyper::body::{Body, Frame, SizeHint};
+use h2::{Reason, SendStream};
+use hyper::body::Body;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::Response;
-use std::cell::RefCell;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// An HTTP/2 client's request body: DATA frames in order, then its trailers, if any.
-pub(crate) struct ClientBody {
-    recv: RecvStream,
-    /// Bytes still announced by `content-length`, when the request has one.
-    left: Option<u64>,
-    data_done: bool,
-}
-
-impl ClientBody {
-    pub fn new(recv: RecvStream, headers: &HeaderMap) -> ClientBody {
-        // h2 itself refuses DATA that disagrees with `content-length`; here it only sizes the body.
-        let left = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-        ClientBody { recv, left, data_done: false }
-    }
-}
-
-impl Body for ClientBody {
-    type Data = Bytes;
-    type Error = h2::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let this = self.get_mut();
-        if !this.data_done {
-            match ready!(this.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    // The bytes are ours now: the client may send as many more.
-                    let _ = this.recv.flow_control().release_capacity(data.len());
-                    if let Some(left) = &mut this.left {
-                        *left = left.saturating_sub(data.len() as u64);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => this.data_done = true,
-            }
-        }
-        match ready!(this.recv.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.left {
-            Some(n) => SizeHint::with_exact(n),
-            None if self.recv.is_end_stream() => SizeHint::with_exact(0),
-            None => SizeHint::default(),
-        }
-    }
-}
 
 /// Sends `response` on the stream: its head (with `date` and, for a body of known size, `content-length`
 /// added when missing), then its body until it ends, fails (the stream is reset) or the client resets the
 /// stream (the body is dropped, which ends what produces it).
-pub(crate) async fn respond(mut reply: SendResponse<Bytes>, response: Response<ProxyBody>) {
+pub(crate) async fn respond(reply: &Interim, response: Response<ProxyBody>) {
     let (mut parts, mut body) = response.into_parts();
     // One pass over the names (standard names compare as small integers) instead of a lookup for each.
     let (mut forbidden, mut dated, mut sized) = (false, false, false);
@@ -93,7 +34,7 @@ pub(crate) async fn respond(mut reply: SendResponse<Bytes>, response: Response<P
         strip_connection_fields(&mut parts.headers);
     }
     if !dated {
-        parts.headers.insert(header::DATE, date());
+        parts.headers.insert(header::DATE, crate::date::header_value());
     }
     let end = body.is_end_stream();
     if !end && !sized {
@@ -101,7 +42,7 @@ pub(crate) async fn respond(mut reply: SendResponse<Bytes>, response: Response<P
             parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
     }
-    let Ok(mut send) = reply.send_response(Response::from_parts(parts, ()), end) else { return };
+    let Ok(mut send) = reply.borrow_mut().send_response(Response::from_parts(parts, ()), end) else { return };
     if !end {
         let _ = poll_fn(|cx| pipe(&mut send, Pin::new(&mut body), cx)).await;
     }
@@ -190,26 +131,6 @@ fn strip_connection_fields(headers: &mut HeaderMap) {
     headers.remove("proxy-connection");
 }
 
-thread_local! {
-    /// The `date` value of the current second, formatted once per second per worker.
-    static DATE: RefCell<(u64, HeaderValue)> = const { RefCell::new((u64::MAX, HeaderValue::from_static(""))) };
-}
-
-/// Now as an HTTP date (RFC 9110 5.6.7), for responses that come without one.
-fn date() -> HeaderValue {
-    let now = SystemTime::now();
-    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    DATE.with(|cell| {
-        let mut cached = cell.borrow_mut();
-        if cached.0 != second {
-            let text = httpdate::fmt_http_date(now);
-            cached.1 = HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""));
-            cached.0 = second;
-        }
-        cached.1.clone()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,13 +146,5 @@ mod tests {
         strip_connection_fields(&mut headers);
         let names: Vec<&str> = headers.keys().map(|n| n.as_str()).collect();
         assert_eq!(names, ["content-type"]);
-    }
-
-    #[test]
-    fn dates_are_http_dates() {
-        let value = date();
-        let parsed = httpdate::parse_http_date(value.to_str().unwrap()).unwrap();
-        let age = SystemTime::now().duration_since(parsed).unwrap();
-        assert!(age.as_secs() < 5);
     }
 }
