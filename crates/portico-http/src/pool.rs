@@ -35,7 +35,22 @@ pub(crate) trait BatchTurn {
 
 impl UpstreamConn {
     /// A freshly connected socket, counted as opened and open for its cluster and endpoint.
+    #[cfg(test)]
     pub(crate) fn new(
+        io: portico_core::io::Stream,
+        endpoint: Arc<EndpointStats>,
+        cluster: Arc<ClusterStats>,
+        worker: usize,
+    ) -> Self {
+        if let Some(s) = cluster.slots.get(worker) {
+            s.0.connections.add(1);
+        }
+        Self::counted(io, endpoint, cluster, worker)
+    }
+
+    /// A freshly connected socket whose place among its cluster's open connections was taken before it was
+    /// opened (so that connections being opened count against the limit); counted as opened.
+    pub(crate) fn counted(
         io: portico_core::io::Stream,
         endpoint: Arc<EndpointStats>,
         cluster: Arc<ClusterStats>,
@@ -43,9 +58,6 @@ impl UpstreamConn {
     ) -> Self {
         if let Some(s) = endpoint.slots.get(worker) {
             s.0.connections_opened.inc();
-        }
-        if let Some(s) = cluster.slots.get(worker) {
-            s.0.connections.add(1);
         }
         UpstreamConn { io, buf: BytesMut::new(), reused: false, ticket: None, endpoint, cluster, worker }
     }
@@ -71,6 +83,9 @@ impl Drop for UpstreamConn {
     fn drop(&mut self) {
         if let Some(s) = self.cluster.slots.get(self.worker) {
             s.0.connections.add(-1);
+            if s.0.pending.get() > 0 {
+                s.0.freed.notify_waiters();
+            }
         }
     }
 }
@@ -161,7 +176,25 @@ impl Pool {
         // An idle connection needs no read buffer: it goes to the thread's spare buffers until the next response.
         let mut conn = conn;
         crate::buffers::give_back(&mut conn.buf);
+        if let Some(s) = conn.cluster.slots.get(conn.worker) {
+            if s.0.pending.get() > 0 {
+                s.0.freed.notify_waiters();
+            }
+        }
         list.push((conn, Instant::now(), idle_timeout));
+    }
+
+    /// Closes the oldest idle connection of `cluster` (to any of its endpoints), making room under its
+    /// connection limit for a request that needs another endpoint; false when it has none idle.
+    pub fn close_idle_of(&mut self, cluster: &Arc<ClusterStats>) -> bool {
+        for list in self.idle.values_mut() {
+            if list.first().is_some_and(|(c, _, _)| Arc::ptr_eq(&c.cluster, cluster)) {
+                let (oldest, _, _) = list.remove(0);
+                oldest.set_idle(-1);
+                return true;
+            }
+        }
+        false
     }
 
     /// Closes connections idle for longer than their cluster's idle timeout or closed by their upstream.

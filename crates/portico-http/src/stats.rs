@@ -47,8 +47,10 @@ pub struct ClusterSlot {
     pub pipeline_writes: Counter,
     /// Requests in flight (for the breaker and the retry budget).
     pub requests: Gauge,
-    /// Requests waiting for a connection.
+    /// Requests waiting for a connection (the cluster is at `max_connections`).
     pub pending: Gauge,
+    /// Woken when a connection is returned to the pool or closed, while requests wait for one.
+    pub freed: tokio::sync::Notify,
     /// Upstream connections open (active and idle).
     pub connections: Gauge,
     /// Retries in flight.

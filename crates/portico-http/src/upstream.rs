@@ -8,6 +8,7 @@ use crate::message::same_header_name;
 use crate::pool::{Pool, UpstreamConn};
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
+use crate::stats::ClusterSlot;
 use bytes::{Bytes, BytesMut};
 use portico_core::io::Stream;
 use portico_core::shared::now_ms;
@@ -71,7 +72,9 @@ impl UpstreamFailure {
     }
 }
 
-/// A pooled connection to `endpoint`, or a new one if the breaker allows it.
+/// A pooled connection to `endpoint`, or a new one. At the cluster's connection limit the request waits for a
+/// connection to be returned or closed, up to the connect timeout, as Envoy's pending requests do; only
+/// `max_pending` requests may wait, more are refused at once (the breaker).
 pub(crate) async fn connection(
     pool: &RefCell<Pool>,
     worker: usize,
@@ -79,25 +82,73 @@ pub(crate) async fn connection(
     endpoint: &Endpoint,
     fresh_only: bool,
 ) -> Result<UpstreamConn, UpstreamFailure> {
-    if !fresh_only {
-        if let Some(conn) = pool.borrow_mut().checkout(endpoint, cluster.settings.pool_idle_timeout) {
-            return Ok(conn);
-        }
-    }
     let counters = slot(&cluster.stats.slots, worker);
     let settings = &cluster.settings;
-    if counters.connections.get() >= settings.max_connections_per_worker {
-        counters.breaker_rejections.inc();
-        return Err(UpstreamFailure::breaker("upstream connection limit reached (circuit breaker)"));
+    let mut deadline = None;
+    loop {
+        if !fresh_only {
+            if let Some(conn) = pool.borrow_mut().checkout(endpoint, settings.pool_idle_timeout) {
+                return Ok(conn);
+            }
+        }
+        if counters.connections.get() < settings.max_connections_per_worker {
+            // Counted from now: connections being opened take their place under the limit too.
+            let place = Opening::take(counters);
+            let opened = open(endpoint, Instant::now() + settings.connect_timeout).await?;
+            place.filled();
+            return Ok(UpstreamConn::counted(opened, endpoint.stats.clone(), cluster.stats.clone(), worker));
+        }
+        // At the limit. An idle connection to another endpoint of the cluster gives its place up.
+        if pool.borrow_mut().close_idle_of(&cluster.stats) {
+            continue;
+        }
+        if counters.pending.get() >= settings.max_pending_per_worker {
+            counters.breaker_rejections.inc();
+            return Err(UpstreamFailure::breaker(
+                "too many requests waiting for an upstream connection (circuit breaker)",
+            ));
+        }
+        let until = *deadline.get_or_insert_with(|| Instant::now() + settings.connect_timeout);
+        // Registered before anything else runs on this worker: no return or close can be missed.
+        let freed = std::pin::pin!(counters.freed.notified());
+        counters.pending.add(1);
+        let woken = timeout_at(until, freed).await;
+        counters.pending.add(-1);
+        if woken.is_err() {
+            counters.breaker_rejections.inc();
+            return Err(UpstreamFailure::breaker("upstream connection limit reached (circuit breaker)"));
+        }
     }
-    if counters.pending.get() >= settings.max_pending_per_worker {
-        counters.breaker_rejections.inc();
-        return Err(UpstreamFailure::breaker("too many requests waiting for an upstream connection (circuit breaker)"));
+}
+
+/// A place among a cluster's open connections taken for one being opened; given back if the connection is
+/// not made (it failed, or the request was dropped meanwhile), waking a request waiting for a place.
+struct Opening<'a> {
+    counters: &'a ClusterSlot,
+    filled: bool,
+}
+
+impl<'a> Opening<'a> {
+    fn take(counters: &'a ClusterSlot) -> Opening<'a> {
+        counters.connections.add(1);
+        Opening { counters, filled: false }
     }
-    counters.pending.add(1);
-    let opened = open(endpoint, Instant::now() + settings.connect_timeout).await;
-    counters.pending.add(-1);
-    opened.map(|io| UpstreamConn::new(io, endpoint.stats.clone(), cluster.stats.clone(), worker))
+
+    /// The connection was made: its `UpstreamConn` holds the place from now on.
+    fn filled(mut self) {
+        self.filled = true;
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if !self.filled {
+            self.counters.connections.add(-1);
+            if self.counters.pending.get() > 0 {
+                self.counters.freed.notify_waiters();
+            }
+        }
+    }
 }
 
 /// Connects to `endpoint` and, for a TLS endpoint, completes the handshake, all before `deadline`.
