@@ -213,7 +213,9 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         return int(text.splitlines()[2].split()[0]) - 1  # minus this status request's own connection
 
     # -- proxies
-    def start_proxy(self, name, endpoints, tls=False):
+    def start_proxy(self, name, endpoints, tls=False, stock=False):
+        """Starts proxy `name` in front of `endpoints`. `stock`: Portico with its default limits (no raised
+        circuit breaker or connection limit), as a user runs it."""
         port = PROXY_PORTS[name]
         d = os.path.join(self.work, name)
         os.makedirs(d, exist_ok=True)
@@ -223,12 +225,12 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 {"process_model: multi_process" if name == "portico+mp" else ""}
 log: {{ level: error }}
 admin: {{ address: "127.0.0.1:{port + 100}" }}
-listeners: [ {{ name: web, address: "127.0.0.1:{port}", limits: {{ max_connections: {self.fd_limit} }}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
+listeners: [ {{ name: web, address: "127.0.0.1:{port}"{"" if stock else f", limits: {{ max_connections: {self.fd_limit} }}"}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
 routes: [ {{ cluster: be{FILTERS if name == "portico+filters" else ""} }} ]
 {f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
   be:
-    circuit_breaker: {{ max_connections: 100000, max_pending: 100000, max_requests: 100000 }}
+{"" if stock else "    circuit_breaker: { max_connections: 100000, max_pending: 100000, max_requests: 100000 }"}
 {f"    pool: {{ pipeline_depth: {self.pipeline_depth} }}" if name.endswith("+pipe") else ""}
     endpoints:
 {eps}
