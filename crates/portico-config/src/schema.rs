@@ -274,8 +274,9 @@ pub struct ListenerLimits {
     pub max_header_bytes: ByteSize,
     /// Most header fields in one request; more gets 431.
     pub max_headers: usize,
-    /// Most open client connections on this listener, shared evenly among workers.
-    pub max_connections: usize,
+    /// Most open client connections on this listener, shared evenly among workers. Unset: derived from the
+    /// open-file limit when the process starts (`portico_core::process_setup::derived_connection_limit`).
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ListenerLimits {
@@ -284,7 +285,7 @@ impl Default for ListenerLimits {
             max_request_line: ByteSize::kib(8),
             max_header_bytes: ByteSize::kib(32),
             max_headers: 100,
-            max_connections: 10_000,
+            max_connections: None,
         }
     }
 }

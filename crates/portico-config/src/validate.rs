@@ -166,11 +166,11 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 Some("the default is 32KiB"),
             );
         }
-        if lim.max_connections == 0 {
+        if lim.max_connections == Some(0) {
             err(
                 &format!("{base}.limits.max_connections"),
                 "max_connections must be at least 1".into(),
-                Some("the default is 10000"),
+                Some("leave it out to derive it from the open-file limit"),
             );
         }
         let h2 = &l.http2;

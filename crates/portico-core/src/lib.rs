@@ -5,6 +5,7 @@
 //! it, never the other way round.
 
 pub mod access_log;
+pub mod idle;
 pub mod io;
 pub mod listeners;
 pub mod metrics_merge;

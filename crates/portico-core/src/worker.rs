@@ -63,6 +63,9 @@ pub struct WorkerCore {
     pub access_log: Option<LocalLog>,
     open_connections: Cell<usize>,
     connection_closed: Notify,
+    /// Keep-alive connections idle between requests, longest-idle first: at the connection limit the first
+    /// is closed to make room.
+    pub idle: crate::idle::IdleConnections,
     /// Debug builds: notified to make this worker's runtime die (the supervisor test's hook).
     #[cfg(debug_assertions)]
     pub debug_kill: Notify,
@@ -139,6 +142,7 @@ async fn run(
         access_log: access_log.map(LocalLog::new),
         open_connections: Cell::new(0),
         connection_closed: Notify::new(),
+        idle: Default::default(),
         #[cfg(debug_assertions)]
         debug_kill: Notify::new(),
     });
@@ -221,17 +225,32 @@ async fn accept_loop(
     let mut shutdown = core.shutdown.clone();
     loop {
         let limit = plane.connection_limit(&name);
-        while core.open_connections.get() >= limit {
+        let accepted = if core.open_connections.get() < limit {
             tokio::select! {
-                _ = core.connection_closed.notified() => {}
+                r = listener.accept() => r,
+                _ = shutdown.changed() => return, // dropping the listener stops accepting
+                _ = stop.notified() => return,
+            }
+        } else if !core.idle.is_empty() {
+            // At the limit, with keep-alive connections idle: a new client is accepted when it comes, and the
+            // longest-idle connection closes to make room for it (nginx reuses connections the same way).
+            tokio::select! {
+                r = listener.accept() => {
+                    core.idle.evict_oldest();
+                    r
+                }
+                _ = core.connection_closed.notified() => continue,
                 _ = shutdown.changed() => return,
                 _ = stop.notified() => return,
             }
-        }
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            _ = shutdown.changed() => return, // dropping the listener stops accepting
-            _ = stop.notified() => return,
+        } else {
+            // At the limit and every connection busy: new clients wait in the kernel's queue.
+            tokio::select! {
+                _ = core.connection_closed.notified() => continue,
+                _ = core.idle.entered() => continue,
+                _ = shutdown.changed() => return,
+                _ = stop.notified() => return,
+            }
         };
         match accepted {
             Ok((io, peer)) => {

@@ -17,6 +17,7 @@ use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
+use portico_core::idle::IdleConnections;
 use portico_core::io::Stream;
 use portico_core::stats::slot;
 use std::net::SocketAddr;
@@ -95,7 +96,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
             let Some(settings) = waiting.listener(&listener) else {
                 return;
             };
-            match read_head(&mut client, settings, first, &mut shutdown).await {
+            match read_head(&mut client, settings, first, &mut shutdown, &ctx.core.idle).await {
                 Ok(Some(Arrived::Request(head))) => head,
                 Ok(Some(Arrived::Http2)) => {
                     let Client { io, buf, peer, facts, .. } = client;
@@ -215,6 +216,7 @@ async fn read_head(
     settings: &ListenerSettings,
     first: bool,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    idle: &IdleConnections,
 ) -> Result<Option<Arrived>, HeadError> {
     // Prior-knowledge HTTP/2 ("h2c"): only as a plain connection's first bytes.
     let h2c = first && settings.http2.is_some() && matches!(client.io, Stream::Tcp(_));
@@ -262,8 +264,21 @@ async fn read_head(
             // request on a new one), but a new connection gets a moment for its first request, which is answered:
             // its client has not heard from us and would take a close for a failure. A connection that sends
             // nothing (a preconnect, a probe) does not hold the drain longer than that moment.
+            // A kept-alive connection waits in the worker's idle list: at the connection limit the
+            // longest-idle one is closed for a new client. A new connection is not: its client has not heard
+            // from us yet.
+            let ticket = (!first).then(|| idle.enter());
+            let evicted = async {
+                match &ticket {
+                    Some(ticket) => ticket.evicted().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                // In this order: a request that has arrived is served even if the place was wanted.
+                biased;
                 r = timeout_at(deadline, client.io.readable()) => if r.is_err() { return Ok(None) },
+                () = evicted => return Ok(None),
                 r = shutdown.changed() => {
                     if r.is_err() || !first {
                         return Ok(None);

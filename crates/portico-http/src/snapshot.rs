@@ -258,6 +258,8 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
     for (path, message, hint) in route_problems {
         problems.push(loaded.diagnostic(&path, message, hint));
     }
+    let deriving = cfg.listeners.iter().filter(|l| l.limits.max_connections.is_none()).count();
+    let derived_connections = portico_core::process_setup::derived_connection_limit(deriving);
     let listeners = cfg
         .listeners
         .iter()
@@ -280,7 +282,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                     max_header_bytes: l.limits.max_header_bytes.as_usize(),
                     max_headers: l.limits.max_headers,
                 },
-                max_connections: l.limits.max_connections,
+                max_connections: l.limits.max_connections.unwrap_or(derived_connections),
                 paths: crate::path::NormalizeOptions {
                     merge_slashes: l.paths.merge_slashes,
                     encoded_slashes: match l.paths.encoded_slashes {

@@ -572,9 +572,9 @@ pub(crate) async fn read_response_head(
                 }
                 if resp.status < 200 {
                     // 100 Continue was answered by the proxy itself; the others (103 Early Hints) go on to
-                    // the client.
+                    // the client (boxed: rare, and its state would enlarge every exchange's future).
                     let bytes = conn.buf.split_to(used);
-                    if resp.status != 100 && source.interim(&bytes, &resp, head.http10).await.is_err() {
+                    if resp.status != 100 && Box::pin(source.interim(&bytes, &resp, head.http10)).await.is_err() {
                         return Err(UpstreamFailure::client_gone());
                     }
                     interim_seen = true;

@@ -378,3 +378,72 @@ fn failed_connection_attempts_give_their_place_back() {
         assert!(r.text().contains("refused"), "{}", r.text());
     }
 }
+
+#[test]
+fn at_the_connection_limit_the_longest_idle_keep_alive_connection_makes_room() {
+    // Reported: with the limit's worth of idle keep-alive connections open, new clients got no answer.
+    let a = Backend::start("a").unwrap();
+    let yaml = simple_yaml("round_robin", &[a.addr], "")
+        .replace("    address: \"{listen}\"\n", "    address: \"{listen}\"\n    limits: { max_connections: 8 }\n");
+    let p = Portico::start(&yaml);
+    let mut idle: Vec<Conn> = (0..8).map(|_| Conn::open(p.addr)).collect();
+    for c in idle.iter_mut() {
+        assert_eq!(c.get("/", "").status, 200);
+        std::thread::sleep(Duration::from_millis(20)); // so that the first is the longest idle
+    }
+    let mut newcomers = Vec::new();
+    for round in 0..3 {
+        let started = Instant::now();
+        let mut conn = Conn::open(p.addr);
+        let r = conn.get("/", "");
+        newcomers.push(conn); // kept open: each newcomer needs a place of its own
+        assert_eq!(r.status, 200, "new client {round}: {}", r.head);
+        assert!(started.elapsed() < Duration::from_secs(2), "new client {round} waited {:?}", started.elapsed());
+    }
+    // The three longest idle were closed for them, in order; the others still serve.
+    for (i, c) in idle.iter_mut().enumerate() {
+        c.stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut byte = [0u8; 1];
+        let answered = std::io::Read::read(&mut c.stream, &mut byte).is_ok_and(|n| n == 1);
+        assert_eq!(answered, i >= 3, "connection {i}");
+    }
+}
+
+#[test]
+fn the_connection_limit_in_force_is_logged_at_start_and_derived_from_the_open_file_limit() {
+    use std::io::BufRead;
+    let dir = temp_dir();
+    let file = dir.join("limits.yaml");
+    let port = free_port();
+    std::fs::write(
+        &file,
+        format!(
+            "listeners:\n  - {{ name: web, address: \"127.0.0.1:{port}\" }}\n  - {{ name: capped, address: \"127.0.0.1:{}\", limits: {{ max_connections: 77 }} }}\nroutes: [ {{ static: {{ status: 200, body: ok }} }} ]\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(portico_bin())
+        .args(["run", "-c", file.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || stderr.lines().map_while(Result::ok).try_for_each(|l| lines.send(l)));
+    let (mut derived, mut capped) = (None, false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while derived.is_none() || !capped {
+        let Ok(line) = seen.recv_timeout(deadline.saturating_duration_since(Instant::now())) else { break };
+        if line.contains("client connections (derived from the open-file limit") {
+            derived = line.split("at most ").nth(1).and_then(|r| r.split(' ').next()?.parse::<usize>().ok());
+        }
+        capped |= line.contains("at most 77 client connections (limits.max_connections)");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(capped, "the configured limit was not logged");
+    let derived = derived.expect("the derived limit was not logged");
+    assert!(derived >= 256, "{derived}");
+}
