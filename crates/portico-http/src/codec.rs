@@ -516,6 +516,12 @@ fn analyse_request(
     }
 
     let tb = target.get(head_bytes);
+    // A fragment never belongs in a request (RFC 9112 3.2, RFC 3986 3.5). Servers read a target that has one
+    // differently (cut at the `#`, or `#` taken as part of the path), so routing and the upstream could
+    // disagree about the path: refused, in every form of target.
+    if memchr::memchr(b'#', tb).is_some() {
+        return Err(bad("fragment in the request target"));
+    }
     let (mut host, origin_start) = if tb.first() == Some(&b'/') {
         (None, 0usize)
     } else if tb == b"*" {
@@ -969,6 +975,12 @@ mod tests {
             ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
             ("GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
             ("GET foo HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET /g#frag HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET /g?q=1#frag HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET /# HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET http://h/g#f HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET http://h#f HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("OPTIONS *# HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             ("CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405),
             ("GET / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n", 417),
         ];
@@ -978,6 +990,21 @@ mod tests {
                 Ok(_) => panic!("accepted {req:?}"),
             }
         }
+    }
+
+    /// A fragment is refused in every form of target, by the HTTP/1 parser and in HTTP/2 fields alike.
+    #[test]
+    fn a_fragment_in_the_target_is_refused() {
+        for target in ["/g#frag", "/g?q=1#f", "/#", "/a%23b#", "http://h/g#f", "http://h#f", "http://h?q#f", "*#"] {
+            let method = if target.starts_with('*') { "OPTIONS" } else { "GET" };
+            let text = format!("{method} {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+            let expected = Some(bad("fragment in the request target"));
+            assert_eq!(parse_request(text.as_bytes(), &LIMITS).err(), expected, "{text:?}");
+            let no_fields = std::iter::empty::<(&[u8], &[u8])>;
+            assert_eq!(request_from_fields(method, target, b"a", no_fields, &LIMITS).err(), expected, "{target:?}");
+        }
+        // An encoded `#` is data, not a fragment.
+        assert_eq!(parse("GET /a%23b HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().path(), b"/a%23b");
     }
 
     #[test]
@@ -1184,6 +1211,8 @@ mod tests {
         same("G(ET", "/", b"h", &[], &LIMITS);
         same("GET", "/\x7f", b"h", &[], &LIMITS);
         same("GET", "/é", b"h", &[], &LIMITS);
+        same("GET", "/g#frag", b"h", &[], &LIMITS);
+        same("GET", "http://other/g#f", b"h", &[], &LIMITS);
         let long = format!("/{}", "a".repeat(8192 - 14));
         same("GET", &long, b"h", &[], &LIMITS);
         same("GET", &long[1..], b"h", &[], &LIMITS);

@@ -266,3 +266,25 @@ fn head_and_bodiless_responses() {
     let r = conn.get("/bytes/3", "");
     assert_eq!(r.body, b"012");
 }
+
+/// A fragment is not part of an origin-form or absolute-form target (RFC 9112 3.2): a proxy that routes on one
+/// reading of the path while the upstream reads another is a bypass, so the request is refused outright.
+#[test]
+fn a_fragment_in_the_request_target_gets_400_and_is_never_forwarded() {
+    let (backend, p) = setup();
+    for request in [
+        &b"GET /g#frag HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+        b"GET /g?q=1#frag HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET /# HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET http://a/g#f HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"POST /upload#f HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi",
+    ] {
+        let name = String::from_utf8_lossy(request);
+        let (response, closed) = raw_exchange(p.addr, request);
+        assert!(response.starts_with("HTTP/1.1 400 "), "{name:?}: got {response:?}");
+        assert!(response.to_ascii_lowercase().contains("connection: close"), "{name:?}: {response}");
+        assert!(closed, "{name:?}: connection left open");
+    }
+    assert_eq!(backend.requests(), 0, "a target with a fragment was forwarded");
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+}
