@@ -808,17 +808,18 @@ impl ChunkedDecoder {
         loop {
             match *self {
                 ChunkedDecoder::Size => {
-                    let Some(nl) = memchr::memchr(b'\n', &buf[..buf.len().min(MAX_CHUNK_LINE)]) else {
+                    let window = &buf[..buf.len().min(MAX_CHUNK_LINE)];
+                    let Some(line_end) = crlf_at(window)? else {
                         if buf.len() >= MAX_CHUNK_LINE {
                             return Err("chunk size line too long");
                         }
+                        // Refused at the first byte no later one can mend, not when the line ends (or the
+                        // read timeout does). A CR last may be the start of the CRLF.
+                        parse_chunk_size(window.strip_suffix(b"\r").unwrap_or(window), false)?;
                         return Ok(Decoded::NeedMore);
                     };
-                    if nl == 0 || buf[nl - 1] != b'\r' {
-                        return Err("chunk size line not ended by CRLF");
-                    }
-                    let size = parse_chunk_size(&buf[..nl - 1])?;
-                    let _ = buf.split_to(nl + 1);
+                    let size = parse_chunk_size(&buf[..line_end], true)?;
+                    let _ = buf.split_to(line_end + 2);
                     *self = if size == 0 { ChunkedDecoder::Trailers(0) } else { ChunkedDecoder::Data(size) };
                 }
                 ChunkedDecoder::Data(remaining) => {
@@ -844,21 +845,22 @@ impl ChunkedDecoder {
                     *self = ChunkedDecoder::Size;
                 }
                 ChunkedDecoder::Trailers(seen) => {
-                    let Some(nl) = memchr::memchr(b'\n', buf) else {
+                    // A field line may not start with whitespace (obs-fold), nor a line hold a bare CR or LF.
+                    if buf.first().is_some_and(|&b| b == b' ' || b == b'\t') {
+                        return Err("malformed trailer field");
+                    }
+                    let Some(line_end) = crlf_at(buf).map_err(|_| "trailer line not ended by CRLF")? else {
                         if seen + buf.len() > MAX_TRAILER_BYTES {
                             return Err("trailer section too large");
                         }
                         return Ok(Decoded::NeedMore);
                     };
-                    if nl == 0 || buf[nl - 1] != b'\r' || memchr::memchr(b'\r', &buf[..nl - 1]).is_some() {
-                        return Err("trailer line not ended by CRLF");
-                    }
-                    let line_len = nl + 1;
+                    let line_len = line_end + 2;
                     if seen + line_len > MAX_TRAILER_BYTES {
                         return Err("trailer section too large");
                     }
-                    let empty = nl == 1;
-                    if !empty && (buf[0] == b' ' || buf[0] == b'\t' || memchr::memchr(b':', &buf[..nl]).is_none()) {
+                    let empty = line_end == 0;
+                    if !empty && memchr::memchr(b':', &buf[..line_end]).is_none() {
                         return Err("malformed trailer field");
                     }
                     let _ = buf.split_to(line_len);
@@ -887,10 +889,26 @@ pub fn chunked_prefix_error(received: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Where the line at the start of `buf` ends: the position of its CRLF, `None` while neither a CR nor an LF
+/// has arrived (or only a CR, as the last byte). A bare LF, or a CR followed by anything but LF, is an error at
+/// once: a line ending other than CRLF is one an upstream may read differently (see `strict_line_endings`).
+fn crlf_at(buf: &[u8]) -> Result<Option<usize>, &'static str> {
+    let Some(at) = memchr::memchr2(b'\r', b'\n', buf) else {
+        return Ok(None);
+    };
+    match (buf[at], buf.get(at + 1)) {
+        (b'\r', Some(b'\n')) => Ok(Some(at)),
+        (b'\r', None) => Ok(None),
+        _ => Err("chunk size line not ended by CRLF"),
+    }
+}
+
 /// `1*HEXDIG [ BWS ";" extensions ]`, with at most 15 significant hex digits (no overflow, no sign, no `0x`).
-fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+/// With `complete: false` the line's CRLF has not arrived: only what no later byte can mend is an error (and
+/// the size returned means nothing).
+fn parse_chunk_size(line: &[u8], complete: bool) -> Result<u64, &'static str> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 {
+    if digits == 0 && (complete || !line.is_empty()) {
         return Err("invalid chunk size");
     }
     let significant = line[..digits].iter().skip_while(|&&b| b == b'0').count();
@@ -898,9 +916,10 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
         return Err("chunk size too large");
     }
     let rest = &line[digits..];
-    let first_after_space = rest.iter().find(|&&b| b != b' ' && b != b'\t');
-    if !rest.is_empty() && first_after_space != Some(&b';') {
-        return Err("invalid chunk size");
+    match rest.iter().find(|&&b| b != b' ' && b != b'\t') {
+        Some(b';') => {}
+        None if !complete || rest.is_empty() => {}
+        _ => return Err("invalid chunk size"),
     }
     if rest.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
         return Err("invalid chunk extension");
@@ -1068,6 +1087,41 @@ mod tests {
         }
     }
 
+    /// A broken chunked body is refused at its first invalid byte: every shorter prefix waits for more, so a
+    /// client (or upstream) that sends one and then nothing is answered at once, not at the read timeout.
+    #[test]
+    fn chunk_framing_errors_are_found_at_the_invalid_byte() {
+        let cases: &[(&[u8], usize)] = &[
+            (b"5\rhello\r0\r\r", 2),
+            (b"5\nhello", 1),
+            (b"\r\r", 1),
+            (b"\n", 0),
+            (b"zz\r\n", 0),
+            (b"5x", 1),
+            (b"5 x", 2),
+            (b"5\t;a=\x01", 5),
+            (b"5;a\x7f", 3),
+            (b"1234567890abcdef0", 15),
+            (b"5\r\nhello\rX", 9),
+            (b"5\r\nhello\r\n0\r\r", 12),
+            (b"5\r\nhello\r\n0\r\nX: 1\rY", 18),
+            (b"0\r\nX: 1\n", 7),
+            (b"0\r\n X: 1\r\n", 3),
+            (b"0\r\nX: 1\r\n\tmore\r\n", 9),
+            (b"0\r\nXY\r\n", 6),
+            (b"0\r\n\r\r", 4),
+        ];
+        for &(input, bad_at) in cases {
+            let shown = String::from_utf8_lossy(input);
+            for end in 0..=bad_at {
+                let error = chunked_prefix_error(&input[..end]);
+                assert_eq!(error, None, "{shown:?} refused after {end} bytes, before its invalid byte");
+            }
+            assert!(chunked_prefix_error(&input[..=bad_at]).is_some(), "{shown:?} not refused at byte {bad_at}");
+            assert!(decode_all(input).is_err(), "{shown:?}");
+        }
+    }
+
     #[test]
     fn response_framing() {
         let r = |s: &str, head: bool| match parse_response(s.as_bytes(), head, 65536).unwrap() {
@@ -1095,7 +1149,7 @@ mod tests {
     /// Feeding a chunked body in pieces of every size gives the same result as feeding it whole.
     #[test]
     fn chunked_decoding_is_split_invariant() {
-        let input: &[u8] = b"5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n1\r\n!\r\n0\r\nX-T: v\r\n\r\n";
+        let input: &[u8] = b"5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n1 \t;c\r\n!\r\n0\r\nX-T: v\r\n\r\n";
         let whole = decode_all(input).unwrap();
         for piece in 1..input.len() {
             let mut d = ChunkedDecoder::default();

@@ -288,3 +288,60 @@ fn a_fragment_in_the_request_target_gets_400_and_is_never_forwarded() {
     assert_eq!(backend.requests(), 0, "a target with a fragment was forwarded");
     assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
 }
+
+/// Writes `request` and reads until the server closes, failing after `within`: what arrived and how long it took.
+fn exchange_within(addr: std::net::SocketAddr, request: &[u8], within: Duration) -> (String, Duration) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(within)).unwrap();
+    let started = std::time::Instant::now();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("nothing but {:?} after {:?}: {e}", String::from_utf8_lossy(&out), started.elapsed()),
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), started.elapsed())
+}
+
+/// A bare CR where chunk framing needs CRLF is refused when it arrives, not when more bytes (or the body read
+/// timeout) do: in the request before anything went upstream, in a request body already streaming upstream,
+/// and in an upstream's response body.
+#[test]
+fn a_bare_cr_in_chunk_framing_fails_at_once() {
+    let b = Backend::start("b0").unwrap();
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("    address: \"{listen}\"\n", "    address: \"{listen}\"\n    timeouts: { body_read: 10s }\n");
+    let p = Portico::start(&yaml);
+    let head = "POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for body in ["5\rhello\r0\r\r", "5\r\nhello\r\n0\r\r", "5\r\nhello\r\n0\r\nX-T: 1\rX", "5;a=b\rc"] {
+        let (response, took) = exchange_within(p.addr, format!("{head}{body}").as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 400 "), "{body:?}: got {response:?}");
+        assert!(took < Duration::from_secs(2), "{body:?}: answered after {took:?}");
+    }
+    assert_eq!(b.requests(), 0, "a request with broken chunk framing was forwarded");
+    // The bare CR arrives once the body streams upstream.
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("{head}5\r\nhello\r\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    s.write_all(b"5\rworld").unwrap();
+    let mut response = String::new();
+    let _ = s.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 400 "), "late bare CR: got {response:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "late bare CR: answered after {:?}", started.elapsed());
+    // In an upstream's response body: the response breaks off at once (the upstream holds its connection open).
+    let raw = portico_testkit::raw::RawBackend::start(portico_testkit::raw::Behaviour::AnswerWithoutReading(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\rhello".to_vec(),
+    ))
+    .unwrap();
+    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let (response, took) = exchange_within(p.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Duration::from_secs(5));
+    assert!(!response.contains("hello"), "{response:?}");
+    assert!(took < Duration::from_secs(2), "the broken response body was cut off after {took:?}");
+}
