@@ -345,3 +345,88 @@ fn a_bare_cr_in_chunk_framing_fails_at_once() {
     assert!(!response.contains("hello"), "{response:?}");
     assert!(took < Duration::from_secs(2), "the broken response body was cut off after {took:?}");
 }
+
+/// A client may close its sending side once its request is complete (RFC 9112 9.6 leaves half-closed
+/// connections to the client): the response is still sent, then the connection closed.
+#[test]
+fn a_client_that_half_closes_after_its_request_gets_the_response() {
+    let (backend, p) = setup();
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /hc HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).expect("the response, then the end of the connection");
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response:?}");
+    assert!(response.ends_with("hello from b0\n"), "{response:?}");
+    assert!(response.to_ascii_lowercase().contains("connection: close"), "{response:?}");
+    assert_eq!(backend.requests(), 1);
+}
+
+/// Reads until the server closes; panics if it does not within `within`.
+fn read_to_close(s: &mut std::net::TcpStream, within: Duration) -> String {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap_or_else(|e| panic!("{e} after {:?}", String::from_utf8_lossy(&out)));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Half-closed clients, continued: one whose answer is slow is sent `100 Continue` (to learn whether it is
+/// still there) and then its answer; one that pipelined two requests before half-closing gets both answers.
+#[test]
+fn a_half_closed_client_gets_slow_and_pipelined_answers() {
+    let (backend, p) = setup();
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.write_all(b"GET /slow/1500 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let response = read_to_close(&mut s, Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), "{response:?}");
+    assert!(response.ends_with("slow hello from b0\n"), "{response:?}");
+
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.write_all(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let response = read_to_close(&mut s, Duration::from_secs(5));
+    assert_eq!(response.matches("HTTP/1.1 200 ").count(), 2, "{response:?}");
+    assert!(response.ends_with("hello from b0\n"), "{response:?}");
+    assert_eq!(backend.requests(), 3);
+}
+
+/// A client that closes for good, or resets, while its request waits for the upstream still cancels the
+/// upstream request, logged as 499: a reset at once, a close once the probe written to it is answered with
+/// a reset (a closed socket cannot tell the peer otherwise).
+#[test]
+fn a_client_that_leaves_while_waiting_cancels_the_upstream_request() {
+    let raw = portico_testkit::raw::RawBackend::start(portico_testkit::raw::Behaviour::Hang).unwrap();
+    let log = temp_dir().join("access.log");
+    let yaml = simple_yaml("round_robin", &[raw.addr], "")
+        .replace("workers: 1", &format!("workers: 1\naccess_log: {{ path: \"{}\", format: json }}", log.display()));
+    let p = Portico::start(&yaml);
+    for (n, reset) in [(1, true), (2, false)] {
+        let s = std::net::TcpStream::connect(p.addr).unwrap();
+        (&s).write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        wait_until("the request upstream", Duration::from_secs(5), || raw.requests() == n);
+        let left = std::time::Instant::now();
+        if reset {
+            // Linger zero: close() sends a reset instead of a FIN.
+            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+            let size = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+            assert_eq!(
+                unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, (&raw const linger).cast(), size) },
+                0
+            );
+        }
+        drop(s);
+        wait_until("the upstream request cancelled", Duration::from_secs(5), || raw.peer_closed() == n);
+        let within = if reset { Duration::from_millis(500) } else { Duration::from_secs(3) };
+        assert!(left.elapsed() < within, "reset {reset}: cancelled after {:?}", left.elapsed());
+    }
+    wait_until("both logged", Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).unwrap_or_default().lines().count() == 2
+    });
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(entry["status"], 499, "{line}");
+    }
+}
