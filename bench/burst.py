@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A burst of simultaneous requests through Portico at its default limits, beside nginx and HAProxy (issue 13,
-item 6: a burst must be served, not shed, where the peers serve it).
+item 6: a burst must be served, not shed, where the peers serve it); with --idle, new clients while idle
+keep-alive connections hold the connection limit (item 7).
 
 Each proxy (one worker) fronts the same nginx backend. The client opens N connections (default 5,000), then
 sends one GET on every one of them at the same moment and reads the answers. Reports per proxy: answers by
@@ -8,6 +9,11 @@ status, p50 / p99 / max latency from the moment the burst was sent, upstream con
 and the proxy's resident memory afterwards. Medians over --runs bursts.
 
     python3 bench/burst.py --requests 5000 --runs 3
+    python3 bench/burst.py --idle 10000        # 10,000 idle keep-alive connections, then 5 new clients
+
+With --idle N: N client connections each make one keep-alive request and stay open; then 5 new clients, one
+after another, each send a request on a new connection (5 s to answer). Reports the new clients answered and
+their latency, and how many of the idle connections the proxy closed to make room, and its memory.
 
 Portico runs with its stock configuration (no raised circuit breaker, no raised connection limit); the peers as
 bench/run.py configures them.
@@ -53,12 +59,86 @@ async def burst(port, n):
     return results
 
 
+async def idle_then_new(port, idle_count, newcomers=5):
+    idle = []
+
+    async def open_idle():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /small HTTP/1.1\r\nHost: idle\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            idle.append((reader, writer))
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, StopIteration, ValueError):
+            pass
+
+    for start in range(0, idle_count, 500):  # in waves, as clients arrive
+        await asyncio.gather(*(open_idle() for _ in range(min(500, idle_count - start))))
+    answered, latencies = 0, []
+    for _ in range(newcomers):
+        started = time.monotonic()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+            writer.write(b"GET /small HTTP/1.1\r\nHost: new\r\nConnection: close\r\n\r\n")
+            data = await asyncio.wait_for(reader.read(), 5)
+            if data.startswith(b"HTTP/1.1 200"):
+                answered += 1
+                latencies.append(time.monotonic() - started)
+            writer.close()
+        except (OSError, asyncio.TimeoutError):
+            pass
+    await asyncio.sleep(0.5)
+    closed = 0
+    for reader, writer in idle:
+        if reader.at_eof() or writer.is_closing():
+            closed += 1
+        else:
+            try:
+                data = await asyncio.wait_for(reader.read(1), 0.001)
+                closed += data == b""
+            except asyncio.TimeoutError:
+                pass
+        writer.close()
+    return len(idle), answered, latencies, closed
+
+
+def idle_main(a):
+    run.ensure_tools()
+    bench = run.Bench(workers=1, duration=1, runs=1)
+    if bench.fd_limit < 2 * a.idle + 2000:
+        raise SystemExit(f"the open-file limit ({bench.fd_limit}) is too low for {a.idle} idle connections")
+    rows = []
+    try:
+        eps = bench.endpoints(2, False)
+        bench.start_backend(eps)
+        for name in a.proxies.split(","):
+            proc = bench.start_proxy(name, eps, stock=True)
+            opened, answered, latencies, closed = asyncio.run(idle_then_new(run.PROXY_PORTS[name], a.idle))
+            rss = bench.rss_kib(bench.tree_pids(proc.pid)) / 1024
+            run.log(f"{name}: {opened} idle, {answered} of 5 new clients answered, {closed} idle closed")
+            rows.append((name, opened, answered, latencies, closed, rss))
+            bench.stop_all()
+            bench.start_backend(eps)
+    finally:
+        bench.stop_all()
+    print(f"# {a.idle} idle keep-alive connections, then 5 new clients; 1 worker each\n")
+    print("| proxy | idle connections opened | new clients answered | their max latency ms | idle ones closed | RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    for name, opened, answered, latencies, closed, rss in rows:
+        worst = f"{1000 * max(latencies):.0f}" if latencies else "-"
+        print(f"| {name} | {opened} | {answered} of 5 | {worst} | {closed} | {rss:.1f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--proxies", default="nginx,haproxy,portico")
+    ap.add_argument("--idle", type=int, default=0, help="idle keep-alive connections before 5 new clients")
     a = ap.parse_args()
+    if a.idle:
+        return idle_main(a)
     run.ensure_tools()
     bench = run.Bench(workers=1, duration=1, runs=a.runs)
     if bench.fd_limit < 3 * a.requests:

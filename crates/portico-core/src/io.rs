@@ -43,6 +43,18 @@ impl Stream {
         }
     }
 
+    /// Resolves when the socket reports an error: the peer has reset the connection. Once the peer's FIN has
+    /// been read, reads only ever return end-of-file, even after a reset: this is how a reset is seen then.
+    pub async fn reset_by_peer(&self) {
+        let tcp = match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+            Stream::UpstreamTls(s) => s.get_ref().0,
+        };
+        // An error from the reactor itself (shut down) ends the wait too: nothing more will be seen.
+        let _ = tcp.ready(tokio::io::Interest::ERROR).await;
+    }
+
     /// For a pooled upstream connection: false when the peer has closed it or sent bytes nobody asked for.
     /// Costs no system call on a plain connection unless the reactor has seen the socket become readable. On
     /// TLS, records that carry no data (TLS 1.3 session tickets) are consumed and do not count.

@@ -2,7 +2,8 @@
 //! client connection as such, but a `BodySource`.
 //!
 //! - An HTTP/1 client's connection: a streamed body is decoded from it with the request's framing, and once
-//!   the body is in, the connection closing is the client leaving (its request is abandoned).
+//!   the body is in, a reset is the client leaving (its request is abandoned). An end-of-file is not: a client
+//!   may close its sending side and wait for its answer, so it is probed (see `ClientEnd`).
 //! - Any body delivered in frames (an HTTP/2 stream; later a function or a bridge): read as bytes until its
 //!   end. Its request is cancelled by dropping the request's future, which is what the HTTP/2 server does when
 //!   the client resets the stream.
@@ -15,7 +16,8 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::time::Instant;
 
 /// The request body as the proxy holds it.
 pub(crate) enum ReqBody {
@@ -46,17 +48,50 @@ pub(crate) enum BodySource<'a> {
     Connection {
         io: &'a mut Stream,
         buf: &'a mut BytesMut,
+        /// What the connection has shown of the client so far; an end-of-file stays.
+        end: &'a mut ClientEnd,
+        /// The listener's `timeouts.send`, for the probe of a client that closed its sending side.
+        send_timeout: Duration,
     },
     /// An HTTP/2 stream's body; `interim` sends the stream's 1xx responses.
-    Frames {
-        reader: &'a mut FrameReader,
-        buf: &'a mut BytesMut,
-        interim: &'a crate::h2_request::Interim,
-    },
+    Frames { reader: &'a mut FrameReader, buf: &'a mut BytesMut, interim: &'a crate::h2_request::Interim },
 }
 
-/// How long writing an interim response to an HTTP/1 client may take (as for Portico's own heads).
-const INTERIM_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// What an HTTP/1 client has shown of its end of the connection while requests wait for their answers.
+///
+/// An end-of-file is ambiguous: TCP sends the same FIN for a client that only closed its sending side and
+/// waits for its answer (RFC 9112 9.6 lets it) and for one that closed the connection for good. Only writing
+/// tells them apart: a socket closed for good answers any byte with a reset. So a client whose answer has
+/// not come `PROBE_HALF_CLOSED_AFTER` after its end-of-file is sent an interim `100 Continue` (HTTP/1.1
+/// clients must accept 1xx responses they did not ask for, RFC 9110 15.2), and a reset then means it left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ClientEnd {
+    /// Nothing seen: the client may send more (pipelined requests).
+    #[default]
+    Open,
+    /// Its sending side closed at this instant: it may be waiting for its answer, or gone.
+    HalfClosed(Instant),
+    /// It was sent `PROBE`: from now on only a reset says it left.
+    Probed,
+}
+
+/// How long after a client's end-of-file its answer may take before the client is probed. Most answers come
+/// sooner, and a half-closed client then gets its response with nothing before it; a client gone for good
+/// holds its upstream request this much longer than a reset would.
+const PROBE_HALF_CLOSED_AFTER: Duration = Duration::from_secs(1);
+
+/// What is written to a client that closed its sending side, to learn whether it is still there.
+const PROBE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// What watching the client while its request waits for an answer found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientSeen {
+    /// It left (a reset, or a failed read): the request is abandoned.
+    Gone,
+    /// It closed its sending side `PROBE_HALF_CLOSED_AFTER` ago and its answer has not come: time for
+    /// `probe_client`.
+    ProbeDue,
+}
 
 /// What the upstream side gets from the client side of a request.
 pub(crate) struct Downstream<'a> {
@@ -78,7 +113,7 @@ impl BodySource<'_> {
                 && (resp.connection.is_empty() || !resp.named_by_connection(bytes, name))
         });
         match self {
-            BodySource::Connection { io, .. } => {
+            BodySource::Connection { io, send_timeout, .. } => {
                 if http10 {
                     return Ok(());
                 }
@@ -101,7 +136,7 @@ impl BodySource<'_> {
                     out.extend_from_slice(b"\r\n");
                 }
                 out.extend_from_slice(b"\r\n");
-                crate::relay::write_timed(*io, &out, INTERIM_SEND_TIMEOUT).await
+                crate::relay::write_timed(*io, &out, *send_timeout).await
             }
             BodySource::Frames { interim, .. } => {
                 let mut response = hyper::Response::new(());
@@ -121,23 +156,56 @@ impl BodySource<'_> {
     }
 
     /// Resolves when the client has gone, as far as this source can tell while the request waits for its
-    /// response: an HTTP/1 connection that closes (bytes read meanwhile, a pipelined request, stay in the
-    /// buffer, at most `limit`); never for frames, whose request is cancelled by being dropped.
-    pub async fn client_gone(&mut self, limit: usize) {
-        let BodySource::Connection { io, buf } = self else {
+    /// response, or when it should be probed: an HTTP/1 connection that is reset (bytes read meanwhile, a
+    /// pipelined request, stay in the buffer, at most `limit`), or whose end-of-file is `ProbeDue` when
+    /// `may_probe` (an HTTP/1.0 client cannot be sent a 1xx: it is answered whenever the answer comes). Never
+    /// for frames, whose request is cancelled by being dropped. Cancel-safe: what it learns is kept in `end`.
+    pub async fn watch_client(&mut self, limit: usize, may_probe: bool) -> ClientSeen {
+        let BodySource::Connection { io, buf, end, .. } = self else {
             return std::future::pending().await;
         };
         use tokio::io::AsyncReadExt;
         loop {
-            if buf.len() >= limit {
-                std::future::pending::<()>().await;
-            }
-            buf.reserve(4096);
-            match io.read_buf(*buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+            match **end {
+                ClientEnd::Open => {
+                    if buf.len() >= limit {
+                        std::future::pending::<()>().await;
+                    }
+                    buf.reserve(4096);
+                    match io.read_buf(*buf).await {
+                        Ok(0) => **end = ClientEnd::HalfClosed(Instant::now()),
+                        Err(_) => return ClientSeen::Gone,
+                        Ok(_) => {}
+                    }
+                }
+                ClientEnd::HalfClosed(since) if may_probe => {
+                    let probe_due = tokio::time::sleep_until(since + PROBE_HALF_CLOSED_AFTER);
+                    tokio::select! {
+                        () = io.reset_by_peer() => return ClientSeen::Gone,
+                        () = probe_due => return ClientSeen::ProbeDue,
+                    }
+                }
+                ClientEnd::HalfClosed(_) | ClientEnd::Probed => {
+                    io.reset_by_peer().await;
+                    return ClientSeen::Gone;
+                }
             }
         }
+    }
+
+    /// Writes `PROBE` to a client that closed its sending side (see `ClientEnd`). False when it could not be
+    /// written within `timeouts.send`: the client is taken for gone (part of the probe may be out, so no
+    /// clean answer could follow). Not to be raced against anything, for the same reason.
+    pub async fn probe_client(&mut self) -> bool {
+        let BodySource::Connection { io, end, send_timeout, .. } = self else {
+            return true;
+        };
+        **end = ClientEnd::Probed;
+        let write = async {
+            io.write_all(PROBE).await?;
+            io.flush().await
+        };
+        matches!(tokio::time::timeout(*send_timeout, write).await, Ok(Ok(())))
     }
 }
 

@@ -37,9 +37,17 @@ pub(crate) struct Client {
     pub filters: Option<crate::filters::Chain>,
     /// The listener's `timeouts.send`: how long the client may refuse each piece of a body Portico sends.
     pub send_timeout: Duration,
+    /// What the connection has shown of the client's end while it waited for answers (an end-of-file).
+    pub end: crate::body::ClientEnd,
 }
 
 impl Client {
+    /// More requests may come on this connection: the client has not closed its sending side, or had sent
+    /// more before it did. Otherwise the connection closes after the current answer.
+    pub fn more_requests_possible(&self) -> bool {
+        self.end == crate::body::ClientEnd::Open || !self.buf.is_empty()
+    }
+
     /// The response filters' edits for a response to `head` with `status`.
     pub fn response_edits(&self, head: &RequestHead, status: u16) -> Option<ResponseEdits> {
         self.filters.as_ref().map(|chain| crate::filters::response_edits(chain, head, status))

@@ -516,6 +516,12 @@ fn analyse_request(
     }
 
     let tb = target.get(head_bytes);
+    // A fragment never belongs in a request (RFC 9112 3.2, RFC 3986 3.5). Servers read a target that has one
+    // differently (cut at the `#`, or `#` taken as part of the path), so routing and the upstream could
+    // disagree about the path: refused, in every form of target.
+    if memchr::memchr(b'#', tb).is_some() {
+        return Err(bad("fragment in the request target"));
+    }
     let (mut host, origin_start) = if tb.first() == Some(&b'/') {
         (None, 0usize)
     } else if tb == b"*" {
@@ -807,17 +813,18 @@ impl ChunkedDecoder {
         loop {
             match *self {
                 ChunkedDecoder::Size => {
-                    let Some(nl) = memchr::memchr(b'\n', &buf[..buf.len().min(MAX_CHUNK_LINE)]) else {
+                    let window = &buf[..buf.len().min(MAX_CHUNK_LINE)];
+                    let Some(line_end) = crlf_at(window)? else {
                         if buf.len() >= MAX_CHUNK_LINE {
                             return Err("chunk size line too long");
                         }
+                        // Refused at the first byte no later one can mend, not when the line ends (or the
+                        // read timeout does). A CR last may be the start of the CRLF.
+                        parse_chunk_size(window.strip_suffix(b"\r").unwrap_or(window), false)?;
                         return Ok(Decoded::NeedMore);
                     };
-                    if nl == 0 || buf[nl - 1] != b'\r' {
-                        return Err("chunk size line not ended by CRLF");
-                    }
-                    let size = parse_chunk_size(&buf[..nl - 1])?;
-                    let _ = buf.split_to(nl + 1);
+                    let size = parse_chunk_size(&buf[..line_end], true)?;
+                    let _ = buf.split_to(line_end + 2);
                     *self = if size == 0 { ChunkedDecoder::Trailers(0) } else { ChunkedDecoder::Data(size) };
                 }
                 ChunkedDecoder::Data(remaining) => {
@@ -843,21 +850,22 @@ impl ChunkedDecoder {
                     *self = ChunkedDecoder::Size;
                 }
                 ChunkedDecoder::Trailers(seen) => {
-                    let Some(nl) = memchr::memchr(b'\n', buf) else {
+                    // A field line may not start with whitespace (obs-fold), nor a line hold a bare CR or LF.
+                    if buf.first().is_some_and(|&b| b == b' ' || b == b'\t') {
+                        return Err("malformed trailer field");
+                    }
+                    let Some(line_end) = crlf_at(buf).map_err(|_| "trailer line not ended by CRLF")? else {
                         if seen + buf.len() > MAX_TRAILER_BYTES {
                             return Err("trailer section too large");
                         }
                         return Ok(Decoded::NeedMore);
                     };
-                    if nl == 0 || buf[nl - 1] != b'\r' || memchr::memchr(b'\r', &buf[..nl - 1]).is_some() {
-                        return Err("trailer line not ended by CRLF");
-                    }
-                    let line_len = nl + 1;
+                    let line_len = line_end + 2;
                     if seen + line_len > MAX_TRAILER_BYTES {
                         return Err("trailer section too large");
                     }
-                    let empty = nl == 1;
-                    if !empty && (buf[0] == b' ' || buf[0] == b'\t' || memchr::memchr(b':', &buf[..nl]).is_none()) {
+                    let empty = line_end == 0;
+                    if !empty && memchr::memchr(b':', &buf[..line_end]).is_none() {
                         return Err("malformed trailer field");
                     }
                     let _ = buf.split_to(line_len);
@@ -886,10 +894,26 @@ pub fn chunked_prefix_error(received: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Where the line at the start of `buf` ends: the position of its CRLF, `None` while neither a CR nor an LF
+/// has arrived (or only a CR, as the last byte). A bare LF, or a CR followed by anything but LF, is an error at
+/// once: a line ending other than CRLF is one an upstream may read differently (see `strict_line_endings`).
+fn crlf_at(buf: &[u8]) -> Result<Option<usize>, &'static str> {
+    let Some(at) = memchr::memchr2(b'\r', b'\n', buf) else {
+        return Ok(None);
+    };
+    match (buf[at], buf.get(at + 1)) {
+        (b'\r', Some(b'\n')) => Ok(Some(at)),
+        (b'\r', None) => Ok(None),
+        _ => Err("chunk size line not ended by CRLF"),
+    }
+}
+
 /// `1*HEXDIG [ BWS ";" extensions ]`, with at most 15 significant hex digits (no overflow, no sign, no `0x`).
-fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+/// With `complete: false` the line's CRLF has not arrived: only what no later byte can mend is an error (and
+/// the size returned means nothing).
+fn parse_chunk_size(line: &[u8], complete: bool) -> Result<u64, &'static str> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 {
+    if digits == 0 && (complete || !line.is_empty()) {
         return Err("invalid chunk size");
     }
     let significant = line[..digits].iter().skip_while(|&&b| b == b'0').count();
@@ -897,9 +921,10 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
         return Err("chunk size too large");
     }
     let rest = &line[digits..];
-    let first_after_space = rest.iter().find(|&&b| b != b' ' && b != b'\t');
-    if !rest.is_empty() && first_after_space != Some(&b';') {
-        return Err("invalid chunk size");
+    match rest.iter().find(|&&b| b != b' ' && b != b'\t') {
+        Some(b';') => {}
+        None if !complete || rest.is_empty() => {}
+        _ => return Err("invalid chunk size"),
     }
     if rest.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
         return Err("invalid chunk extension");
@@ -974,6 +999,12 @@ mod tests {
             ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
             ("GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
             ("GET foo HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET /g#frag HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET /g?q=1#frag HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET /# HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET http://h/g#f HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("GET http://h#f HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            ("OPTIONS *# HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             ("CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405),
             ("GET / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n", 417),
         ];
@@ -983,6 +1014,21 @@ mod tests {
                 Ok(_) => panic!("accepted {req:?}"),
             }
         }
+    }
+
+    /// A fragment is refused in every form of target, by the HTTP/1 parser and in HTTP/2 fields alike.
+    #[test]
+    fn a_fragment_in_the_target_is_refused() {
+        for target in ["/g#frag", "/g?q=1#f", "/#", "/a%23b#", "http://h/g#f", "http://h#f", "http://h?q#f", "*#"] {
+            let method = if target.starts_with('*') { "OPTIONS" } else { "GET" };
+            let text = format!("{method} {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+            let expected = Some(bad("fragment in the request target"));
+            assert_eq!(parse_request(text.as_bytes(), &LIMITS).err(), expected, "{text:?}");
+            let no_fields = std::iter::empty::<(&[u8], &[u8])>;
+            assert_eq!(request_from_fields(method, target, b"a", no_fields, &LIMITS).err(), expected, "{target:?}");
+        }
+        // An encoded `#` is data, not a fragment.
+        assert_eq!(parse("GET /a%23b HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().path(), b"/a%23b");
     }
 
     #[test]
@@ -1046,6 +1092,41 @@ mod tests {
         }
     }
 
+    /// A broken chunked body is refused at its first invalid byte: every shorter prefix waits for more, so a
+    /// client (or upstream) that sends one and then nothing is answered at once, not at the read timeout.
+    #[test]
+    fn chunk_framing_errors_are_found_at_the_invalid_byte() {
+        let cases: &[(&[u8], usize)] = &[
+            (b"5\rhello\r0\r\r", 2),
+            (b"5\nhello", 1),
+            (b"\r\r", 1),
+            (b"\n", 0),
+            (b"zz\r\n", 0),
+            (b"5x", 1),
+            (b"5 x", 2),
+            (b"5\t;a=\x01", 5),
+            (b"5;a\x7f", 3),
+            (b"1234567890abcdef0", 15),
+            (b"5\r\nhello\rX", 9),
+            (b"5\r\nhello\r\n0\r\r", 12),
+            (b"5\r\nhello\r\n0\r\nX: 1\rY", 18),
+            (b"0\r\nX: 1\n", 7),
+            (b"0\r\n X: 1\r\n", 3),
+            (b"0\r\nX: 1\r\n\tmore\r\n", 9),
+            (b"0\r\nXY\r\n", 6),
+            (b"0\r\n\r\r", 4),
+        ];
+        for &(input, bad_at) in cases {
+            let shown = String::from_utf8_lossy(input);
+            for end in 0..=bad_at {
+                let error = chunked_prefix_error(&input[..end]);
+                assert_eq!(error, None, "{shown:?} refused after {end} bytes, before its invalid byte");
+            }
+            assert!(chunked_prefix_error(&input[..=bad_at]).is_some(), "{shown:?} not refused at byte {bad_at}");
+            assert!(decode_all(input).is_err(), "{shown:?}");
+        }
+    }
+
     #[test]
     fn response_framing() {
         let r = |s: &str, head: bool| match parse_response(s.as_bytes(), head, 65536).unwrap() {
@@ -1073,7 +1154,7 @@ mod tests {
     /// Feeding a chunked body in pieces of every size gives the same result as feeding it whole.
     #[test]
     fn chunked_decoding_is_split_invariant() {
-        let input: &[u8] = b"5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n1\r\n!\r\n0\r\nX-T: v\r\n\r\n";
+        let input: &[u8] = b"5;a=b\r\nhello\r\n10\r\n0123456789abcdef\r\n1 \t;c\r\n!\r\n0\r\nX-T: v\r\n\r\n";
         let whole = decode_all(input).unwrap();
         for piece in 1..input.len() {
             let mut d = ChunkedDecoder::default();
@@ -1189,6 +1270,8 @@ mod tests {
         same("G(ET", "/", b"h", &[], &LIMITS);
         same("GET", "/\x7f", b"h", &[], &LIMITS);
         same("GET", "/é", b"h", &[], &LIMITS);
+        same("GET", "/g#frag", b"h", &[], &LIMITS);
+        same("GET", "http://other/g#f", b"h", &[], &LIMITS);
         let long = format!("/{}", "a".repeat(8192 - 14));
         same("GET", &long, b"h", &[], &LIMITS);
         same("GET", &long[1..], b"h", &[], &LIMITS);

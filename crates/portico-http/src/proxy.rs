@@ -81,6 +81,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
         response_started: false,
         filters: None,
         send_timeout,
+        end: crate::body::ClientEnd::Open,
     };
     serve_http1(client, listener, ctx).await;
 }
@@ -395,16 +396,22 @@ async fn handle_request(
     let mut down = Downstream {
         facts: &client.facts,
         out: &mut client.out,
-        body: BodySource::Connection { io: &mut client.io, buf: &mut client.buf },
+        body: BodySource::Connection {
+            io: &mut client.io,
+            buf: &mut client.buf,
+            end: &mut client.end,
+            send_timeout: client.send_timeout,
+        },
     };
     let forwarded =
         crate::forward::forward_http1(&mut down, head, &mut body, cluster, client.peer.ip(), settings, ctx).await;
     let answered = match forwarded {
         Ok(answered) => answered,
         Err(failed) => {
+            let keep = body.consumed() && client.more_requests_possible();
             let mut outcome = match failed.client_gone {
                 true => Outcome::local(Next::Close, 499, 0),
-                false => answer(client, head, failed.status, failed.reason, body.consumed()).await,
+                false => answer(client, head, failed.status, failed.reason, keep).await,
             };
             outcome.upstream = failed.upstream;
             outcome.upstream_time = failed.upstream_time;
@@ -481,7 +488,8 @@ async fn forward_response(
     // A close-delimited or chunked body goes to an HTTP/1.0 client as-is, ended by closing.
     let to_client_chunked = !head.http10 && matches!(resp.body, BodyFraming::Chunked | BodyFraming::UntilClose);
     let ends_by_close = head.http10 && matches!(resp.body, BodyFraming::Chunked | BodyFraming::UntilClose);
-    let keep_alive = head.keep_alive && request_done && !ends_by_close && !*ctx.shutdown.borrow();
+    let keep_alive =
+        head.keep_alive && request_done && !ends_by_close && client.more_requests_possible() && !*ctx.shutdown.borrow();
     if resp.other_codings.is_some() && head.http10 {
         // HTTP/1.0 has no Transfer-Encoding: the body cannot be labelled, and Portico does not decode it.
         let bytes =

@@ -190,7 +190,7 @@ pub(crate) async fn forward_wrapped(
             headers.append(header::SET_COOKIE, v);
         }
     }
-    let keep_alive = head.keep_alive && request_done && !*ctx.shutdown.borrow();
+    let keep_alive = head.keep_alive && request_done && client.more_requests_possible() && !*ctx.shutdown.borrow();
     client.response_started = true;
     let end = Cell::new(SourceEnd::Running);
     let written = {

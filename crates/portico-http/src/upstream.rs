@@ -2,7 +2,7 @@
 //! request head and body sent, the response head read, and what the outcome says about the endpoint's health
 //! (outlier detection).
 
-use crate::body::{BodySource, ClientFacts, Downstream, ReqBody};
+use crate::body::{BodySource, ClientFacts, ClientSeen, Downstream, ReqBody};
 use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
 use crate::message::same_header_name;
 use crate::pool::{Pool, UpstreamConn};
@@ -394,7 +394,7 @@ async fn relay_request_body<W: tokio::io::AsyncWrite + Unpin>(
 ) -> Result<u64, RelayError> {
     let out_chunked = framing == BodyFraming::Chunked;
     match source {
-        BodySource::Connection { io, buf } => relay_body(*io, buf, framing, dst, out_chunked, timeouts, out).await,
+        BodySource::Connection { io, buf, .. } => relay_body(*io, buf, framing, dst, out_chunked, timeouts, out).await,
         BodySource::Frames { reader, buf, .. } => {
             let until_end = if out_chunked { BodyFraming::UntilClose } else { framing };
             relay_body(*reader, buf, until_end, dst, out_chunked, timeouts, out).await
@@ -553,6 +553,8 @@ pub(crate) async fn read_response_head(
     let is_head = head.method() == b"HEAD";
     // Reading ahead from the client is only safe once its body is fully consumed.
     let watch_client = body.consumed();
+    // A 1xx may not be sent to an HTTP/1.0 client (RFC 9110 15.2).
+    let may_probe = !head.http10;
     let mut interim_seen = false;
     loop {
         match codec::parse_response(&conn.buf, is_head, MAX_RESPONSE_HEAD) {
@@ -591,8 +593,12 @@ pub(crate) async fn read_response_head(
         let nothing_yet = conn.buf.is_empty() && !interim_seen;
         let read = tokio::select! {
             r = timeout_at(deadline, conn.io.read_buf(&mut conn.buf)) => r,
-            _ = source.client_gone(PIPELINE_READ_AHEAD), if watch_client => {
-                return Err(UpstreamFailure::client_gone());
+            seen = source.watch_client(PIPELINE_READ_AHEAD, may_probe), if watch_client => {
+                // The probe is written here, outside the race: cut off halfway, it would spoil the answer.
+                if seen == ClientSeen::Gone || !source.probe_client().await {
+                    return Err(UpstreamFailure::client_gone());
+                }
+                continue;
             }
         };
         match read {

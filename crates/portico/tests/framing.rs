@@ -266,3 +266,167 @@ fn head_and_bodiless_responses() {
     let r = conn.get("/bytes/3", "");
     assert_eq!(r.body, b"012");
 }
+
+/// A fragment is not part of an origin-form or absolute-form target (RFC 9112 3.2): a proxy that routes on one
+/// reading of the path while the upstream reads another is a bypass, so the request is refused outright.
+#[test]
+fn a_fragment_in_the_request_target_gets_400_and_is_never_forwarded() {
+    let (backend, p) = setup();
+    for request in [
+        &b"GET /g#frag HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+        b"GET /g?q=1#frag HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET /# HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET http://a/g#f HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"POST /upload#f HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi",
+    ] {
+        let name = String::from_utf8_lossy(request);
+        let (response, closed) = raw_exchange(p.addr, request);
+        assert!(response.starts_with("HTTP/1.1 400 "), "{name:?}: got {response:?}");
+        assert!(response.to_ascii_lowercase().contains("connection: close"), "{name:?}: {response}");
+        assert!(closed, "{name:?}: connection left open");
+    }
+    assert_eq!(backend.requests(), 0, "a target with a fragment was forwarded");
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+}
+
+/// Writes `request` and reads until the server closes, failing after `within`: what arrived and how long it took.
+fn exchange_within(addr: std::net::SocketAddr, request: &[u8], within: Duration) -> (String, Duration) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(within)).unwrap();
+    let started = std::time::Instant::now();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("nothing but {:?} after {:?}: {e}", String::from_utf8_lossy(&out), started.elapsed()),
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), started.elapsed())
+}
+
+/// A bare CR where chunk framing needs CRLF is refused when it arrives, not when more bytes (or the body read
+/// timeout) do: in the request before anything went upstream, in a request body already streaming upstream,
+/// and in an upstream's response body.
+#[test]
+fn a_bare_cr_in_chunk_framing_fails_at_once() {
+    let b = Backend::start("b0").unwrap();
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("    address: \"{listen}\"\n", "    address: \"{listen}\"\n    timeouts: { body_read: 10s }\n");
+    let p = Portico::start(&yaml);
+    let head = "POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for body in ["5\rhello\r0\r\r", "5\r\nhello\r\n0\r\r", "5\r\nhello\r\n0\r\nX-T: 1\rX", "5;a=b\rc"] {
+        let (response, took) = exchange_within(p.addr, format!("{head}{body}").as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 400 "), "{body:?}: got {response:?}");
+        assert!(took < Duration::from_secs(2), "{body:?}: answered after {took:?}");
+    }
+    assert_eq!(b.requests(), 0, "a request with broken chunk framing was forwarded");
+    // The bare CR arrives once the body streams upstream.
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("{head}5\r\nhello\r\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    s.write_all(b"5\rworld").unwrap();
+    let mut response = String::new();
+    let _ = s.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 400 "), "late bare CR: got {response:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "late bare CR: answered after {:?}", started.elapsed());
+    // In an upstream's response body: the response breaks off at once (the upstream holds its connection open).
+    let raw = portico_testkit::raw::RawBackend::start(portico_testkit::raw::Behaviour::AnswerWithoutReading(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\rhello".to_vec(),
+    ))
+    .unwrap();
+    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let (response, took) = exchange_within(p.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Duration::from_secs(5));
+    assert!(!response.contains("hello"), "{response:?}");
+    assert!(took < Duration::from_secs(2), "the broken response body was cut off after {took:?}");
+}
+
+/// A client may close its sending side once its request is complete (RFC 9112 9.6 leaves half-closed
+/// connections to the client): the response is still sent, then the connection closed.
+#[test]
+fn a_client_that_half_closes_after_its_request_gets_the_response() {
+    let (backend, p) = setup();
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /hc HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).expect("the response, then the end of the connection");
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response:?}");
+    assert!(response.ends_with("hello from b0\n"), "{response:?}");
+    assert!(response.to_ascii_lowercase().contains("connection: close"), "{response:?}");
+    assert_eq!(backend.requests(), 1);
+}
+
+/// Reads until the server closes; panics if it does not within `within`.
+fn read_to_close(s: &mut std::net::TcpStream, within: Duration) -> String {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap_or_else(|e| panic!("{e} after {:?}", String::from_utf8_lossy(&out)));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Half-closed clients, continued: one whose answer is slow is sent `100 Continue` (to learn whether it is
+/// still there) and then its answer; one that pipelined two requests before half-closing gets both answers.
+#[test]
+fn a_half_closed_client_gets_slow_and_pipelined_answers() {
+    let (backend, p) = setup();
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.write_all(b"GET /slow/1500 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let response = read_to_close(&mut s, Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), "{response:?}");
+    assert!(response.ends_with("slow hello from b0\n"), "{response:?}");
+
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.write_all(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let response = read_to_close(&mut s, Duration::from_secs(5));
+    assert_eq!(response.matches("HTTP/1.1 200 ").count(), 2, "{response:?}");
+    assert!(response.ends_with("hello from b0\n"), "{response:?}");
+    assert_eq!(backend.requests(), 3);
+}
+
+/// A client that closes for good, or resets, while its request waits for the upstream still cancels the
+/// upstream request, logged as 499: a reset at once, a close once the probe written to it is answered with
+/// a reset (a closed socket cannot tell the peer otherwise).
+#[test]
+fn a_client_that_leaves_while_waiting_cancels_the_upstream_request() {
+    let raw = portico_testkit::raw::RawBackend::start(portico_testkit::raw::Behaviour::Hang).unwrap();
+    let log = temp_dir().join("access.log");
+    let yaml = simple_yaml("round_robin", &[raw.addr], "")
+        .replace("workers: 1", &format!("workers: 1\naccess_log: {{ path: \"{}\", format: json }}", log.display()));
+    let p = Portico::start(&yaml);
+    for (n, reset) in [(1, true), (2, false)] {
+        let s = std::net::TcpStream::connect(p.addr).unwrap();
+        (&s).write_all(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        wait_until("the request upstream", Duration::from_secs(5), || raw.requests() == n);
+        let left = std::time::Instant::now();
+        if reset {
+            // Linger zero: close() sends a reset instead of a FIN.
+            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+            let size = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+            assert_eq!(
+                unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, (&raw const linger).cast(), size) },
+                0
+            );
+        }
+        drop(s);
+        wait_until("the upstream request cancelled", Duration::from_secs(5), || raw.peer_closed() == n);
+        let within = if reset { Duration::from_millis(500) } else { Duration::from_secs(3) };
+        assert!(left.elapsed() < within, "reset {reset}: cancelled after {:?}", left.elapsed());
+    }
+    wait_until("both logged", Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).unwrap_or_default().lines().count() == 2
+    });
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(entry["status"], 499, "{line}");
+    }
+}
