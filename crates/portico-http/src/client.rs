@@ -37,6 +37,9 @@ pub(crate) struct Client {
     pub filters: Option<crate::filters::Chain>,
     /// The listener's `timeouts.send`: how long the client may refuse each piece of a body Portico sends.
     pub send_timeout: Duration,
+    /// Requests the client pipelined, read ahead to share an upstream write (`pool.pipeline_depth`); made when
+    /// the client first pipelines to such a cluster.
+    pub pipeline: Option<Box<crate::pipeline::ClientPipeline>>,
 }
 
 impl Client {
