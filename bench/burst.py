@@ -9,7 +9,7 @@ status, p50 / p99 / max latency from the moment the burst was sent, upstream con
 and the proxy's resident memory afterwards. Medians over --runs bursts.
 
     python3 bench/burst.py --requests 5000 --runs 3
-    python3 bench/burst.py --idle 10000        # 10,000 idle keep-alive connections, then 5 new clients
+    python3 bench/burst.py --idle 3000 --limit 2000   # 3,000 idle keep-alive clients against a limit of 2,000
 
 With --idle N: N client connections each make one keep-alive request and stay open; then 5 new clients, one
 after another, each send a request on a new connection (5 s to answer). Reports the new clients answered and
@@ -106,6 +106,7 @@ async def idle_then_new(port, idle_count, newcomers=5):
 def idle_main(a):
     run.ensure_tools()
     bench = run.Bench(workers=1, duration=1, runs=1)
+    bench.connection_limit = a.limit or None
     if bench.fd_limit < 2 * a.idle + 2000:
         raise SystemExit(f"the open-file limit ({bench.fd_limit}) is too low for {a.idle} idle connections")
     rows = []
@@ -122,7 +123,8 @@ def idle_main(a):
             bench.start_backend(eps)
     finally:
         bench.stop_all()
-    print(f"# {a.idle} idle keep-alive connections, then 5 new clients; 1 worker each\n")
+    limit = f", every proxy limited to {a.limit} connections" if a.limit else ", stock limits"
+    print(f"# {a.idle} idle keep-alive connections, then 5 new clients; 1 worker each{limit}\n")
     print("| proxy | idle connections opened | new clients answered | their max latency ms | idle ones closed | RSS MiB |")
     print("|---|---|---|---|---|---|")
     for name, opened, answered, latencies, closed, rss in rows:
@@ -136,6 +138,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--proxies", default="nginx,haproxy,portico")
     ap.add_argument("--idle", type=int, default=0, help="idle keep-alive connections before 5 new clients")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="with --idle: every proxy's client connection limit (Portico limits.max_connections, "
+                         "nginx worker_connections, HAProxy maxconn)")
     a = ap.parse_args()
     if a.idle:
         return idle_main(a)

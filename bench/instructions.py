@@ -6,11 +6,14 @@ Each binary (`--binary NAME=PATH`, several allowed) runs under `valgrind --tool=
 front of one nginx backend (100 B responses), and h2load sends a fixed number of requests over 8 keep-alive
 connections: HTTP/1.1 (`--protocol h1`) or HTTP/2 by prior knowledge (`--protocol h2`). It is run twice, with
 N1 and N2 requests; (instructions(N2) - instructions(N1)) / (N2 - N1) is the cost of one request without the
-start-up and shutdown. Extra YAML for the route (`--route-extra`) measures a route's filters. `--peers
-nginx,haproxy` counts the peers set up the same way (one worker, upstream keep-alive), in the same run.
+start-up and shutdown. Extra YAML for the route (`--route-extra`) measures a route's filters; `--pipeline-depth N`
+sets the cluster's `pool.pipeline_depth`, and `--pipelined M` has each HTTP/1.1 connection pipeline M requests
+(h2load `-m`; with `--protocol h2`, M concurrent streams). `--peers nginx,haproxy` counts the peers set up the
+same way (one worker, upstream keep-alive), in the same run.
 
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
     python3 bench/instructions.py --protocol h2 --binary portico=target/release/portico --peers nginx,haproxy
+    python3 bench/instructions.py --protocol h1 --pipeline-depth 16 --pipelined 8 --binary after=target/release/portico
 """
 import argparse
 import os
@@ -51,11 +54,12 @@ http {{ access_log off; keepalive_requests 10000000;
     return proc
 
 
-def load(requests, protocol):
-    """Sends `requests` requests through the proxy with h2load over 8 keep-alive connections."""
+def load(requests, protocol, pipelined=1):
+    """Sends `requests` requests through the proxy with h2load over 8 keep-alive connections, `pipelined` in
+    flight on each."""
     if not requests:
         return
-    args = ["h2load", "-n", str(requests), "-c", "8", "-m", "1"]
+    args = ["h2load", "-n", str(requests), "-c", "8", "-m", str(pipelined)]
     if protocol == "h1":
         args.append("--h1")
     args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
@@ -65,8 +69,9 @@ def load(requests, protocol):
         raise SystemExit(f"h2load did not complete every request:\n{done.stdout}")
 
 
-def count(binary, requests, protocol, route_extra, work):
+def count(binary, requests, protocol, route_extra, work, pipeline_depth=0, pipelined=1):
     """Total instructions (Ir) of a Portico run that served `requests` requests."""
+    pool = f", pool: {{ pipeline_depth: {pipeline_depth} }}" if pipeline_depth else ""
     conf = f"""workers: 1
 log: {{ level: error }}
 listeners: [ {{ name: web, address: "127.0.0.1:{PROXY_PORT}" }} ]
@@ -74,7 +79,7 @@ routes:
   - cluster: be
 {route_extra}
 clusters:
-  be: {{ endpoints: [ {{ address: "127.0.0.1:{BACKEND_PORT}" }} ] }}
+  be: {{ endpoints: [ {{ address: "127.0.0.1:{BACKEND_PORT}" }} ]{pool} }}
 """
     path = f"{work}/portico.yaml"
     with open(path, "w") as f:
@@ -86,7 +91,7 @@ clusters:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(PROXY_PORT)
-        load(requests, protocol)
+        load(requests, protocol, pipelined)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
@@ -163,6 +168,9 @@ def main():
     ap.add_argument("--protocol", choices=["h1", "h2"], default="h1")
     ap.add_argument("--requests", default="2000,12000", help="N1,N2")
     ap.add_argument("--route-extra", default="", help="YAML lines added under the route (indented 4 spaces)")
+    ap.add_argument("--pipeline-depth", type=int, default=0, help="the cluster's pool.pipeline_depth (0: unset)")
+    ap.add_argument("--pipelined", type=int, default=1,
+                    help="requests each connection pipelines (h2load -m; HTTP/2: concurrent streams)")
     a = ap.parse_args()
     for tool in ("valgrind", "nginx", "h2load") + (("haproxy",) if "haproxy" in a.peers else ()):
         if not shutil.which(tool):
@@ -171,12 +179,13 @@ def main():
     work = tempfile.mkdtemp(prefix="portico-instr-")
     backend = start_backend(work)
     try:
-        print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections) |")
+        print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections, "
+              f"{a.pipelined} in flight on each, pipeline_depth {a.pipeline_depth}) |")
         print("|---|---|---|")
         for spec in a.binary:
             name, path = spec.split("=", 1)
-            low = count(path, n1, a.protocol, a.route_extra, work)
-            high = count(path, n2, a.protocol, a.route_extra, work)
+            low = count(path, n1, a.protocol, a.route_extra, work, a.pipeline_depth, a.pipelined)
+            high = count(path, n2, a.protocol, a.route_extra, work, a.pipeline_depth, a.pipelined)
             print(f"| {name} | {a.protocol} | {(high - low) / (n2 - n1):,.0f} |", flush=True)
         for peer in filter(None, a.peers.split(",")):
             low = count_peer(peer, n1, a.protocol, work)

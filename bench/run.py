@@ -31,7 +31,8 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PORTICO = os.path.join(ROOT, "target", "release", "portico")
+# Where `cargo build --release` below puts it: $CARGO_TARGET_DIR when set.
+PORTICO = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "portico")
 # The filters of `portico+filters`: the three of issue 12 on the route, each doing its work on every request
 # (the CORS filter answers for an Origin the load generator does not send, so it adds `Vary` and checks).
 FILTERS = """, match: { path_prefix: / }, filters: [
@@ -62,6 +63,10 @@ SCENARIOS = {
     # limit. Latency is measured per request from h2load's log.
     "rate15k": dict(path="/small", conns=50, endpoints=2, rate=15000,
                     desc="100 B response, 15,000 req/s offered over 50 connections (h2load)"),
+    # Clients that pipeline (HTTP/1.1, 8 requests in flight per connection, h2load -m 8): what
+    # pool.pipeline_depth batches since issue 13 (only one client's own requests share an upstream write).
+    "pipelined": dict(path="/small", conns=50, streams=8, endpoints=2,
+                      desc="100 B response, 50 connections each pipelining 8 requests (h2load)"),
     # TLS terminated by the proxy (ECDSA P-256 certificate, TLS 1.3), plain HTTP/1.1 to the backends.
     "tls": dict(path="/small", conns=50, endpoints=2, tls=True, desc="100 B response over TLS, keep-alive"),
     "tls-newconn": dict(path="/small", conns=50, endpoints=2, tls=True, close=True,
@@ -134,6 +139,8 @@ class Bench:
         # HAProxy refuses to start when maxconn needs more descriptors than the limit (about two each).
         self.haproxy_maxconn = max(1000, min(12000, self.fd_limit // 2 - 1000))
         self.idle_connections = min(10000, self.haproxy_maxconn - 500, self.fd_limit // 2 - 500)
+        # When set, every proxy gets this client connection limit (bench/burst.py --limit).
+        self.connection_limit = None
         www = os.path.join(self.work, "www")
         os.makedirs(www)
         with open(os.path.join(www, "small"), "w") as f:
@@ -225,7 +232,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 {"process_model: multi_process" if name == "portico+mp" else ""}
 log: {{ level: error }}
 admin: {{ address: "127.0.0.1:{port + 100}" }}
-listeners: [ {{ name: web, address: "127.0.0.1:{port}"{"" if stock else f", limits: {{ max_connections: {self.fd_limit} }}"}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
+listeners: [ {{ name: web, address: "127.0.0.1:{port}"{"" if stock and not self.connection_limit else f", limits: {{ max_connections: {self.connection_limit or self.fd_limit} }}"}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
 routes: [ {{ cluster: be{FILTERS if name == "portico+filters" else ""} }} ]
 {f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
@@ -244,7 +251,7 @@ clusters:
             servers = "\n".join(f"    server {e};" for e in endpoints)
             conf = f"""worker_processes {self.workers}; daemon off; pid {d}/pid; error_log stderr error;
 worker_rlimit_nofile {self.fd_limit};
-events {{ worker_connections {self.fd_limit // 2}; }}
+events {{ worker_connections {self.connection_limit or self.fd_limit // 2}; }}
 http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
   upstream be {{
 {servers}
@@ -260,7 +267,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
             servers = "\n".join(f"  server s{i} {e}" for i, e in enumerate(endpoints))
             conf = f"""global
   nbthread {self.workers}
-  maxconn {self.haproxy_maxconn}
+  maxconn {self.connection_limit or self.haproxy_maxconn}
 defaults
   mode http
   timeout connect 5s
@@ -354,8 +361,9 @@ backend be
         return total("portico_upstream_pipelined_requests_total"), total("portico_upstream_pipeline_writes_total")
 
     def h2load(self, url, scenario, duration):
-        """HTTP/1.1 at a fixed request rate (`rate` requests per second over `conns` connections), or HTTP/2
-        with `streams` concurrent streams per connection; latencies from the per-request log."""
+        """HTTP/1.1 at a fixed request rate (`rate` requests per second over `conns` connections) or pipelining
+        `streams` requests per connection, or HTTP/2 with `streams` concurrent streams per connection; latencies
+        from the per-request log."""
         log_path = os.path.join(self.work, "h2load.log")
         if os.path.exists(log_path):
             os.remove(log_path)  # h2load appends
@@ -363,7 +371,11 @@ backend be
         if scenario.get("h2"):
             args += ["-m", str(scenario.get("streams", 1))]
         else:
-            args += ["--h1", "--rps", str(max(1, scenario["rate"] // scenario["conns"]))]
+            args.append("--h1")
+            if scenario.get("rate"):
+                args += ["--rps", str(max(1, scenario["rate"] // scenario["conns"]))]
+            if scenario.get("streams"):
+                args += ["-m", str(scenario["streams"])]  # HTTP/1.1: requests pipelined per connection
         args.append(url)
         out = subprocess.run(["taskset", "-c", self.load_cpu, *args], capture_output=True, text=True,
                              timeout=duration + 30).stdout
@@ -390,7 +402,7 @@ backend be
         batches0 = self.pipeline_counters(name)
         cpu0 = self.cpu_ticks(pids)
         started = time.time()
-        use_h2load = scenario.get("rate") or scenario.get("h2")
+        use_h2load = scenario.get("rate") or scenario.get("h2") or scenario.get("streams")
         result = (self.h2load if use_h2load else self.wrk)(url, scenario, self.duration)
         elapsed = time.time() - started
         cpu1 = self.cpu_ticks(pids)

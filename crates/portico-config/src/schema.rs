@@ -586,8 +586,9 @@ pub struct PoolConfig {
     pub max_idle_per_endpoint: usize,
     /// An idle pooled connection older than this is closed instead of reused.
     pub idle_timeout: HumanDuration,
-    /// Up to this many bodiless GET/HEAD/OPTIONS requests that arrive together for one endpoint are written to
-    /// one upstream connection in one write (HTTP/1.1 pipelining). 0 or 1: off.
+    /// Up to this many bodiless GET/OPTIONS requests that one HTTP/1 client connection pipelined (sent before
+    /// reading the responses) are written to one upstream connection in one write. Requests of different
+    /// clients never share a connection's write. 0 or 1: off.
     pub pipeline_depth: usize,
 }
 

@@ -148,19 +148,36 @@ impl Balancer {
                 Some(h) => plain(self.ring_lookup(h, ok)?),
                 None => plain(self.next_in_cycle(ok)?),
             },
-            BalancerKind::StickyCookie => {
-                let pinned = input
-                    .req
-                    .cookie(&self.sticky_cookie)
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .and_then(|v| u64::from_str_radix(v, 16).ok())
-                    .and_then(|id| self.by_id.get(&id).copied());
-                match pinned {
-                    Some(i) if ok(i) => plain(i),
-                    _ => Some(Pick { index: self.next_in_cycle(ok)?, set_cookie: true }),
-                }
-            }
+            BalancerKind::StickyCookie => match self.sticky_endpoint(input.req) {
+                Some(i) if ok(i) => plain(i),
+                _ => Some(Pick { index: self.next_in_cycle(ok)?, set_cookie: true }),
+            },
         }
+    }
+
+    /// Whether the request may go to endpoint `chosen`, picked for another request of the same client (a
+    /// pipelined batch). Balancers that only spread load allow it (the batch is one pick); consistent hashing
+    /// and sticky cookies only when the request's own key or cookie leads to that endpoint.
+    pub fn may_share(&self, endpoints: &[Arc<Endpoint>], input: &PickInput, chosen: usize) -> bool {
+        match self.kind {
+            BalancerKind::ConsistentHash => match self.hash_key(input) {
+                Some(h) => {
+                    let now = now_ms();
+                    self.ring_lookup(h, &|i| endpoints[i].health.is_available(now)) == Some(chosen)
+                }
+                None => true,
+            },
+            BalancerKind::StickyCookie => self.sticky_endpoint(input.req) == Some(chosen),
+            _ => true,
+        }
+    }
+
+    /// The endpoint a valid sticky cookie names.
+    fn sticky_endpoint(&self, req: &RequestHead) -> Option<usize> {
+        req.cookie(&self.sticky_cookie)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .and_then(|id| self.by_id.get(&id).copied())
     }
 
     /// The next endpoint of the cycle that `ok` accepts.
@@ -800,6 +817,37 @@ mod tests {
         // Back up: pinned again without a new cookie.
         c.endpoints[1].health.set_active_healthy(true);
         assert_eq!(pick_with(c, &sticky_req(Some(cookie)), ip(), &[]), Ok(Pick { index: 1, set_cookie: false }));
+    }
+
+    #[test]
+    fn a_request_shares_another_requests_endpoint_only_where_its_own_key_leads() {
+        // Load-spreading balancers: a pipelined batch is one pick, any member may ride on it.
+        for kind in ["round_robin", "least_connections", "random", "power_of_two_choices"] {
+            let s = cluster(&format!("balancer: {kind}"), 3);
+            let input = PickInput { req: &get(), client_ip: ip(), worker: 0 };
+            assert!((0..3).all(|i| c(&s).balancer.may_share(&c(&s).endpoints, &input, i)), "{kind}");
+        }
+        // Consistent hashing on the path: only the endpoint the request's own path leads to.
+        let s = cluster("balancer: consistent_hash\nhash: { key: path }", 3);
+        let hashed = c(&s);
+        for path in ["/a", "/b", "/c", "/d"] {
+            let head = req(&format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+            let own = pick_with(hashed, &head, ip(), &[]).unwrap().index;
+            let input = PickInput { req: &head, client_ip: ip(), worker: 0 };
+            for i in 0..3 {
+                assert_eq!(hashed.balancer.may_share(&hashed.endpoints, &input, i), i == own, "{path} on {i}");
+            }
+        }
+        // Sticky cookies: only the endpoint the cookie names; without one, none (its response sets a cookie).
+        let s = cluster("balancer: sticky_cookie\nsticky: { cookie: srv }", 3);
+        let sticky = c(&s);
+        let pinned = sticky_req(Some(format!("{:016x}", sticky.endpoints[2].id)));
+        let input = PickInput { req: &pinned, client_ip: ip(), worker: 0 };
+        assert!(sticky.balancer.may_share(&sticky.endpoints, &input, 2));
+        assert!(!sticky.balancer.may_share(&sticky.endpoints, &input, 0));
+        let none = sticky_req(None);
+        let input = PickInput { req: &none, client_ip: ip(), worker: 0 };
+        assert!((0..3).all(|i| !sticky.balancer.may_share(&sticky.endpoints, &input, i)));
     }
 
     #[test]

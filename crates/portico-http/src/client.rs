@@ -39,6 +39,9 @@ pub(crate) struct Client {
     pub send_timeout: Duration,
     /// What the connection has shown of the client's end while it waited for answers (an end-of-file).
     pub end: crate::body::ClientEnd,
+    /// Requests the client pipelined, read ahead to share an upstream write (`pool.pipeline_depth`); made when
+    /// the client first pipelines to such a cluster.
+    pub pipeline: Option<Box<crate::pipeline::ClientPipeline>>,
 }
 
 impl Client {

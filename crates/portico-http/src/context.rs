@@ -18,17 +18,8 @@ pub struct WorkerCtx {
     pub pool: RefCell<Pool>,
     /// HTTP/2 connections to `protocol: h2` upstreams.
     pub h2: RefCell<crate::upstream_h2::H2Pool>,
-    /// Pipelined request batches still open for joining.
-    pub batches: crate::pipeline::Batches,
     /// Becomes true when the process starts shutting down.
     pub shutdown: watch::Receiver<bool>,
-}
-
-impl WorkerCtx {
-    /// This worker's upstream HTTP/1 connections.
-    pub(crate) fn conns(&self) -> crate::pipeline::Conns<'_> {
-        crate::pipeline::Conns { worker: self.index, pool: &self.pool, batches: &self.batches }
-    }
 }
 
 /// In debug builds, a request for the path in `PORTICO_DEBUG_PANIC_PATH` panics: the tests' way to show that a

@@ -4,11 +4,11 @@
 //! be retried within the retry budget. It ends with the upstream's answer, which the client's protocol
 //! delivers, or with the failure to answer.
 
-use crate::balancer::{NoPick, PickInput};
+use crate::balancer::{NoPick, Pick, PickInput};
 use crate::body::{Downstream, ReqBody};
 use crate::codec::{RequestHead, ResponseHead};
 use crate::context::WorkerCtx;
-use crate::pipeline;
+use crate::pipeline::{self, ClientPipeline};
 use crate::retry::{backoff, may_retry, RetryGauge};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
 use crate::upstream::{self, Failed, Fault, Observed, Source, UpstreamFailure};
@@ -28,6 +28,11 @@ pub(crate) trait Exchange<'s> {
     fn replayable(&self) -> bool;
     /// Drops an answer that is not passed on (a retry on its status).
     fn discard(&mut self, _endpoint: &'s Endpoint, _answer: Self::Answer) {}
+    /// The endpoint (its index in the cluster) the request was already written to, with the requests its client
+    /// pipelined before it: its first try reads the answer there instead of picking one.
+    fn written_to(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// An upstream's answer, with what must live until its body has been delivered.
@@ -68,6 +73,8 @@ pub(crate) struct Http1Exchange<'a, 'd, 's> {
     pub cluster: &'s Cluster,
     pub settings: &'a ListenerSettings,
     pub ctx: &'a WorkerCtx,
+    /// The HTTP/1 client connection's pipelined requests (`pool.pipeline_depth`); none for HTTP/2 clients.
+    pub pipeline: Option<&'a mut ClientPipeline>,
 }
 
 impl<'s> Exchange<'s> for Http1Exchange<'_, '_, 's> {
@@ -75,13 +82,25 @@ impl<'s> Exchange<'s> for Http1Exchange<'_, '_, 's> {
 
     async fn exchange(&mut self, endpoint: &'s Endpoint, fresh_only: bool) -> Result<Http1Answer, Failed> {
         let (ctx, cluster, head) = (self.ctx, self.cluster, self.head);
-        if !fresh_only && pipeline::eligible(head, cluster) {
-            pipeline::exchange(self.down, ctx.conns(), cluster, endpoint, head).await
-        } else {
-            let (pool, worker) = (&ctx.pool, ctx.index);
-            upstream::exchange(self.down, pool, worker, cluster, endpoint, fresh_only, head, self.body, self.settings)
-                .await
+        let (pool, worker) = (&ctx.pool, ctx.index);
+        if let Some(pipeline) = self.pipeline.as_deref_mut().filter(|_| !fresh_only) {
+            if pipeline.written_to().is_some() {
+                return pipeline::take_turn(self.down, pipeline, cluster, head).await;
+            }
+            // Only a request its client pipelined others behind looks for the endpoint's position.
+            let index = match pipeline.is_empty() {
+                true => None,
+                false => cluster.endpoints.iter().position(|e| std::ptr::eq(&**e, endpoint)),
+            };
+            if let Some(index) = index {
+                let joiners = pipeline.joiners(head, cluster, index, worker);
+                if joiners > 0 {
+                    let (conns, target) = ((pool, worker), (endpoint, index));
+                    return pipeline::lead(self.down, pipeline, joiners, conns, cluster, target, head).await;
+                }
+            }
         }
+        upstream::exchange(self.down, pool, worker, cluster, endpoint, fresh_only, head, self.body, self.settings).await
     }
 
     fn status(answer: &Http1Answer) -> u16 {
@@ -94,8 +113,13 @@ impl<'s> Exchange<'s> for Http1Exchange<'_, '_, 's> {
 
     fn discard(&mut self, endpoint: &'s Endpoint, (source, resp): Http1Answer) {
         if let Source::Conn(conn) = source {
-            pipeline::discard(self.ctx.conns(), self.cluster, endpoint, conn, &resp.1);
+            let pipeline = self.pipeline.as_deref_mut();
+            pipeline::discard(&self.ctx.pool, pipeline, self.cluster, endpoint, conn, &resp.1);
         }
+    }
+
+    fn written_to(&self) -> Option<usize> {
+        self.pipeline.as_deref().and_then(ClientPipeline::written_to)
     }
 }
 
@@ -109,8 +133,9 @@ pub(crate) async fn forward_http1<'s>(
     client_ip: IpAddr,
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
+    pipeline: Option<&mut ClientPipeline>,
 ) -> Result<Answered<'s, Http1Answer>, NotAnswered> {
-    let mut exchange = Http1Exchange { down, head, body, cluster, settings, ctx };
+    let mut exchange = Http1Exchange { down, head, body, cluster, settings, ctx, pipeline };
     forward(&mut exchange, head, cluster, client_ip, ctx.index).await
 }
 
@@ -140,7 +165,12 @@ pub(crate) async fn forward<'s, E: Exchange<'s>>(
         retries,
     };
     loop {
-        let pick = match cluster.balancer.pick(&cluster.endpoints, &input, &tried, cluster.settings.panic_mode) {
+        let written_to = exchange.written_to().filter(|&index| index < cluster.endpoints.len());
+        let picked = match written_to {
+            Some(index) => Ok(Pick { index, set_cookie: false }),
+            None => cluster.balancer.pick(&cluster.endpoints, &input, &tried, cluster.settings.panic_mode),
+        };
+        let pick = match picked {
             Ok(p) => p,
             // After a failed try, report that failure rather than the ejection it may have caused.
             Err(NoPick::NoneHealthy) if tried.is_empty() => {
@@ -182,7 +212,7 @@ pub(crate) async fn forward<'s, E: Exchange<'s>>(
                 return Err(not_answered(f, None, None, retrying.count()));
             }
             Err(Failed { failure: f, reused: true, batch_lost, .. }) if f.retry_fresh && replayable => {
-                // A pooled connection the upstream had closed, or a pipelined batch that lost its connection:
+                // A pooled connection the upstream had closed, or a client's pipelined batch that lost its connection:
                 // replay on a fresh one (same endpoint allowed). The first is a race the request never
                 // reached the upstream in; the second may have reached it, so it counts as a retry (outside
                 // `attempts` and the budget: refusing it would turn one broken batch into many errors).

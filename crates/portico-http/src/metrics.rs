@@ -117,13 +117,13 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         (
             "portico_upstream_pipelined_requests_total",
             "counter",
-            "Requests written to an upstream as part of a pipelined batch (pool.pipeline_depth).",
+            "Requests written to an upstream together with others that their client pipelined (pool.pipeline_depth).",
             |s| s.pipelined_requests.get() as i64,
         ),
         (
             "portico_upstream_pipeline_writes_total",
             "counter",
-            "Writes that carried a pipelined batch: requests / writes is the average batch size.",
+            "Writes that carried two or more pipelined requests: requests / writes is the average batch size.",
             |s| s.pipeline_writes.get() as i64,
         ),
         ("portico_upgraded_connections_total", "counter", "Connections upgraded to WebSocket after a 101.", |s| {

@@ -29,7 +29,6 @@ impl Plane for HttpPlane {
             snapshot: self.snapshot.clone(),
             pool: RefCell::default(),
             h2: RefCell::default(),
-            batches: Default::default(),
             shutdown: core.shutdown.clone(),
         });
         tokio::task::spawn_local(sweep_pool(ctx.clone()));

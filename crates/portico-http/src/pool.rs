@@ -18,19 +18,12 @@ pub struct UpstreamConn {
     /// True when the connection came from the pool: a failure before any response byte may be a race with
     /// the upstream closing it, and is retried on a fresh connection.
     pub reused: bool,
-    /// Its place in a batch of pipelined requests, while one member holds it (`pipeline::Ticket`).
-    pub(crate) ticket: Option<Box<dyn BatchTurn>>,
+    /// Responses still owed on this connection after the one being read, to requests pipelined with it
+    /// (`pipeline`): the bytes after the current response are theirs.
+    pub(crate) followers: usize,
     endpoint: Arc<EndpointStats>,
     cluster: Arc<ClusterStats>,
     worker: usize,
-}
-
-/// A pipelined request's place in its batch, carried with the connection while its response is read. A trait
-/// so that the pool does not depend on the pipelining that uses it; only pipelined requests pay for the box.
-pub(crate) trait BatchTurn {
-    /// More pipelined responses follow on the connection.
-    fn has_followers(&self) -> bool;
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
 impl UpstreamConn {
@@ -59,12 +52,12 @@ impl UpstreamConn {
         if let Some(s) = endpoint.slots.get(worker) {
             s.0.connections_opened.inc();
         }
-        UpstreamConn { io, buf: BytesMut::new(), reused: false, ticket: None, endpoint, cluster, worker }
+        UpstreamConn { io, buf: BytesMut::new(), reused: false, followers: 0, endpoint, cluster, worker }
     }
 
     /// More pipelined responses follow on this connection: bytes after the current response are theirs.
     pub(crate) fn has_followers(&self) -> bool {
-        self.ticket.as_ref().is_some_and(|t| t.has_followers())
+        self.followers > 0
     }
 
     /// False when the upstream has closed the connection or sent bytes nobody asked for.
@@ -162,9 +155,11 @@ impl Pool {
         None
     }
 
-    /// Keeps `conn` for reuse. The caller guarantees the previous response was read completely.
+    /// Keeps `conn` for reuse. The caller guarantees the previous response was read completely. A connection
+    /// with bytes after that response (nobody asked for them), or still owing pipelined responses, is closed
+    /// instead: what it holds would be read as the next request's response.
     pub fn checkin(&mut self, endpoint: &Endpoint, conn: UpstreamConn, max_idle: usize, idle_timeout: Duration) {
-        if max_idle == 0 || !conn.buf.is_empty() {
+        if max_idle == 0 || !conn.buf.is_empty() || conn.has_followers() {
             return;
         }
         let list = self.idle.entry(key(endpoint)).or_default();
@@ -375,6 +370,11 @@ mod tests {
         // Bytes of a response not yet consumed: the connection is out of step and must not be reused.
         let (mut conn, mut server) = connect(&s, 0, 0, &up).await;
         conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        pool.checkin(e, conn, 8, LONG);
+        assert!(closed(&mut server));
+        // Responses still owed to pipelined requests: the same.
+        let (mut conn, mut server) = connect(&s, 0, 0, &up).await;
+        conn.followers = 1;
         pool.checkin(e, conn, 8, LONG);
         assert!(closed(&mut server));
         assert!(pool.checkout(e, LONG).is_none());

@@ -82,6 +82,7 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
         filters: None,
         send_timeout,
         end: crate::body::ClientEnd::Open,
+        pipeline: None,
     };
     serve_http1(client, listener, ctx).await;
 }
@@ -92,36 +93,51 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {
-        let head = {
-            let waiting = ctx.snapshot.load_full();
-            let Some(settings) = waiting.listener(&listener) else {
-                return;
-            };
-            match read_head(&mut client, settings, first, &mut shutdown, &ctx.core.idle).await {
-                Ok(Some(Arrived::Request(head))) => head,
-                Ok(Some(Arrived::Http2)) => {
-                    let Client { io, buf, peer, facts, .. } = client;
-                    Box::pin(crate::http2::serve(io, buf.freeze(), peer, facts, listener, ctx)).await;
+        // A request read ahead with the one before it (pipelined by the client) comes first, as it was routed.
+        // Taken in a branch without an await: an idle connection's task does not hold room for one.
+        let queued = client.pipeline.as_ref().is_some_and(|p| !p.is_empty());
+        let (mut head, front, snapshot, started) = match queued {
+            true => {
+                let Some(ahead) = client.pipeline.as_mut().and_then(|p| p.next_request()) else {
                     return;
+                };
+                (ahead.head, Some(ahead.front), ahead.snapshot, ahead.started)
+            }
+            false => {
+                if let Some(pipeline) = client.pipeline.as_mut() {
+                    pipeline.read_from_socket();
                 }
-                Ok(None) => return,
-                Err(e) => {
-                    // Boxed, like every await but the wait for a head: the task's size is that of its largest
-                    // state, and an idle keep-alive connection should pay only for the wait.
-                    Box::pin(refuse(client, e, &waiting, &ctx)).await;
+                let waiting = ctx.snapshot.load_full();
+                let Some(settings) = waiting.listener(&listener) else {
                     return;
-                }
+                };
+                let head = match read_head(&mut client, settings, first, &mut shutdown, &ctx.core.idle).await {
+                    Ok(Some(Arrived::Request(head))) => head,
+                    Ok(Some(Arrived::Http2)) => {
+                        let Client { io, buf, peer, facts, .. } = client;
+                        Box::pin(crate::http2::serve(io, buf.freeze(), peer, facts, listener, ctx)).await;
+                        return;
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        // Boxed, like every await but the wait for a head: the task's size is that of its
+                        // largest state, and an idle keep-alive connection should pay only for the wait.
+                        Box::pin(refuse(client, e, &waiting, &ctx)).await;
+                        return;
+                    }
+                };
+                // Load again: a connection that idled through a reload serves its next request on the new config.
+                (head, None, ctx.snapshot.load_full(), std::time::Instant::now())
             }
         };
         first = false;
-        let started = std::time::Instant::now();
-        // Load again: a connection that idled through a reload serves its next request on the new config.
-        let snapshot = ctx.snapshot.load_full();
         let Some(settings) = snapshot.listener(&listener) else {
             return;
         };
-        let mut head = head;
-        let front = crate::phases::front(&mut head, &snapshot, settings, client.facts.https);
+        let front = match front {
+            Some(front) => front,
+            None => crate::phases::front(&mut head, &snapshot, settings, client.facts.https),
+        };
         let route = front.route().and_then(|i| snapshot.router.get(i));
         client.filters = route.and_then(|r| r.filters.clone());
         client.send_timeout = settings.send_timeout;
@@ -327,15 +343,15 @@ async fn handle_request(
     client: &mut Client,
     head: &RequestHead,
     front: crate::phases::Front,
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
     settings: &ListenerSettings,
     ctx: &WorkerCtx,
 ) -> Outcome {
     use crate::phases::Front;
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(head, ctx);
-    let cluster = match front {
-        Front::Cluster { cluster, .. } => &snapshot.clusters[cluster],
+    let (cluster, cluster_index) = match front {
+        Front::Cluster { cluster, .. } => (&snapshot.clusters[cluster], cluster),
         Front::Answer { response, .. } => {
             let body_done = discard_body(client, head) == Next::KeepAlive;
             return reply(client, head, &response, body_done).await;
@@ -393,6 +409,9 @@ async fn handle_request(
     if cluster.settings.http2 {
         return Box::pin(crate::forward_h2::from_http1(client, head, cluster, body, settings, ctx)).await;
     }
+    if !client.buf.is_empty() && head.keep_alive && pipeline::eligible(head, cluster) {
+        read_ahead(client, snapshot, settings, cluster_index);
+    }
     let mut down = Downstream {
         facts: &client.facts,
         out: &mut client.out,
@@ -403,8 +422,9 @@ async fn handle_request(
             send_timeout: client.send_timeout,
         },
     };
+    let (peer, pipeline) = (client.peer.ip(), client.pipeline.as_deref_mut());
     let forwarded =
-        crate::forward::forward_http1(&mut down, head, &mut body, cluster, client.peer.ip(), settings, ctx).await;
+        crate::forward::forward_http1(&mut down, head, &mut body, cluster, peer, settings, ctx, pipeline).await;
     let answered = match forwarded {
         Ok(answered) => answered,
         Err(failed) => {
@@ -434,6 +454,38 @@ async fn handle_request(
     };
     drop(inflight);
     upstream_outcome(endpoint, ctx.index, (next, status, bytes), started, retrying.count())
+}
+
+/// Takes the requests the client already sent behind the current one, so that they can share its upstream
+/// write (`pool.pipeline_depth`): complete heads in the buffer (none is waited for), each routed now, up to the
+/// depth, while they could join: bodiless, kept alive, to the same cluster. They wait in `client.pipeline` and
+/// are served from there in order; the first that cannot join is the last taken. A head with a body is not
+/// taken (its body follows it in the buffer), nor one that does not parse (it is answered in its turn).
+fn read_ahead(client: &mut Client, snapshot: &Arc<Snapshot>, settings: &ListenerSettings, cluster_index: usize) {
+    if client.pipeline.as_ref().is_some_and(|p| !p.is_empty()) {
+        return; // the requests read ahead before are served first
+    }
+    let cluster = &snapshot.clusters[cluster_index];
+    let started = std::time::Instant::now();
+    for _ in 1..cluster.settings.pipeline_depth {
+        let Ok(Parsed::Complete(parsed, used)) = codec::parse_request(&client.buf, &settings.limits) else {
+            return;
+        };
+        if parsed.body != BodyFraming::None {
+            return;
+        }
+        let mut head = codec::take_request(&mut client.buf, parsed, used);
+        let front = crate::phases::front(&mut head, snapshot, settings, client.facts.https);
+        let joins = matches!(front, crate::phases::Front::Cluster { cluster, .. } if cluster == cluster_index)
+            && head.keep_alive
+            && pipeline::eligible(&head, cluster);
+        let peer = client.peer.ip();
+        let pipeline = client.pipeline.get_or_insert_with(|| Box::new(pipeline::ClientPipeline::new(peer)));
+        pipeline.push(head, front, snapshot.clone(), started);
+        if !joins {
+            return;
+        }
+    }
 }
 
 /// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.
@@ -588,11 +640,12 @@ async fn forward_response(
     };
     match relayed {
         Ok(bytes) => {
-            // Bytes after the response belong to the next pipelined response, if one follows; otherwise the
-            // upstream sent something nobody asked for and the connection is not reused.
+            // Bytes after the response belong to the next response of this client's batch, if one follows;
+            // otherwise the upstream sent something nobody asked for and the connection is not reused.
             if let Source::Conn(conn) = source {
                 if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
-                    pipeline::release(ctx.conns(), cluster, endpoint, conn, resp.body == BodyFraming::None);
+                    let pipeline = client.pipeline.as_deref_mut();
+                    pipeline::release(&ctx.pool, pipeline, cluster, endpoint, conn, resp.body == BodyFraming::None);
                 }
             }
             (if keep_alive { Next::KeepAlive } else { Next::Close }, bytes)

@@ -251,7 +251,8 @@ impl UpstreamBody {
                 let f = &self.finish;
                 let cluster = &f.snapshot.clusters[f.cluster];
                 let endpoint = &cluster.endpoints[f.endpoint];
-                crate::pipeline::release(f.ctx.conns(), cluster, endpoint, conn, self.framing == BodyFraming::None);
+                let bodiless = self.framing == BodyFraming::None;
+                crate::pipeline::release(&f.ctx.pool, None, cluster, endpoint, conn, bodiless);
             }
         }
         self.finish.done();

@@ -161,7 +161,7 @@ async fn to_cluster(
     let waiting =
         Waiting { ctx, snapshot, route: compiled, head: &head, peer: conn.peer.ip(), started: reply.started, counters };
     let forwarded =
-        crate::forward::forward_http1(&mut down, &head, &mut body, cluster, conn.peer.ip(), settings, ctx).await;
+        crate::forward::forward_http1(&mut down, &head, &mut body, cluster, conn.peer.ip(), settings, ctx, None).await;
     waiting.answered();
     let answered = match forwarded {
         Ok(answered) => answered,

@@ -204,7 +204,7 @@ pub(crate) async fn forward_wrapped(
         SourceEnd::Complete => {
             if let Source::Conn(conn) = source {
                 if resp.reusable && request_done && (conn.buf.is_empty() || conn.has_followers()) {
-                    crate::pipeline::release(ctx.conns(), cluster, endpoint, conn, false);
+                    crate::pipeline::release(&ctx.pool, client.pipeline.as_deref_mut(), cluster, endpoint, conn, false);
                 }
             }
         }

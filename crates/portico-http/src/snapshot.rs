@@ -43,7 +43,7 @@ pub struct UpstreamSettings {
     pub reserved_headers: Arc<[Box<str>]>,
     pub max_idle_per_endpoint: usize,
     pub pool_idle_timeout: Duration,
-    /// Most requests written together to one upstream connection; 0 or 1: no pipelining.
+    /// Most requests one client pipelined written together to one upstream connection; 0 or 1: no pipelining.
     pub pipeline_depth: usize,
     pub preserve_host: bool,
     pub outlier: OutlierSettings,

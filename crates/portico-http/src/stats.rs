@@ -42,7 +42,7 @@ pub struct ClusterSlot {
     pub breaker_rejections: Counter,
     pub no_healthy_endpoint: Counter,
     pub ejections: Counter,
-    /// Requests sent as part of a pipelined batch, and the writes that carried them.
+    /// Requests written upstream together with others their client pipelined, and the writes that carried them.
     pub pipelined_requests: Counter,
     pub pipeline_writes: Counter,
     /// Requests in flight (for the breaker and the retry budget).

@@ -200,7 +200,7 @@ pub(crate) struct Failed {
 pub(crate) enum Source {
     /// The connection, read as the body is relayed.
     Conn(UpstreamConn),
-    /// The whole body, already read (a pipelined response delivered with the connection elsewhere).
+    /// The whole body, already in hand: nothing is read. (Also what is left where the connection was taken.)
     Buffered(BytesMut),
 }
 
