@@ -66,7 +66,7 @@ async def idle_then_new(port, idle_count, newcomers=5):
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /small HTTP/1.1\r\nHost: idle\r\n\r\n")
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
             length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
             await reader.readexactly(length)
             idle.append((reader, writer))
