@@ -21,6 +21,7 @@ bench/run.py configures them.
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -103,6 +104,22 @@ async def idle_then_new(port, idle_count, newcomers=5):
     return len(idle), answered, latencies, closed
 
 
+def each_proxy(bench, names):
+    """Starts the backend, then each proxy in turn, with Portico's stock limits; yields (name, process, port)
+    and stops them after each."""
+    eps = bench.endpoints(2, False)
+    try:
+        bench.start_backend(eps)
+        for name in names.split(","):
+            proc = bench.start_proxy(name, eps, stock=True)
+            yield name, proc, run.PROXY_PORTS[name]
+            bench.stop_all()
+            bench.start_backend(eps)
+    finally:
+        bench.stop_all()
+        shutil.rmtree(bench.work, ignore_errors=True)
+
+
 def idle_main(a):
     run.ensure_tools()
     bench = run.Bench(workers=1, duration=1, runs=1)
@@ -110,19 +127,11 @@ def idle_main(a):
     if bench.fd_limit < 2 * a.idle + 2000:
         raise SystemExit(f"the open-file limit ({bench.fd_limit}) is too low for {a.idle} idle connections")
     rows = []
-    try:
-        eps = bench.endpoints(2, False)
-        bench.start_backend(eps)
-        for name in a.proxies.split(","):
-            proc = bench.start_proxy(name, eps, stock=True)
-            opened, answered, latencies, closed = asyncio.run(idle_then_new(run.PROXY_PORTS[name], a.idle))
-            rss = bench.rss_kib(bench.tree_pids(proc.pid)) / 1024
-            run.log(f"{name}: {opened} idle, {answered} of 5 new clients answered, {closed} idle closed")
-            rows.append((name, opened, answered, latencies, closed, rss))
-            bench.stop_all()
-            bench.start_backend(eps)
-    finally:
-        bench.stop_all()
+    for name, proc, port in each_proxy(bench, a.proxies):
+        opened, answered, latencies, closed = asyncio.run(idle_then_new(port, a.idle))
+        rss = bench.rss_kib(bench.tree_pids(proc.pid)) / 1024
+        run.log(f"{name}: {opened} idle, {answered} of 5 new clients answered, {closed} idle closed")
+        rows.append((name, opened, answered, latencies, closed, rss))
     limit = f", every proxy limited to {a.limit} connections" if a.limit else ", stock limits"
     print(f"# {a.idle} idle keep-alive connections, then 5 new clients; 1 worker each{limit}\n")
     print("| proxy | idle connections opened | new clients answered | their max latency ms | idle ones closed | RSS MiB |")
@@ -149,34 +158,24 @@ def main():
     if bench.fd_limit < 3 * a.requests:
         raise SystemExit(f"the open-file limit ({bench.fd_limit}) is too low for {a.requests} requests")
     rows = []
-    try:
-        eps = bench.endpoints(2, False)
-        bench.start_backend(eps)
-        for name in a.proxies.split(","):
-            proc = bench.start_proxy(name, eps, stock=True)
-            port = run.PROXY_PORTS[name]
-            cells = []
-            for _ in range(a.runs):
-                before = bench.backend_accepts()
-                results = asyncio.run(burst(port, a.requests))
-                opened = bench.backend_accepts() - before
-                rss = bench.rss_kib(bench.tree_pids(proc.pid)) / 1024
-                ok = [t for s, t in results if s == "200"]
-                other = {}
-                for s, _ in results:
-                    if s != "200":
-                        other[s] = other.get(s, 0) + 1
-                times = sorted(t for _, t in results if t is not None)
-                cells.append((len(ok), other, times, opened, rss))
-                run.log(f"{name}: {len(ok)} of {a.requests} answered 200, others {other}, "
-                        f"p99 {1000 * times[int(len(times) * 0.99) - 1]:.0f} ms, upstream conns {opened}")
-                time.sleep(1)
-            rows.append((name, cells))
-            bench.stop_all()
-            bench.start_backend(eps)
-    finally:
-        bench.stop_all()
-
+    for name, proc, port in each_proxy(bench, a.proxies):
+        cells = []
+        for _ in range(a.runs):
+            before = bench.backend_accepts()
+            results = asyncio.run(burst(port, a.requests))
+            opened = bench.backend_accepts() - before
+            rss = bench.rss_kib(bench.tree_pids(proc.pid)) / 1024
+            ok = [t for s, t in results if s == "200"]
+            other = {}
+            for s, _ in results:
+                if s != "200":
+                    other[s] = other.get(s, 0) + 1
+            times = sorted(t for _, t in results if t is not None)
+            cells.append((len(ok), other, times, opened, rss))
+            run.log(f"{name}: {len(ok)} of {a.requests} answered 200, others {other}, "
+                    f"p99 {1000 * times[int(len(times) * 0.99) - 1]:.0f} ms, upstream conns {opened}")
+            time.sleep(1)
+        rows.append((name, cells))
     print(f"# {a.requests} simultaneous requests, 1 worker each, medians of {a.runs} bursts\n")
     print("| proxy | answered 200 | other answers (all runs) | p50 ms | p99 ms | max ms | upstream conns | RSS MiB |")
     print("|---|---|---|---|---|---|---|---|")
