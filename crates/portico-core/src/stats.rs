@@ -104,6 +104,8 @@ pub struct ListenerSlot {
     pub tls_handshake_timeouts: Counter,
     /// Requests or connections that ended in a panic (a bug, contained to that connection).
     pub panics: Counter,
+    /// Idle keep-alive connections closed to make room for this listener's new clients at its limit.
+    pub evictions: Counter,
 }
 
 /// Per-listener counters.

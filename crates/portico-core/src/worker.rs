@@ -97,6 +97,8 @@ pub trait PlaneWorker {
     fn shutdown_grace(&self) -> Duration;
     /// A connection of `listener` ended in a panic outside any request (already logged): count it.
     fn connection_panicked(&self, listener: &str);
+    /// An idle connection was closed to make room for a new client of `listener`: count it.
+    fn connection_evicted(&self, listener: &str);
 }
 
 /// The planes a worker runs, one per protocol.
@@ -236,7 +238,9 @@ async fn accept_loop(
             // longest-idle connection closes to make room for it (nginx reuses connections the same way).
             tokio::select! {
                 r = listener.accept() => {
-                    core.idle.evict_oldest();
+                    if core.idle.evict_oldest() {
+                        plane.connection_evicted(&name);
+                    }
                     r
                 }
                 _ = core.connection_closed.notified() => continue,

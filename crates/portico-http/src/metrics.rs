@@ -172,6 +172,16 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
     }
     header(
         out,
+        "portico_connections_evicted_total",
+        "counter",
+        "Idle keep-alive connections closed to make room for new clients at the listener's connection limit.",
+    );
+    for l in registry.all_listeners() {
+        let n: u64 = l.slots.iter().map(|s| s.0.evictions.get()).sum();
+        let _ = writeln!(out, "portico_connections_evicted_total{{listener=\"{}\"}} {n}", escape(&l.listener));
+    }
+    header(
+        out,
         "portico_tls_certificate_expiry_timestamp_seconds",
         "gauge",
         "When a served certificate expires (notAfter, Unix seconds).",

@@ -63,6 +63,12 @@ impl PlaneWorker for HttpWorker {
             portico_core::stats::slot(&l.stats.slots, self.0.index).panics.inc();
         }
     }
+
+    fn connection_evicted(&self, listener: &str) {
+        if let Some(l) = self.0.snapshot.load().listener(listener) {
+            portico_core::stats::slot(&l.stats.slots, self.0.index).evictions.inc();
+        }
+    }
 }
 
 /// Closes pooled upstream connections past their idle timeout.

@@ -408,6 +408,7 @@ fn at_the_connection_limit_the_longest_idle_keep_alive_connection_makes_room() {
         let answered = std::io::Read::read(&mut c.stream, &mut byte).is_ok_and(|n| n == 1);
         assert_eq!(answered, i >= 3, "connection {i}");
     }
+    assert_eq!(p.metric("portico_connections_evicted_total{listener=\"web\"}"), 3.0);
 }
 
 #[test]
