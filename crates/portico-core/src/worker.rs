@@ -238,7 +238,7 @@ async fn accept_loop(
             // longest-idle connection closes to make room for it (nginx reuses connections the same way).
             tokio::select! {
                 r = listener.accept() => {
-                    if core.idle.evict_oldest() {
+                    if r.is_ok() && core.idle.evict_oldest() {
                         plane.connection_evicted(&name);
                     }
                     r

@@ -46,9 +46,11 @@ pub(crate) struct Client {
 
 impl Client {
     /// More requests may come on this connection: the client has not closed its sending side, or had sent
-    /// more before it did. Otherwise the connection closes after the current answer.
+    /// more before it did (still in the buffer, or read ahead into the pipeline queue). Otherwise the connection closes after the current answer.
     pub fn more_requests_possible(&self) -> bool {
-        self.end == crate::body::ClientEnd::Open || !self.buf.is_empty()
+        self.end == crate::body::ClientEnd::Open
+            || !self.buf.is_empty()
+            || self.pipeline.as_ref().is_some_and(|p| !p.is_empty())
     }
 
     /// The response filters' edits for a response to `head` with `status`.

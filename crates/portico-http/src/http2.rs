@@ -34,6 +34,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+/// How long a connection closed for idleness waits for the client to acknowledge the GOAWAY before it is
+/// dropped.
+const CLOSE_AFTER_GOAWAY: Duration = Duration::from_secs(10);
+
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -100,7 +104,7 @@ pub(crate) async fn serve(
                     match conn.poll_accept(&mut Context::from_waker(&conn_waker)) {
                         Poll::Ready(Some(Ok((req, reply)))) => {
                             // Boxed once here: the queue moves what it is given several times.
-                            streams.push(Box::pin(stream(req, reply, state.clone())));
+                            streams.push(Box::pin(guarded(req, reply, state.clone())));
                             // More may be ready.
                             conn_flag.woken.store(true, Ordering::SeqCst);
                             continue;
@@ -145,7 +149,11 @@ pub(crate) async fn serve(
             Event::Shutdown => {
                 closing = true;
                 conn.graceful_shutdown();
+                // Open streams finish within the worker's own shutdown grace.
+                idle.as_mut().reset(Instant::now() + Duration::from_secs(24 * 3600));
             }
+            // Closing for idleness and the client has not acknowledged the GOAWAY in time (a dead peer).
+            Event::IdleTimer if closing => break,
             Event::IdleTimer => {
                 // Idle means no stream in progress: while one is, look again a keep-alive period later (a
                 // stream ending counts as activity).
@@ -154,6 +162,7 @@ pub(crate) async fn serve(
                 if state.active.get() == 0 && idle_since + keepalive <= now {
                     closing = true;
                     conn.graceful_shutdown();
+                    idle.as_mut().reset(now + CLOSE_AFTER_GOAWAY);
                 } else if state.active.get() == 0 {
                     idle.as_mut().reset(idle_since + keepalive);
                 } else {
@@ -162,6 +171,12 @@ pub(crate) async fn serve(
             }
             Event::PingTimer => {
                 let Some(p) = &mut pinger else { continue };
+                if !p.waiting && state.active.get() > 0 {
+                    // Streams are in progress: their frames show the peer is there, and a PING stuck behind a
+                    // slow reader's data would disconnect it for being slow, not gone.
+                    ping_timer.as_mut().reset(Instant::now() + p.every);
+                    continue;
+                }
                 if p.waiting {
                     // No answer within the interval.
                     tracing::debug!(client = %peer, "HTTP/2 keep-alive PING not answered: closing");
@@ -192,13 +207,11 @@ fn poll_timers(
     (shutting_down, idle, ping_timer): (Pin<&mut impl Future>, Pin<&mut Sleep>, Pin<&mut Sleep>),
     pinger: Option<&mut Pinger>,
 ) -> Poll<Event> {
-    if !closing {
-        if shutting_down.poll(cx).is_ready() {
-            return Poll::Ready(Event::Shutdown);
-        }
-        if idle.poll(cx).is_ready() {
-            return Poll::Ready(Event::IdleTimer);
-        }
+    if !closing && shutting_down.poll(cx).is_ready() {
+        return Poll::Ready(Event::Shutdown);
+    }
+    if idle.poll(cx).is_ready() {
+        return Poll::Ready(Event::IdleTimer);
     }
     if let Some(pinger) = pinger {
         if pinger.waiting {
@@ -277,6 +290,29 @@ impl Drop for Active<'_> {
     }
 }
 
+/// Answers one stream; a panic while its response is sent (in a filter's or handler's body) costs this
+/// stream (dropped: h2 resets it), not the connection's other streams, which share its task.
+async fn guarded(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<Connection>) {
+    let served = AssertUnwindSafe(stream(req, reply, conn.clone())).catch_unwind().await;
+    if let Err(panic) = served {
+        count_panic(&conn, panic.as_ref());
+    }
+}
+
+/// Counts and logs a panic (a bug) that cost one stream.
+fn count_panic(conn: &Connection, panic: &(dyn std::any::Any + Send)) {
+    if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
+        portico_core::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
+    }
+    tracing::error!(
+        listener = %conn.listener,
+        client = %conn.peer,
+        "HTTP/2 stream handling panicked at {}: {}",
+        portico_core::panic::last_panic_location(),
+        portico_core::panic::panic_message(panic)
+    );
+}
+
 /// Answers one stream, on the connection's task. A client that resets the stream before the answer is ready
 /// drops the work under way (an upstream exchange is abandoned, the request logged as 499).
 async fn stream(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<Connection>) {
@@ -304,20 +340,11 @@ async fn stream(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<C
     respond(&reply, response).await;
 }
 
-/// The stream's answer. A panic (a bug) costs this stream, answered 500, never the connection or the worker.
+/// The stream's answer. A panic (a bug) while it is made costs this stream, answered 500.
 async fn answer(req: Request<ClientBody>, conn: &Rc<Connection>, interim: &Interim) -> Response<ProxyBody> {
     let served = AssertUnwindSafe(crate::serve_h2::serve(req, conn, interim)).catch_unwind().await;
     served.unwrap_or_else(|panic| {
-        if let Some(listener) = conn.ctx.snapshot.load().listener(&conn.listener) {
-            portico_core::stats::slot(&listener.stats.slots, conn.ctx.index).panics.inc();
-        }
-        tracing::error!(
-            listener = %conn.listener,
-            client = %conn.peer,
-            "HTTP/2 stream handling panicked at {}: {}",
-            portico_core::panic::last_panic_location(),
-            portico_core::panic::panic_message(panic.as_ref())
-        );
+        count_panic(conn, panic.as_ref());
         local(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     })
 }

@@ -77,7 +77,7 @@ impl Drop for UpstreamConn {
         if let Some(s) = self.cluster.slots.get(self.worker) {
             s.0.connections.add(-1);
             if s.0.pending.get() > 0 {
-                s.0.freed.notify_waiters();
+                s.0.freed.notify_one();
             }
         }
     }
@@ -173,13 +173,13 @@ impl Pool {
         crate::buffers::give_back(&mut conn.buf);
         if let Some(s) = conn.cluster.slots.get(conn.worker) {
             if s.0.pending.get() > 0 {
-                s.0.freed.notify_waiters();
+                s.0.freed.notify_one();
             }
         }
         list.push((conn, Instant::now(), idle_timeout));
     }
 
-    /// Closes the oldest idle connection of `cluster` (to any of its endpoints), making room under its
+    /// Closes an idle connection of `cluster` (the longest idle of one of its endpoints), making room under its
     /// connection limit for a request that needs another endpoint; false when it has none idle.
     pub fn close_idle_of(&mut self, cluster: &Arc<ClusterStats>) -> bool {
         for list in self.idle.values_mut() {

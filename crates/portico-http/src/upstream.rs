@@ -111,13 +111,30 @@ pub(crate) async fn connection(
         let until = *deadline.get_or_insert_with(|| Instant::now() + settings.connect_timeout);
         // Registered before anything else runs on this worker: no return or close can be missed.
         let freed = std::pin::pin!(counters.freed.notified());
-        counters.pending.add(1);
+        let waiting = Waiting::start(counters);
         let woken = timeout_at(until, freed).await;
-        counters.pending.add(-1);
+        drop(waiting);
         if woken.is_err() {
             counters.breaker_rejections.inc();
             return Err(UpstreamFailure::breaker("upstream connection limit reached (circuit breaker)"));
         }
+    }
+}
+
+/// A request counted as waiting for a connection (`pending`) while it lives: a request dropped while it waits
+/// (its client left) is not counted for good.
+struct Waiting<'a>(&'a ClusterSlot);
+
+impl<'a> Waiting<'a> {
+    fn start(counters: &'a ClusterSlot) -> Waiting<'a> {
+        counters.pending.add(1);
+        Waiting(counters)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.pending.add(-1);
     }
 }
 
@@ -145,7 +162,7 @@ impl Drop for Opening<'_> {
         if !self.filled {
             self.counters.connections.add(-1);
             if self.counters.pending.get() > 0 {
-                self.counters.freed.notify_waiters();
+                self.counters.freed.notify_one();
             }
         }
     }

@@ -290,8 +290,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Limits and statistics are divided among all workers, whichever process runs them.
     let workers = worker_process.map_or_else(|| loaded.config.workers.resolve(), |w| w.count);
     let registry = Arc::new(Registry::new(workers));
-    let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
+    // First: connection limits left unset are derived from the raised open-file limit when the snapshot is built.
     portico_core::process_setup::raise_fd_limit(&loaded, worker_process.is_none());
+    let snapshot = portico_http::build(&loaded, &registry).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
     portico_core::panic::install_panic_hook();
 
     // Bind everything before starting anything, so a taken port fails start-up with a clear error.

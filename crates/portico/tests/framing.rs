@@ -430,3 +430,20 @@ fn a_client_that_leaves_while_waiting_cancels_the_upstream_request() {
         assert_eq!(entry["status"], 499, "{line}");
     }
 }
+
+#[test]
+fn a_half_closed_client_gets_answers_to_requests_read_ahead_for_pipelining() {
+    // Review finding: with pool.pipeline_depth, pipelined requests are taken from the buffer into a queue; a
+    // half-close then made the first answer the last, and the queued requests were never answered.
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::simple("round_robin", &[b.addr], "    pool: { pipeline_depth: 4 }\n");
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.write_all(
+        b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let response = read_to_close(&mut s, Duration::from_secs(5));
+    assert_eq!(response.matches("HTTP/1.1 200 ").count(), 3, "{response:?}");
+    assert_eq!(b.requests(), 3);
+}

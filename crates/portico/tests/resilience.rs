@@ -448,3 +448,40 @@ fn the_connection_limit_in_force_is_logged_at_start_and_derived_from_the_open_fi
     let derived = derived.expect("the derived limit was not logged");
     assert!(derived >= 256, "{derived}");
 }
+
+#[test]
+fn requests_that_give_up_waiting_for_a_connection_are_no_longer_counted_as_waiting() {
+    // Review finding: a request dropped while it waited at max_connections (an HTTP/2 client's reset) stayed
+    // counted in `pending` for good; enough of them and every request at the limit was refused at once.
+    let a = Backend::start("a").unwrap();
+    let p = Portico::simple(
+        "round_robin",
+        &[a.addr],
+        "    circuit_breaker: { max_connections: 1, max_pending: 3 }\n    timeouts: { connect: 5s }\n",
+    );
+    let mut busy = Conn::open(p.addr);
+    busy.send(b"GET /slow/1500 HTTP/1.1\r\nHost: a\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut sender = h2c(p.addr).await;
+        let waiting: Vec<_> = (0..3)
+            .map(|_| {
+                let req = hyper::Request::get(format!("http://{}/", p.addr))
+                    .body(http_body_util::Full::new(bytes::Bytes::new()));
+                tokio::spawn(sender.send_request(req.unwrap()))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Dropped: hyper resets the streams.
+        for w in waiting {
+            w.abort();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    });
+    wait_until("no request counted as waiting", Duration::from_secs(2), || {
+        p.metric("portico_cluster_requests_pending{cluster=\"app\"}") == 0.0
+    });
+    assert_eq!(busy.read_response(false).status, 200);
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+}
