@@ -8,7 +8,7 @@
 use slab::Slab;
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -106,19 +106,21 @@ impl List {
 impl IdleTicket<'_> {
     /// Resolves when the worker needs this connection's place: the connection should close.
     pub async fn evicted(&self) {
-        poll_fn(|cx| {
-            let mut list = self.list.inner.borrow_mut();
-            let entry = &mut list.entries[self.key];
-            if entry.evicted {
-                return Poll::Ready(());
-            }
-            match &mut entry.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                slot => *slot = Some(cx.waker().clone()),
-            }
-            Poll::Pending
-        })
-        .await
+        poll_fn(|cx| self.poll_evicted(cx)).await
+    }
+
+    /// `evicted` for a hand-written poll loop.
+    pub fn poll_evicted(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut list = self.list.inner.borrow_mut();
+        let entry = &mut list.entries[self.key];
+        if entry.evicted {
+            return Poll::Ready(());
+        }
+        match &mut entry.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 }
 

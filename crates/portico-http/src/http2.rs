@@ -19,6 +19,7 @@ use futures_util::{FutureExt, StreamExt};
 use h2::server::SendResponse;
 use h2::{Ping, RecvStream};
 use hyper::{Method, Request, Response, StatusCode};
+use portico_core::idle::IdleTicket;
 use portico_core::io::Stream;
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
@@ -86,6 +87,10 @@ pub(crate) async fn serve(
     let ping_first = settings.keepalive_interval.unwrap_or(keepalive);
     let mut ping_timer = pin!(tokio::time::sleep(ping_first));
     let mut closing = false;
+    // While no stream is in progress the connection is in the worker's idle list: at a listener's connection
+    // limit the longest-idle connection is asked to close (GOAWAY) to make room for a new client.
+    let idle_list = &state.ctx.core.idle;
+    let mut idle_place = None;
     // The connection and the timers are polled only when they were woken (the flags), not on every wake-up
     // of the task; a stream's answer wakes the connection, which is polled in the same pass anyway.
     let conn_flag = Arc::new(Flag::new());
@@ -114,12 +119,21 @@ pub(crate) async fn serve(
                         Poll::Pending => {}
                     }
                 }
+                let idle_now = state.active.get() == 0 && !closing;
+                if idle_now != idle_place.is_some() {
+                    idle_place = idle_now.then(|| idle_list.enter());
+                    if let Some(place) = &idle_place {
+                        // Registered with the timers' waker (an eviction wakes them); just joined, so not yet
+                        // evicted.
+                        let _ = place.poll_evicted(&mut Context::from_waker(&timers_waker));
+                    }
+                }
                 if timers_flag.woken.swap(false, Ordering::SeqCst) {
                     let polled = poll_timers(
                         &mut Context::from_waker(&timers_waker),
                         closing,
                         (shutting_down.as_mut(), idle.as_mut(), ping_timer.as_mut()),
-                        pinger.as_mut(),
+                        (pinger.as_mut(), idle_place.as_ref()),
                     );
                     if polled.is_ready() {
                         // Polled again next time: the event's handling resets them.
@@ -146,8 +160,15 @@ pub(crate) async fn serve(
                 }
                 break;
             }
+            Event::Evicted => {
+                closing = true;
+                idle_place = None;
+                conn.graceful_shutdown();
+                idle.as_mut().reset(Instant::now() + CLOSE_AFTER_GOAWAY);
+            }
             Event::Shutdown => {
                 closing = true;
+                idle_place = None;
                 conn.graceful_shutdown();
                 // Open streams finish within the worker's own shutdown grace.
                 idle.as_mut().reset(Instant::now() + Duration::from_secs(24 * 3600));
@@ -205,8 +226,11 @@ fn poll_timers(
     cx: &mut Context<'_>,
     closing: bool,
     (shutting_down, idle, ping_timer): (Pin<&mut impl Future>, Pin<&mut Sleep>, Pin<&mut Sleep>),
-    pinger: Option<&mut Pinger>,
+    (pinger, idle_place): (Option<&mut Pinger>, Option<&IdleTicket<'_>>),
 ) -> Poll<Event> {
+    if idle_place.is_some_and(|place| place.poll_evicted(cx).is_ready()) {
+        return Poll::Ready(Event::Evicted);
+    }
     if !closing && shutting_down.poll(cx).is_ready() {
         return Poll::Ready(Event::Shutdown);
     }
@@ -258,6 +282,8 @@ enum Event {
     Closed(Option<h2::Error>),
     Shutdown,
     IdleTimer,
+    /// The worker needs this idle connection's place for a new client.
+    Evicted,
     PingTimer,
     Pong(bool),
 }

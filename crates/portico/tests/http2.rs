@@ -373,3 +373,30 @@ fn an_http2_path_with_a_fragment_never_reaches_the_upstream_with_it() {
     let echoed: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(echoed["target"], "/echo/g", "{out}");
 }
+
+#[test]
+fn at_the_connection_limit_an_idle_http2_connection_makes_room_too() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&yaml(b.addr, "    limits: { max_connections: 3 }\n").replace("workers: 2", "workers: 1"));
+    runtime().block_on(async {
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            let mut sender = common::h2c::<Full<Bytes>>(p.addr).await;
+            let req = hyper::Request::get("http://localhost/").body(Full::new(Bytes::new())).unwrap();
+            assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
+            idle.push(sender);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A new client at the limit is served: the longest-idle HTTP/2 connection is sent a GOAWAY.
+        let newcomer = tokio::task::spawn_blocking(move || {
+            let mut conn = Conn::open(p.addr);
+            (conn.get("/echo", "").status, p)
+        });
+        let (status, p) = tokio::time::timeout(Duration::from_secs(5), newcomer).await.unwrap().unwrap();
+        assert_eq!(status, 200);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(idle[0].is_closed() || idle[0].ready().await.is_err(), "the longest-idle connection stayed");
+        assert!(!idle[2].is_closed(), "a younger connection was closed");
+        assert_eq!(p.metric("portico_connections_evicted_total{listener=\"web\"}"), 1.0);
+    });
+}
