@@ -8,7 +8,7 @@
 //!   end. Its request is cancelled by dropping the request's future, which is what the HTTP/2 server does when
 //!   the client resets the stream.
 
-use crate::codec::{self, BodyFraming, ResponseHead};
+use crate::codec::{BodyFraming, ResponseHead};
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::Body;
 use portico_core::io::Stream;
@@ -107,11 +107,7 @@ impl BodySource<'_> {
     /// HTTP/1.1 as it came, less its hop-by-hop fields; on HTTP/2 as a HEADERS frame; never to an HTTP/1.0
     /// client, which cannot read one. `Err` when the client has gone.
     pub async fn interim(&mut self, bytes: &[u8], resp: &ResponseHead, http10: bool) -> io::Result<()> {
-        let forwarded = resp.headers.iter().filter(|h| {
-            let name = h.name.get(bytes);
-            codec::classify(name) != codec::Known::HopByHop
-                && (resp.connection.is_empty() || !resp.named_by_connection(bytes, name))
-        });
+        let forwarded = resp.headers.iter().filter(|h| !resp.is_hop_by_hop(bytes, h.name.get(bytes)));
         match self {
             BodySource::Connection { io, send_timeout, .. } => {
                 if http10 {

@@ -784,6 +784,12 @@ pub fn parse_response(
 }
 
 impl ResponseHead {
+    /// A field of this response that goes no further than the connection it came on: hop-by-hop by definition
+    /// or named by its `Connection` field.
+    pub fn is_hop_by_hop(&self, buf: &[u8], name: &[u8]) -> bool {
+        classify(name) == Known::HopByHop || (!self.connection.is_empty() && self.named_by_connection(buf, name))
+    }
+
     pub fn named_by_connection(&self, buf: &[u8], name: &[u8]) -> bool {
         self.connection.iter().any(|v| list_contains(v.get(buf), name))
     }

@@ -5,7 +5,7 @@
 //! reload does not touch it: it belongs to its connection's task, not to a snapshot.
 
 use crate::client::Client;
-use crate::codec::{self, Known, ResponseHead};
+use crate::codec::ResponseHead;
 use crate::context::WorkerCtx;
 use crate::pool::UpstreamConn;
 use crate::relay::write_timed;
@@ -37,9 +37,7 @@ pub(crate) async fn relay(
     out.extend_from_slice(b"\r\n");
     for h in &resp.headers {
         let name = h.name.get(&resp_bytes);
-        let hop_by_hop = codec::classify(name) == Known::HopByHop
-            || (!resp.connection.is_empty() && resp.named_by_connection(&resp_bytes, name));
-        if !hop_by_hop {
+        if !resp.is_hop_by_hop(&resp_bytes, name) {
             out.extend_from_slice(name);
             out.extend_from_slice(b": ");
             out.extend_from_slice(h.value.get(&resp_bytes));
