@@ -3,7 +3,7 @@
 //! need no other section live here; patterns, templates, regexes and files are compiled (and refused with
 //! their position) when the snapshot is built.
 
-use crate::units::HumanDuration;
+use crate::units::{ByteSize, HumanDuration};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -34,6 +34,10 @@ pub struct Route {
     /// Run after the global `filters:`, in the order written.
     #[serde(default)]
     pub filters: Vec<Filter>,
+    /// Request bodies for the route's cluster are read whole (in memory, then a temporary file) before an
+    /// upstream connection is taken: `true` (the default), `false`, or settings.
+    #[serde(default)]
+    pub request_buffering: Option<RequestBufferingSetting>,
 }
 
 impl Route {
@@ -43,12 +47,98 @@ impl Route {
     }
 }
 
+/// `request_buffering: true | false`, or with settings.
+#[derive(Debug, Clone)]
+pub enum RequestBufferingSetting {
+    Enabled(bool),
+    With(RequestBuffering),
+}
+
+impl<'de> Deserialize<'de> for RequestBufferingSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match bool_or_settings(d)? {
+            Ok(enabled) => RequestBufferingSetting::Enabled(enabled),
+            Err(settings) => RequestBufferingSetting::With(settings),
+        })
+    }
+}
+
+/// `true`, `false`, or a map of settings (`Err`), the map's own errors (an unknown key, a value of the wrong
+/// type) reported as they are, not as serde's "did not match any variant" of an untagged enum.
+fn bool_or_settings<'de, D, T>(d: D) -> Result<Result<bool, T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Either<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Either<T> {
+        type Value = Result<bool, T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("true, false, or a map of settings")
+        }
+        fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+            Ok(Ok(b))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Err)
+        }
+    }
+    d.deserialize_any(Either(std::marker::PhantomData))
+}
+
+/// How a route buffers request bodies (nginx's `proxy_request_buffering`, `client_body_buffer_size` and
+/// `client_body_temp_path` in one place).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequestBuffering {
+    /// A body up to this size is held in memory; a larger one goes to a temporary file. Default: 64 KiB, or
+    /// `max_size` when that is smaller.
+    pub memory: Option<ByteSize>,
+    /// A larger body is refused with 413 (before any of it is read when its length is declared).
+    pub max_size: ByteSize,
+    /// Where temporary files are made (unnamed: nothing is left behind, even after a crash). Default: `$TMPDIR`,
+    /// else `/tmp`.
+    pub temp_dir: Option<String>,
+}
+
+impl Default for RequestBuffering {
+    fn default() -> Self {
+        RequestBuffering { memory: None, max_size: ByteSize(1 << 30), temp_dir: None }
+    }
+}
+
+impl RequestBuffering {
+    /// The memory a body may take before it goes to a file.
+    pub fn memory(&self) -> ByteSize {
+        self.memory.unwrap_or(ByteSize(self.max_size.0.min(64 * 1024)))
+    }
+}
+
+impl Route {
+    /// The route's request buffering; `None` when it is turned off.
+    pub fn buffering(&self) -> Option<RequestBuffering> {
+        match &self.request_buffering {
+            None | Some(RequestBufferingSetting::Enabled(true)) => Some(RequestBuffering::default()),
+            Some(RequestBufferingSetting::Enabled(false)) => None,
+            Some(RequestBufferingSetting::With(b)) => Some(b.clone()),
+        }
+    }
+}
+
 /// `redirect_https: true`, or with settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum RedirectHttps {
     Enabled(bool),
     With(RedirectSettings),
+}
+
+impl<'de> Deserialize<'de> for RedirectHttps {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match bool_or_settings(d)? {
+            Ok(enabled) => RedirectHttps::Enabled(enabled),
+            Err(settings) => RedirectHttps::With(settings),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -481,6 +571,32 @@ pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
             "a route has exactly one target: `cluster`, `static`, `redirect` or `handler`".into(),
             Some("split it into two routes"),
         ),
+    }
+    if let Some(Some(b)) = r.request_buffering.as_ref().map(|_| r.buffering()) {
+        let key = format!("{base}.request_buffering");
+        if b.max_size.0 == 0 {
+            err(
+                &format!("{key}.max_size"),
+                "max_size must be above 0".into(),
+                Some("to stream bodies instead, write `request_buffering: false`"),
+            );
+        }
+        if let Some(memory) = b.memory.filter(|m| m.0 > b.max_size.0) {
+            err(&format!("{key}.memory"), format!("memory ({memory}) is above max_size ({})", b.max_size), None);
+        }
+        if let Some(dir) = &b.temp_dir {
+            match std::fs::metadata(dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => err(&format!("{key}.temp_dir"), format!("{dir:?} is not a directory"), None),
+                Err(e) => err(
+                    &format!("{key}.temp_dir"),
+                    format!("cannot use {dir:?}: {e}"),
+                    Some(
+                        "create the directory, writable by the user Portico runs as, or leave temp_dir out for $TMPDIR",
+                    ),
+                ),
+            }
+        }
     }
     if let Some(name) = r.handler.as_deref().filter(|h| !HANDLERS.contains(h)) {
         err(

@@ -250,6 +250,8 @@ pub struct ListenerTimeouts {
     pub keepalive: HumanDuration,
     /// Longest pause allowed while reading a request body.
     pub body_read: HumanDuration,
+    /// Waiting for a request body this long before `limits.min_body_rate` is enforced.
+    pub body_rate_grace: HumanDuration,
     /// Longest pause allowed while the client is not accepting response bytes.
     pub send: HumanDuration,
 }
@@ -260,6 +262,7 @@ impl Default for ListenerTimeouts {
             header_read: HumanDuration::secs(10),
             keepalive: HumanDuration::secs(60),
             body_read: HumanDuration::secs(60),
+            body_rate_grace: HumanDuration::secs(10),
             send: HumanDuration::secs(60),
         }
     }
@@ -277,6 +280,10 @@ pub struct ListenerLimits {
     /// Most open client connections on this listener, shared evenly among workers. Unset: derived from the
     /// open-file limit when the process starts (`portico_core::process_setup::derived_connection_limit`).
     pub max_connections: Option<usize>,
+    /// Slowest average a request body may arrive at, in bytes a second of waiting for it (time spent waiting
+    /// for an upstream to take the body does not count), once `timeouts.body_rate_grace` has passed; a slower
+    /// client is answered 408. `0` turns the check off.
+    pub min_body_rate: ByteSize,
 }
 
 impl Default for ListenerLimits {
@@ -286,6 +293,7 @@ impl Default for ListenerLimits {
             max_header_bytes: ByteSize::kib(32),
             max_headers: 100,
             max_connections: None,
+            min_body_rate: ByteSize(256),
         }
     }
 }

@@ -106,6 +106,10 @@ pub struct ListenerSlot {
     pub panics: Counter,
     /// Idle keep-alive connections closed to make room for this listener's new clients at its limit.
     pub evictions: Counter,
+    /// Request bodies read whole by a route's request buffering: kept in memory, and written to a
+    /// temporary file.
+    pub bodies_buffered_in_memory: Counter,
+    pub bodies_buffered_to_file: Counter,
 }
 
 /// Per-listener counters.

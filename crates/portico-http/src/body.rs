@@ -23,6 +23,9 @@ use tokio::time::Instant;
 pub(crate) enum ReqBody {
     /// No body, or a body received in full with the head: kept, so the request can be sent again.
     InHand(Bytes),
+    /// A body read whole into a temporary file by the route's request buffering: sent with its length, and
+    /// again when the request is retried.
+    Spooled(crate::request_buffer::SpooledBody),
     /// A body still to stream from the client with this framing.
     Streaming(BodyFraming),
     /// A streamed body, sent in full: the client connection is clean, but the request cannot be replayed.
@@ -30,9 +33,25 @@ pub(crate) enum ReqBody {
 }
 
 impl ReqBody {
+    /// A body the route's request buffering read whole; `head` now declares its length, whatever framing it
+    /// came with.
+    pub fn buffered(buffered: crate::request_buffer::Buffered, head: &mut crate::codec::RequestHead) -> ReqBody {
+        use crate::request_buffer::Buffered;
+        match buffered {
+            Buffered::Memory(bytes) => {
+                head.body = BodyFraming::Length(bytes.len() as u64);
+                ReqBody::InHand(bytes)
+            }
+            Buffered::File(spooled) => {
+                head.body = BodyFraming::Length(spooled.len());
+                ReqBody::Spooled(spooled)
+            }
+        }
+    }
+
     /// The request can be sent again (to another connection or endpoint) as it was.
     pub fn replayable(&self) -> bool {
-        matches!(self, ReqBody::InHand(_))
+        matches!(self, ReqBody::InHand(_) | ReqBody::Spooled(_))
     }
     /// The client has sent the whole body: its connection is ready for the next request.
     pub fn consumed(&self) -> bool {

@@ -337,10 +337,19 @@ async fn stream_from_client(
     let body = PipeBody { reader, buf: bytes::BytesMut::new(), complete: complete.clone(), sent: Some(sent.clone()) };
     let req = Request::from_parts(parts, body.boxed_unsync());
     client.out.clear();
-    let timeouts = (settings.body_read_timeout, cluster.settings.send_timeout);
+    let (mut pace, send_timeout) = (settings.body_pace, cluster.settings.send_timeout);
     let pump = async {
-        let relayed =
-            relay_body(&mut client.io, &mut client.buf, framing, &mut writer, false, timeouts, &mut client.out).await;
+        let relayed = relay_body(
+            &mut client.io,
+            &mut client.buf,
+            framing,
+            &mut writer,
+            false,
+            &mut pace,
+            send_timeout,
+            &mut client.out,
+        )
+        .await;
         // Only a body read to its end may end the stream cleanly; anything else resets it.
         complete.store(relayed.is_ok(), Ordering::Relaxed);
         drop(writer);
@@ -465,6 +474,8 @@ pub(crate) async fn from_http1(
             body_read: true,
         },
         ReqBody::Sent => return answer(client, head, 502, "request body already sent", false).await,
+        // Routes to HTTP/2 clusters stream their bodies (request buffering is for HTTP/1 clusters).
+        ReqBody::Spooled(_) => return answer(client, head, 500, "buffered body for an HTTP/2 cluster", true).await,
         ReqBody::Streaming(framing) => H2Exchange {
             ctx,
             cluster,

@@ -35,6 +35,7 @@ mod proxy;
 mod redirect;
 mod registry;
 mod relay;
+mod request_buffer;
 mod response_body;
 mod retry;
 pub mod router;

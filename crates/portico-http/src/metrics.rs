@@ -182,6 +182,19 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
     }
     header(
         out,
+        "portico_request_bodies_buffered_total",
+        "counter",
+        "Request bodies read whole by request buffering before going upstream, by where they were kept.",
+    );
+    for l in registry.all_listeners() {
+        let memory: u64 = l.slots.iter().map(|s| s.0.bodies_buffered_in_memory.get()).sum();
+        let file: u64 = l.slots.iter().map(|s| s.0.bodies_buffered_to_file.get()).sum();
+        let name = escape(&l.listener);
+        let _ = writeln!(out, "portico_request_bodies_buffered_total{{listener=\"{name}\",to=\"memory\"}} {memory}");
+        let _ = writeln!(out, "portico_request_bodies_buffered_total{{listener=\"{name}\",to=\"file\"}} {file}");
+    }
+    header(
+        out,
         "portico_tls_certificate_expiry_timestamp_seconds",
         "gauge",
         "When a served certificate expires (notAfter, Unix seconds).",

@@ -3,7 +3,7 @@
 //! with bounded buffers, and decide what may be kept alive. Every request ends in the route's counters and the
 //! access log.
 
-use crate::body::{BodySource, Downstream, ReqBody, REPLAYABLE_BODY};
+use crate::body::{BodySource, Downstream, ReqBody};
 use crate::buffers;
 pub(crate) use crate::client::Client;
 use crate::client::{answer, end_response_head, reply, respond_error};
@@ -12,7 +12,8 @@ use crate::context::WorkerCtx;
 use crate::forward::Answered;
 use crate::outcome::{record, record_refused, upstream_outcome, Next, Outcome};
 use crate::pipeline;
-use crate::relay::{relay_body, write_timed, RelayError};
+use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
+use crate::request_buffer::{BufferFault, BufferPolicy, Intake};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
@@ -145,7 +146,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         // Boxed: the request's state machine is large and only needed while a request runs. A panic in it (a
         // bug) costs this request and this connection, never the worker: it is answered 500 when nothing was
         // sent yet, counted and logged.
-        let handled = AssertUnwindSafe(handle_request(&mut client, &head, front, &snapshot, settings, &ctx));
+        let handled = AssertUnwindSafe(handle_request(&mut client, &mut head, front, &snapshot, settings, &ctx));
         let outcome = match Box::pin(handled.catch_unwind()).await {
             Ok(outcome) => outcome,
             Err(panic) => {
@@ -341,7 +342,7 @@ impl Drop for GaugeGuard<'_> {
 
 async fn handle_request(
     client: &mut Client,
-    head: &RequestHead,
+    head: &mut RequestHead,
     front: crate::phases::Front,
     snapshot: &Arc<Snapshot>,
     settings: &ListenerSettings,
@@ -350,8 +351,8 @@ async fn handle_request(
     use crate::phases::Front;
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(head, ctx);
-    let (cluster, cluster_index) = match front {
-        Front::Cluster { cluster, .. } => (&snapshot.clusters[cluster], cluster),
+    let (cluster, cluster_index, route) = match front {
+        Front::Cluster { cluster, route } => (&snapshot.clusters[cluster], cluster, route),
         Front::Answer { response, .. } => {
             let body_done = discard_body(client, head) == Next::KeepAlive;
             return reply(client, head, &response, body_done).await;
@@ -372,39 +373,24 @@ async fn handle_request(
             return Outcome::local(Next::Close, 400, bytes);
         }
     }
+    // Request buffering is for HTTP/1 clusters, whose connections a slow body would hold: an HTTP/2 cluster's
+    // streams share connections (and gRPC streams must flow both ways at once).
+    let buffering = snapshot.router.get(route).and_then(|r| r.buffering.as_deref()).filter(|_| !cluster.settings.http2);
+    // Before the breaker counts the request: a body still arriving holds nothing of the cluster's.
+    let mut body = match take_body(client, head, buffering, settings, ctx.index).await {
+        Ok(body) => body,
+        Err(fault) => return refuse_body(client, fault).await,
+    };
     let counters = slot(&cluster.stats.slots, ctx.index);
     let limits = &cluster.settings;
     if counters.requests.get() >= limits.max_requests_per_worker {
         counters.breaker_rejections.inc();
-        let body_done = discard_body(client, head) == Next::KeepAlive;
+        let body_done = body.consumed(); // a body in hand has left the connection's buffer already
         return answer(client, head, 503, "too many requests in flight to the cluster (circuit breaker)", body_done)
             .await;
     }
     counters.requests.add(1);
     let _request = GaugeGuard(&counters.requests, 1);
-
-    if let BodyFraming::Length(n) = head.body {
-        if n <= REPLAYABLE_BODY && (client.buf.len() as u64) < n {
-            // A small body is read whole before going upstream (nginx buffers request bodies too): it then
-            // leaves in one write with the head, and the request stays replayable.
-            if let Err(status) = read_small_body(client, head, n as usize, settings).await {
-                return match status {
-                    499 => Outcome::local(Next::Close, 499, 0),
-                    _ => {
-                        let bytes = respond_error(client, status, "request body not received in time", true).await;
-                        Outcome::local(Next::Close, status, bytes.unwrap_or(0))
-                    }
-                };
-            }
-        }
-    }
-    let mut body = match head.body {
-        BodyFraming::None => ReqBody::InHand(Bytes::new()),
-        BodyFraming::Length(n) if n <= REPLAYABLE_BODY && client.buf.len() as u64 >= n => {
-            ReqBody::InHand(client.buf.split_to(n as usize).freeze())
-        }
-        framing => ReqBody::Streaming(framing),
-    };
 
     if cluster.settings.http2 {
         return Box::pin(crate::forward_h2::from_http1(client, head, cluster, body, settings, ctx)).await;
@@ -488,27 +474,51 @@ fn read_ahead(client: &mut Client, snapshot: &Arc<Snapshot>, settings: &Listener
     }
 }
 
-/// Reads until `n` body bytes are buffered; `Err(499)` when the client left, `Err(408)` when it was too slow.
-async fn read_small_body(
+/// The request body as it goes upstream (see `Intake`), `Expect: 100-continue` answered when it must be read.
+async fn take_body(
     client: &mut Client,
-    head: &RequestHead,
-    n: usize,
+    head: &mut RequestHead,
+    buffering: Option<&BufferPolicy>,
     settings: &ListenerSettings,
-) -> Result<(), u16> {
-    if head.expect_continue && !head.http10 {
+    worker: usize,
+) -> Result<ReqBody, BufferFault> {
+    let intake = Intake::of(head.body, buffering)?;
+    if intake.reads(client.buf.len()) && head.expect_continue && !head.http10 {
         let continue_line = b"HTTP/1.1 100 Continue\r\n\r\n";
-        write_timed(&mut client.io, continue_line, settings.send_timeout).await.map_err(|_| 499u16)?;
+        let sent = write_timed(&mut client.io, continue_line, settings.send_timeout).await;
+        sent.map_err(|_| BufferFault::Source(SourceFault::Closed))?;
     }
-    let deadline = Instant::now() + settings.body_read_timeout;
-    while client.buf.len() < n {
-        client.buf.reserve(n - client.buf.len());
-        match timeout_at(deadline, client.io.read_buf(&mut client.buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return Err(499),
-            Ok(Ok(_)) => {}
-            Err(_) => return Err(408),
+    let stats = slot(&settings.stats.slots, worker);
+    let reading = (head.body, settings.body_pace);
+    intake.take(&mut client.io, &mut client.buf, head, reading, stats).await
+}
+
+/// Answers a request whose body failed as `fault` said (nothing, when the client left), and closes.
+async fn refuse_body(client: &mut Client, fault: BufferFault) -> Outcome {
+    if let BufferFault::Disk(e) = &fault {
+        disk_trouble(e);
+    }
+    match fault.answer() {
+        None => Outcome::local(Next::Close, 499, 0),
+        Some((status, reason)) => {
+            let bytes = respond_error(client, status, reason, true).await;
+            Outcome::local(Next::Close, status, bytes.unwrap_or(0))
         }
     }
-    Ok(())
+}
+
+/// Says in the log that request bodies cannot be buffered, at most once a minute per worker: a full disk
+/// fails every buffered request.
+fn disk_trouble(e: &std::io::Error) {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    }
+    let now = Instant::now();
+    if LAST.get().is_some_and(|last| now < last + Duration::from_secs(60)) {
+        return;
+    }
+    LAST.set(Some(now));
+    tracing::warn!("a request body could not be buffered to a temporary file (answered 500): {e}");
 }
 
 /// Skips a body already received in full so the connection can serve the next request; otherwise the
@@ -617,7 +627,7 @@ async fn forward_response(
     }
     end_response_head(out, cluster, endpoint, (set_cookie, resp.dated), keep_alive, head.http10);
     // The head stays in `client.out`: relay_body sends it with the first body bytes.
-    let timeouts = (cluster.settings.read_timeout, settings.send_timeout);
+    let (mut pace, send_timeout) = (crate::relay::Pace::idle(cluster.settings.read_timeout), settings.send_timeout);
     let relayed = match &mut source {
         Source::Conn(conn) => {
             relay_body(
@@ -626,7 +636,8 @@ async fn forward_response(
                 resp.body,
                 &mut client.io,
                 to_client_chunked,
-                timeouts,
+                &mut pace,
+                send_timeout,
                 &mut client.out,
             )
             .await
@@ -634,8 +645,8 @@ async fn forward_response(
         // All of it is buffered: the source is never read.
         Source::Buffered(body) => {
             let mut nothing = tokio::io::empty();
-            relay_body(&mut nothing, body, resp.body, &mut client.io, to_client_chunked, timeouts, &mut client.out)
-                .await
+            let (to, chunked) = (&mut client.io, to_client_chunked);
+            relay_body(&mut nothing, body, resp.body, to, chunked, &mut pace, send_timeout, &mut client.out).await
         }
     };
     match relayed {

@@ -31,7 +31,8 @@ pub(crate) async fn relay_body<R, W>(
     framing: BodyFraming,
     dst: &mut W,
     out_chunked: bool,
-    (read_timeout, write_timeout): (Duration, Duration),
+    read_pace: &mut Pace,
+    write_timeout: Duration,
     pending: &mut Vec<u8>,
 ) -> Result<u64, RelayError>
 where
@@ -47,7 +48,7 @@ where
             while left > 0 {
                 if src_buf.is_empty() {
                     out.flush().await?;
-                    if read_more(src, src_buf, read_timeout).await? == 0 {
+                    if read_more(src, src_buf, read_pace).await? == 0 {
                         return Err(RelayError::Source(SourceFault::Closed));
                     }
                 }
@@ -68,7 +69,7 @@ where
                     }
                     Decoded::NeedMore => {
                         out.flush().await?;
-                        if read_more(src, src_buf, read_timeout).await? == 0 {
+                        if read_more(src, src_buf, read_pace).await? == 0 {
                             return Err(RelayError::Source(SourceFault::Closed));
                         }
                     }
@@ -79,7 +80,7 @@ where
         BodyFraming::UntilClose => loop {
             if src_buf.is_empty() {
                 out.flush().await?;
-                if read_more(src, src_buf, read_timeout).await? == 0 {
+                if read_more(src, src_buf, read_pace).await? == 0 {
                     break;
                 }
             }
@@ -138,26 +139,99 @@ impl<W: AsyncWrite + Unpin> Output<'_, W> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SourceFault {
     Closed,
+    /// Nothing arrived for the whole idle timeout.
     TimedOut,
+    /// The body came slower on average than the listener's `limits.min_body_rate`.
+    TooSlow,
     Malformed(&'static str),
+    /// A buffered body's temporary file could not be read back.
+    Unreadable,
+}
+
+impl SourceFault {
+    /// The answer to a client whose request body failed this way; `None` when it left.
+    pub fn answer(self) -> Option<(u16, &'static str)> {
+        match self {
+            SourceFault::Closed => None,
+            SourceFault::TimedOut => Some((408, "request body not received in time")),
+            SourceFault::TooSlow => Some((408, "request body arrived slower than the listener's min_body_rate")),
+            SourceFault::Malformed(reason) => Some((400, reason)),
+            SourceFault::Unreadable => Some((500, "request body could not be read back from its temporary file")),
+        }
+    }
+}
+
+/// How a body must keep arriving: no wait for bytes longer than `idle`, and, for a request body, on average
+/// at least `min_rate` bytes a second of waiting once `grace` of waiting has passed (Kestrel's
+/// MinRequestBodyDataRate). Only time spent waiting for the source counts: a relay that waits for its
+/// destination to take the bytes is not the client's fault. Copied per body; it keeps that body's tally.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pace {
+    idle: Duration,
+    /// Bytes a second; 0: no rate.
+    min_rate: u64,
+    grace: Duration,
+    waited: Duration,
+    received: u64,
+}
+
+impl Pace {
+    /// Only the idle timeout (response bodies, and request bodies with the rate turned off).
+    pub fn idle(idle: Duration) -> Pace {
+        Pace { idle, min_rate: 0, grace: Duration::ZERO, waited: Duration::ZERO, received: 0 }
+    }
+
+    pub fn request(idle: Duration, min_rate: u64, grace: Duration) -> Pace {
+        Pace { min_rate, grace, ..Pace::idle(idle) }
+    }
+
+    /// How long the next wait may last, and what it is when it runs out.
+    fn allowance(&self) -> (Duration, SourceFault) {
+        if self.min_rate == 0 {
+            return (self.idle, SourceFault::TimedOut);
+        }
+        // The waiting that `received` bytes pay for at the minimum rate, and never less than the grace.
+        let earned = Duration::from_secs_f64(self.received as f64 / self.min_rate as f64).max(self.grace);
+        let left = earned.saturating_sub(self.waited);
+        if left < self.idle {
+            (left, SourceFault::TooSlow)
+        } else {
+            (self.idle, SourceFault::TimedOut)
+        }
+    }
+
+    /// Waits for `read` within the allowance and keeps the tally.
+    pub async fn read<F: std::future::Future<Output = io::Result<usize>>>(
+        &mut self,
+        read: F,
+    ) -> Result<usize, SourceFault> {
+        let (allowed, fault) = self.allowance();
+        let started = tokio::time::Instant::now();
+        let result = timeout(allowed, read).await;
+        self.waited += started.elapsed();
+        match result {
+            Ok(Ok(n)) => {
+                self.received += n as u64;
+                Ok(n)
+            }
+            Ok(Err(_)) => Err(SourceFault::Closed),
+            Err(_) => Err(fault),
+        }
+    }
 }
 
 pub(crate) async fn read_more<R: AsyncRead + Unpin>(
     src: &mut R,
     buf: &mut BytesMut,
-    t: Duration,
+    pace: &mut Pace,
 ) -> Result<usize, RelayError> {
     if buf.capacity() - buf.len() < READ_CHUNK / 4 {
         buf.reserve(READ_CHUNK);
     }
-    match timeout(t, src.read_buf(buf)).await {
-        Ok(Ok(n)) => Ok(n),
-        Ok(Err(_)) => Err(RelayError::Source(SourceFault::Closed)),
-        Err(_) => Err(RelayError::Source(SourceFault::TimedOut)),
-    }
+    pace.read(src.read_buf(buf)).await.map_err(RelayError::Source)
 }
 
 pub(crate) async fn write_timed<W: AsyncWrite + Unpin>(dst: &mut W, data: &[u8], t: Duration) -> io::Result<()> {

@@ -16,6 +16,7 @@ use crate::filters::{self, Chain};
 use crate::message::LocalResponse;
 use crate::pattern::{Captured, PathPattern};
 use crate::registry::Registry;
+use crate::request_buffer::BufferPolicy;
 use crate::stats::RouteStats;
 use portico_config::{LoadedConfig, Route};
 use std::collections::HashMap;
@@ -58,6 +59,8 @@ pub struct CompiledRoute {
     pub stats: Arc<RouteStats>,
     /// Global filters, then the route's own; `None` when there are none.
     pub filters: Option<Chain>,
+    /// Request bodies for the route's cluster are read whole first (HTTP/1 clusters only); `None`: streamed.
+    pub(crate) buffering: Option<Arc<crate::request_buffer::BufferPolicy>>,
     host: HostMatch,
     path: PathMatch,
     methods: Option<Vec<Vec<u8>>>,
@@ -291,6 +294,7 @@ fn compile_route(
             .map(|s| HttpsRedirect { port: s.port.unwrap_or(https_port), status: s.status }),
         stats: registry.route_stats(&name, r.cluster_label()),
         filters: (!chain.is_empty()).then(|| chain.into()),
+        buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b))),
         name,
         host,
         path,

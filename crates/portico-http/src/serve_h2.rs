@@ -5,8 +5,7 @@
 //! is relayed with its trailers (`forward_h2`), and local answers are written as they are. Response filters
 //! run on every response head; every request is counted and logged once, when its response has ended.
 
-use crate::body::REPLAYABLE_BODY;
-use crate::body::{BodySource, Downstream, FrameReader, ReqBody};
+use crate::body::{BodySource, Downstream, FrameReader};
 use crate::codec::{self, BodyFraming, Known, RequestHead};
 use crate::context::Connection;
 use crate::forward::Answered;
@@ -15,7 +14,7 @@ use crate::h2_request::{ClientBody, Interim};
 use crate::message::LocalResponse;
 use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
-use crate::relay::{read_more, RelayError, SourceFault};
+use crate::request_buffer::Intake;
 use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
 use crate::snapshot::{ListenerSettings, Snapshot};
 use bytes::{Bytes, BytesMut};
@@ -119,12 +118,6 @@ async fn to_cluster(
     let (snapshot, conn) = (reply.snapshot, reply.conn);
     let ctx = &conn.ctx;
     let cluster = &snapshot.clusters[cluster_index];
-    let counters = slot(&cluster.stats.slots, ctx.index);
-    if counters.requests.get() >= cluster.settings.max_requests_per_worker {
-        counters.breaker_rejections.inc();
-        let refused = LocalResponse::text(503, "too many requests in flight to the cluster (circuit breaker)");
-        return reply.local(Some(route), &head, &refused, |_| {});
-    }
     let incoming = req.into_body();
     if !incoming.is_end_stream() && head.body == BodyFraming::None {
         // A body without a declared length: chunked to the upstream.
@@ -132,20 +125,31 @@ async fn to_cluster(
     }
     let mut reader = FrameReader::new(incoming);
     let mut received = BytesMut::new();
-    let mut body = match head.body {
-        BodyFraming::None => ReqBody::InHand(Bytes::new()),
-        // A small body is read whole first, as for HTTP/1: it leaves with the head and can be replayed.
-        BodyFraming::Length(n) if n <= REPLAYABLE_BODY => {
-            match read_whole(&mut reader, &mut received, n as usize, settings).await {
-                Ok(bytes) => ReqBody::InHand(bytes),
-                Err(status) => {
-                    let failed = LocalResponse::text(status, "request body not received in time");
-                    return reply.local(Some(route), &head, &failed, |_| {});
-                }
-            }
+    // Before the breaker counts the request: a body still arriving holds nothing of the cluster's.
+    let buffering = snapshot.router.get(route).and_then(|r| r.buffering.as_deref());
+    // Frames end a body of unknown length.
+    let read_framing = if head.body == BodyFraming::Chunked { BodyFraming::UntilClose } else { head.body };
+    let taken = match Intake::of(head.body, buffering) {
+        Ok(intake) => {
+            let stats = slot(&settings.stats.slots, ctx.index);
+            let reading = (read_framing, settings.body_pace);
+            intake.take(&mut reader, &mut received, &mut head, reading, stats).await
         }
-        framing => ReqBody::Streaming(framing),
+        Err(fault) => Err(fault),
     };
+    let mut body = match taken {
+        Ok(body) => body,
+        Err(fault) => {
+            let (status, reason) = fault.answer().unwrap_or((499, "client closed the stream"));
+            return reply.local(Some(route), &head, &LocalResponse::text(status, reason), |_| {});
+        }
+    };
+    let counters = slot(&cluster.stats.slots, ctx.index);
+    if counters.requests.get() >= cluster.settings.max_requests_per_worker {
+        counters.breaker_rejections.inc();
+        let refused = LocalResponse::text(503, "too many requests in flight to the cluster (circuit breaker)");
+        return reply.local(Some(route), &head, &refused, |_| {});
+    }
     counters.requests.add(1);
     let mut out = Vec::new();
     let mut down = Downstream {
@@ -271,21 +275,4 @@ async fn to_cluster(
 /// A Content-Length value written as Portico would write its number: digits, without leading zeros.
 fn canonical_length(value: &[u8]) -> bool {
     !value.is_empty() && value.iter().all(u8::is_ascii_digit) && (value.len() == 1 || value[0] != b'0')
-}
-
-/// Reads a body of `n` bytes whole; `Err(499)` when the client left, `Err(408)` when it was too slow.
-async fn read_whole(
-    reader: &mut FrameReader,
-    buf: &mut BytesMut,
-    n: usize,
-    settings: &ListenerSettings,
-) -> Result<Bytes, u16> {
-    while buf.len() < n {
-        match read_more(reader, buf, settings.body_read_timeout).await {
-            Ok(0) | Err(RelayError::Source(SourceFault::Closed)) => return Err(499),
-            Ok(_) => {}
-            Err(_) => return Err(408),
-        }
-    }
-    Ok(buf.split_to(n).freeze())
 }

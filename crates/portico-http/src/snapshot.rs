@@ -74,6 +74,8 @@ pub struct ListenerSettings {
     pub header_read_timeout: Duration,
     pub keepalive_timeout: Duration,
     pub body_read_timeout: Duration,
+    /// How request bodies must keep coming: `timeouts.body_read`, `limits.min_body_rate` after its grace.
+    pub(crate) body_pace: crate::relay::Pace,
     pub send_timeout: Duration,
     /// TLS termination, when configured.
     pub tls: Option<Arc<portico_core::tls::TlsTerminator>>,
@@ -294,6 +296,11 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                 header_read_timeout: l.timeouts.header_read.0,
                 keepalive_timeout: l.timeouts.keepalive.0,
                 body_read_timeout: l.timeouts.body_read.0,
+                body_pace: crate::relay::Pace::request(
+                    l.timeouts.body_read.0,
+                    l.limits.min_body_rate.0,
+                    l.timeouts.body_rate_grace.0,
+                ),
                 send_timeout: l.timeouts.send.0,
                 tls,
                 http2: l.http2.enabled.then(|| Http2Settings {

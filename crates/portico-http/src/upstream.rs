@@ -6,7 +6,7 @@ use crate::body::{BodySource, ClientFacts, ClientSeen, Downstream, ReqBody};
 use crate::codec::{self, BodyFraming, Known, Parsed, RequestHead, ResponseHead};
 use crate::message::same_header_name;
 use crate::pool::{Pool, UpstreamConn};
-use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
+use crate::relay::{relay_body, write_timed, Pace, RelayError};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings};
 use crate::stats::ClusterSlot;
 use bytes::{Bytes, BytesMut};
@@ -345,21 +345,23 @@ async fn send_request(
         });
     }
     out.clear();
-    let ReqBody::Streaming(framing) = *body else {
-        return Ok(());
+    let rest = match body {
+        ReqBody::Streaming(framing) => Rest::Stream(*framing),
+        ReqBody::Spooled(spooled) => Rest::File(spooled.clone()),
+        ReqBody::InHand(_) | ReqBody::Sent => return Ok(()),
     };
-    if head.expect_continue && !head.http10 {
+    if matches!(rest, Rest::Stream(_)) && head.expect_continue && !head.http10 {
         if let BodySource::Connection { io, .. } = &mut down.body {
             let _ = write_timed(*io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout).await;
         }
     }
-    let timeouts = (settings.body_read_timeout, send_timeout);
+    let timeouts = (settings.body_pace, send_timeout);
     // An upstream may answer before the body is complete (413, 401) and stop reading it: watch for any byte
     // (or a close) from it while relaying, rather than waiting for the send timeout.
     let relayed = match &mut conn.io {
         Stream::Tcp(tcp) => {
             let (upstream_read, mut upstream_write) = tcp.split();
-            let relay = relay_request_body(&mut down.body, framing, &mut upstream_write, timeouts, down.out);
+            let relay = send_rest(&mut down.body, &rest, &mut upstream_write, timeouts, down.out);
             // `peek` consumes nothing: the response is read afterwards as usual.
             let mut probe = [0u8; 1];
             let answered_early = upstream_read.as_ref().peek(&mut probe);
@@ -372,7 +374,7 @@ async fn send_request(
             // Over TLS a peek would also see records that carry no data (session tickets): read for real, into
             // the buffer the response head is parsed from.
             let (mut upstream_read, mut upstream_write) = tokio::io::split(tls);
-            let relay = relay_request_body(&mut down.body, framing, &mut upstream_write, timeouts, down.out);
+            let relay = send_rest(&mut down.body, &rest, &mut upstream_write, timeouts, down.out);
             conn.buf.reserve(4096);
             let answered_early = upstream_read.read_buf(&mut conn.buf);
             tokio::select! {
@@ -383,20 +385,42 @@ async fn send_request(
     };
     match relayed {
         Ok(_) => {
-            *body = ReqBody::Sent;
+            if let Rest::Stream(_) = rest {
+                *body = ReqBody::Sent;
+            }
             Ok(())
         }
         // The client stopped sending or sent a broken body: the upstream request is abandoned (its connection
         // dropped, so the upstream never sees a complete request) and the client told why, if still there.
-        Err(RelayError::Source(fault)) => Err(match fault {
-            SourceFault::Closed => UpstreamFailure::client_gone(),
-            SourceFault::TimedOut => UpstreamFailure::client(408, "request body not received in time"),
-            SourceFault::Malformed(reason) => UpstreamFailure::client(400, reason),
+        Err(RelayError::Source(fault)) => Err(match fault.answer() {
+            None => UpstreamFailure::client_gone(),
+            Some((status, reason)) => UpstreamFailure::client(status, reason),
         }),
         Err(RelayError::Dest) => {
             // The upstream stopped reading: it may have answered early (413, 401). Let the caller read it.
             Ok(())
         }
+    }
+}
+
+/// The part of a request body that follows its head in writes of its own.
+enum Rest {
+    /// Streamed from the client as it comes.
+    Stream(BodyFraming),
+    /// Read back from its temporary file.
+    File(crate::request_buffer::SpooledBody),
+}
+
+async fn send_rest<W: tokio::io::AsyncWrite + Unpin>(
+    source: &mut BodySource<'_>,
+    rest: &Rest,
+    dst: &mut W,
+    timeouts: (Pace, Duration),
+    out: &mut Vec<u8>,
+) -> Result<u64, RelayError> {
+    match rest {
+        Rest::Stream(framing) => relay_request_body(source, *framing, dst, timeouts, out).await,
+        Rest::File(spooled) => spooled.send_to(dst, timeouts.1).await,
     }
 }
 
@@ -406,15 +430,17 @@ async fn relay_request_body<W: tokio::io::AsyncWrite + Unpin>(
     source: &mut BodySource<'_>,
     framing: BodyFraming,
     dst: &mut W,
-    timeouts: (Duration, Duration),
+    (mut pace, send_timeout): (Pace, Duration),
     out: &mut Vec<u8>,
 ) -> Result<u64, RelayError> {
     let out_chunked = framing == BodyFraming::Chunked;
     match source {
-        BodySource::Connection { io, buf, .. } => relay_body(*io, buf, framing, dst, out_chunked, timeouts, out).await,
+        BodySource::Connection { io, buf, .. } => {
+            relay_body(*io, buf, framing, dst, out_chunked, &mut pace, send_timeout, out).await
+        }
         BodySource::Frames { reader, buf, .. } => {
             let until_end = if out_chunked { BodyFraming::UntilClose } else { framing };
-            relay_body(*reader, buf, until_end, dst, out_chunked, timeouts, out).await
+            relay_body(*reader, buf, until_end, dst, out_chunked, &mut pace, send_timeout, out).await
         }
     }
 }

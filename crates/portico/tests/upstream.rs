@@ -64,12 +64,18 @@ fn idempotent_requests_are_replayed_when_a_reused_connection_dies() {
     assert_eq!(conn.read_response(false).status, 200);
 }
 
+/// Portico in front of `raw` with a route that streams request bodies (`request_buffering: false`).
+fn streaming_bodies(raw: &RawBackend) -> Portico {
+    let yaml = simple_yaml("round_robin", &[raw.addr], "");
+    Portico::start(&yaml.replace("    cluster: app\n", "    cluster: app\n    request_buffering: false\n"))
+}
+
 #[test]
 fn a_streamed_body_is_never_replayed() {
     // Review finding: a streamed body marked "in hand" was replayed as a head without its body, letting the
     // next client's request become that body. A streamed PUT whose pooled connection dies must get a 502.
     let raw = RawBackend::start(Behaviour::CloseOnSecondRequest).unwrap();
-    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let p = streaming_bodies(&raw);
     let mut conn = Conn::open(p.addr);
     assert_eq!(conn.get("/warm", "").status, 200);
     let body = vec![b'x'; 70_000];
@@ -87,7 +93,7 @@ fn an_early_answer_to_a_streamed_upload_is_forwarded_at_once() {
         b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\n\r\ntoo large".to_vec(),
     ))
     .unwrap();
-    let p = Portico::simple("round_robin", &[raw.addr], "");
+    let p = streaming_bodies(&raw);
     let stream = std::net::TcpStream::connect(p.addr).unwrap();
     let mut writer = stream.try_clone().unwrap();
     let size = 64 << 20;

@@ -1,0 +1,321 @@
+//! Request buffering (a route's `request_buffering`): a request body is read whole from the client before an
+//! upstream connection is taken, so a client that sends slowly holds its own connection only, never an
+//! upstream's (nginx's `proxy_request_buffering`). Up to `memory` bytes stay in memory; a larger body goes to
+//! an unnamed temporary file (nothing to clean up, even after a crash), written and read back on tokio's
+//! blocking pool so that a worker never waits for the disk. A buffered body has a known length, leaves with a
+//! `content-length` whatever framing it came with, and can be sent again when a request is retried.
+
+use crate::codec::{BodyFraming, ChunkedDecoder, Decoded};
+use crate::relay::{read_more, write_timed, Pace, RelayError, SourceFault};
+use bytes::{Bytes, BytesMut};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A route's buffering, compiled from its `request_buffering`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferPolicy {
+    /// Bodies up to this size stay in memory.
+    pub memory: usize,
+    /// Larger bodies are refused with 413.
+    pub max_size: u64,
+    pub temp_dir: PathBuf,
+}
+
+impl BufferPolicy {
+    pub fn from_config(config: &portico_config::RequestBuffering) -> BufferPolicy {
+        BufferPolicy {
+            memory: config.memory().as_usize(),
+            max_size: config.max_size.0,
+            temp_dir: config.temp_dir.as_ref().map_or_else(std::env::temp_dir, PathBuf::from),
+        }
+    }
+
+    /// Pieces written to the file at once: the memory setting, within bounds that keep the number of trips to
+    /// the blocking pool and the memory held per request both small.
+    fn write_batch(&self) -> usize {
+        self.memory.clamp(16 * 1024, 256 * 1024)
+    }
+}
+
+/// A body read whole.
+pub(crate) enum Buffered {
+    Memory(Bytes),
+    File(SpooledBody),
+}
+
+/// A body in a temporary file; the file goes when the last clone does.
+#[derive(Clone)]
+pub(crate) struct SpooledBody {
+    file: Arc<std::fs::File>,
+    len: u64,
+}
+
+/// Why a body could not be buffered.
+#[derive(Debug)]
+pub(crate) enum BufferFault {
+    /// Above the route's `max_size`.
+    TooLarge,
+    Source(SourceFault),
+    /// The temporary file could not be made or written.
+    Disk(io::Error),
+}
+
+impl BufferFault {
+    /// The answer to the client; `None` when it left.
+    pub fn answer(&self) -> Option<(u16, &'static str)> {
+        match self {
+            BufferFault::TooLarge => Some((413, "request body larger than the route's request_buffering.max_size")),
+            BufferFault::Source(fault) => fault.answer(),
+            BufferFault::Disk(_) => Some((500, "request body could not be buffered to a temporary file")),
+        }
+    }
+}
+
+impl From<RelayError> for BufferFault {
+    fn from(e: RelayError) -> Self {
+        match e {
+            RelayError::Source(fault) => BufferFault::Source(fault),
+            // Nothing is written while buffering.
+            RelayError::Dest => BufferFault::Source(SourceFault::Closed),
+        }
+    }
+}
+
+/// What happens to a request body before it goes to an HTTP/1 upstream.
+#[derive(Clone, Copy)]
+pub(crate) enum Intake<'p> {
+    /// Nothing to read.
+    Empty,
+    /// Read `len` bytes whole: a small body with a declared length (nginx reads request bodies first too),
+    /// which then leaves in one write with the head and can be replayed; or one within the route's buffering
+    /// memory (`buffering`, for the count).
+    Whole { len: u64, buffering: bool },
+    /// Read it to its end under the route's buffering.
+    Buffer(&'p BufferPolicy),
+    /// Stream it upstream as it arrives.
+    Stream,
+}
+
+impl<'p> Intake<'p> {
+    /// How a body with `framing` is taken; `Err` for a declared length over the buffering's `max_size`, which
+    /// is refused before a `100 Continue` invites the body.
+    pub fn of(framing: BodyFraming, buffering: Option<&'p BufferPolicy>) -> Result<Intake<'p>, BufferFault> {
+        let n = match (framing, buffering) {
+            (BodyFraming::None, _) => return Ok(Intake::Empty),
+            (BodyFraming::Length(n), Some(policy)) if n > policy.max_size => return Err(BufferFault::TooLarge),
+            (BodyFraming::Length(n), _) => Some(n),
+            _ => None,
+        };
+        Ok(match (n, buffering) {
+            (Some(len), Some(policy)) if len <= policy.memory as u64 => Intake::Whole { len, buffering: true },
+            (Some(len), b) if len <= crate::body::REPLAYABLE_BODY => Intake::Whole { len, buffering: b.is_some() },
+            (_, Some(policy)) => Intake::Buffer(policy),
+            (_, None) => Intake::Stream,
+        })
+    }
+
+    /// Bytes must still come from the client before the request goes upstream (`buffered` are in hand): the
+    /// moment to answer `Expect: 100-continue`.
+    pub fn reads(&self, buffered: usize) -> bool {
+        match self {
+            Intake::Whole { len, .. } => (buffered as u64) < *len,
+            Intake::Buffer(_) => true,
+            Intake::Empty | Intake::Stream => false,
+        }
+    }
+
+    /// Takes the body from `src` (`buf` holds what was read already) under `pace`; `read_framing` is how to
+    /// read it (frames end a body of unknown length). A body read whole is in hand, and `head` then declares
+    /// its length. A buffered body is counted in `stats` (the listener's slot of this worker).
+    pub async fn take<R: AsyncRead + Unpin>(
+        self,
+        src: &mut R,
+        buf: &mut BytesMut,
+        head: &mut crate::codec::RequestHead,
+        (read_framing, mut pace): (BodyFraming, Pace),
+        stats: &portico_core::stats::ListenerSlot,
+    ) -> Result<crate::body::ReqBody, BufferFault> {
+        use crate::body::ReqBody;
+        Ok(match self {
+            Intake::Empty => ReqBody::InHand(Bytes::new()),
+            Intake::Whole { len, buffering } => {
+                while (buf.len() as u64) < len {
+                    if read_more(src, buf, &mut pace).await? == 0 {
+                        return Err(BufferFault::Source(SourceFault::Closed));
+                    }
+                }
+                if buffering {
+                    stats.bodies_buffered_in_memory.inc();
+                }
+                ReqBody::InHand(buf.split_to(len as usize).freeze())
+            }
+            Intake::Buffer(policy) => {
+                let buffered = read_body(src, buf, read_framing, policy, &mut pace).await?;
+                match buffered {
+                    Buffered::Memory(_) => stats.bodies_buffered_in_memory.inc(),
+                    Buffered::File(_) => stats.bodies_buffered_to_file.inc(),
+                }
+                ReqBody::buffered(buffered, head)
+            }
+            Intake::Stream => ReqBody::Streaming(head.body),
+        })
+    }
+}
+
+/// Reads a body with `framing` from `src` (`buf` holds what was read already; bytes after the body stay there)
+/// until its end, under `pace`.
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    framing: BodyFraming,
+    policy: &BufferPolicy,
+    pace: &mut Pace,
+) -> Result<Buffered, BufferFault> {
+    let mut spool = Spool { mem: BytesMut::new(), file: None, len: 0, policy };
+    match framing {
+        BodyFraming::None => {}
+        BodyFraming::Length(n) => {
+            if n > policy.max_size {
+                return Err(BufferFault::TooLarge);
+            }
+            let mut left = n;
+            while left > 0 {
+                if buf.is_empty() && read_more(src, buf, pace).await? == 0 {
+                    return Err(BufferFault::Source(SourceFault::Closed));
+                }
+                let take = left.min(buf.len() as u64) as usize;
+                spool.push(&buf.split_to(take)).await?;
+                left -= take as u64;
+            }
+        }
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            loop {
+                match decoder.decode(buf, crate::relay::READ_CHUNK) {
+                    Err(reason) => return Err(BufferFault::Source(SourceFault::Malformed(reason))),
+                    Ok(Decoded::Data(data)) => spool.push(&data).await?,
+                    Ok(Decoded::NeedMore) => {
+                        if read_more(src, buf, pace).await? == 0 {
+                            return Err(BufferFault::Source(SourceFault::Closed));
+                        }
+                    }
+                    Ok(Decoded::Done) => break,
+                }
+            }
+        }
+        BodyFraming::UntilClose => loop {
+            if buf.is_empty() && read_more(src, buf, pace).await? == 0 {
+                break;
+            }
+            spool.push(&buf.split()).await?;
+        },
+    }
+    spool.finish().await
+}
+
+/// A body being buffered: in `mem` until it outgrows the policy's memory, then in `file`, with `mem` holding
+/// what has not been written yet.
+struct Spool<'p> {
+    mem: BytesMut,
+    file: Option<Arc<std::fs::File>>,
+    len: u64,
+    policy: &'p BufferPolicy,
+}
+
+impl Spool<'_> {
+    async fn push(&mut self, data: &[u8]) -> Result<(), BufferFault> {
+        self.len += data.len() as u64;
+        if self.len > self.policy.max_size {
+            return Err(BufferFault::TooLarge);
+        }
+        self.mem.extend_from_slice(data);
+        let write = match self.file {
+            None => self.mem.len() > self.policy.memory,
+            Some(_) => self.mem.len() >= self.policy.write_batch(),
+        };
+        if write {
+            self.write_out().await.map_err(BufferFault::Disk)?;
+        }
+        Ok(())
+    }
+
+    /// Moves what is in memory to the file, making the file first.
+    async fn write_out(&mut self) -> io::Result<()> {
+        let file = match &self.file {
+            Some(file) => file.clone(),
+            None => {
+                let dir = self.policy.temp_dir.clone();
+                let file = Arc::new(blocking(move || tempfile::tempfile_in(dir)).await?);
+                self.file = Some(file.clone());
+                file
+            }
+        };
+        let data = std::mem::take(&mut self.mem);
+        let (mut data, written) = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let written = (&*file).write_all(&data);
+            (data, written)
+        })
+        .await
+        .map_err(io::Error::other)?;
+        written?;
+        data.clear();
+        self.mem = data;
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<Buffered, BufferFault> {
+        if self.file.is_none() {
+            return Ok(Buffered::Memory(self.mem.freeze()));
+        }
+        if !self.mem.is_empty() {
+            self.write_out().await.map_err(BufferFault::Disk)?;
+        }
+        let file = self.file.take().ok_or(BufferFault::Disk(io::ErrorKind::NotFound.into()))?;
+        Ok(Buffered::File(SpooledBody { file, len: self.len }))
+    }
+}
+
+/// Most of a spooled body read back at once.
+const READ_BACK: usize = 256 * 1024;
+
+impl SpooledBody {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Writes the whole body to `dst`, each write within `write_timeout`. A failure to read the file back is a
+    /// `SourceFault::Unreadable`.
+    pub async fn send_to<W: AsyncWrite + Unpin>(
+        &self,
+        dst: &mut W,
+        write_timeout: Duration,
+    ) -> Result<u64, RelayError> {
+        let mut offset = 0u64;
+        let mut chunk = Vec::new();
+        while offset < self.len {
+            let n = (self.len - offset).min(READ_BACK as u64) as usize;
+            let file = self.file.clone();
+            let (back, read) = tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt;
+                chunk.resize(n, 0);
+                let read = file.read_exact_at(&mut chunk, offset);
+                (chunk, read)
+            })
+            .await
+            .map_err(|_| RelayError::Source(SourceFault::Unreadable))?;
+            chunk = back;
+            read.map_err(|_| RelayError::Source(SourceFault::Unreadable))?;
+            write_timed(dst, &chunk, write_timeout).await.map_err(|_| RelayError::Dest)?;
+            offset += n as u64;
+        }
+        Ok(self.len)
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?
+}
