@@ -8,7 +8,9 @@ connections: HTTP/1.1 (`--protocol h1`) or HTTP/2 by prior knowledge (`--protoco
 N1 and N2 requests; (instructions(N2) - instructions(N1)) / (N2 - N1) is the cost of one request without the
 start-up and shutdown. Extra YAML for the route (`--route-extra`) measures a route's filters; `--pipeline-depth N`
 sets the cluster's `pool.pipeline_depth`, and `--pipelined M` has each HTTP/1.1 connection pipeline M requests
-(h2load `-m`; with `--protocol h2`, M concurrent streams). `--peers nginx,haproxy` counts the peers set up the
+(h2load `-m`; with `--protocol h2`, M concurrent streams). `--body-size N` POSTs N bytes with every request
+(with Content-Length; past 64 KiB Portico's request buffering and nginx's `client_body_buffer_size` write it
+to a temporary file). `--peers nginx,haproxy` counts the peers set up the
 same way (one worker, upstream keep-alive), in the same run.
 
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
@@ -42,10 +44,15 @@ def wait_port(port, timeout=60.0):
 
 
 def start_backend(work):
+    # With request bodies, nginx's `return` would answer before reading the body (and read it after): a
+    # real upstream reads it first. So bodies go through a second nginx server, whose proxying reads them whole.
+    answer = f'return 200 "{"x" * 100}";'
+    reads_body = f"proxy_pass http://127.0.0.1:{BACKEND_PORT + 2};" if BODY else answer
     conf = f"""worker_processes 1; daemon off; pid {work}/nginx.pid; error_log stderr error;
 events {{ worker_connections 1024; }}
-http {{ access_log off; keepalive_requests 10000000;
-  server {{ listen 127.0.0.1:{BACKEND_PORT}; location / {{ return 200 "{"x" * 100}"; }} }} }}
+http {{ access_log off; keepalive_requests 10000000; client_max_body_size 0; client_body_buffer_size 1m;
+  server {{ listen 127.0.0.1:{BACKEND_PORT}; location / {{ {reads_body} }} }}
+  server {{ listen 127.0.0.1:{BACKEND_PORT + 2}; location / {{ {answer} }} }} }}
 """
     with open(f"{work}/nginx.conf", "w") as f:
         f.write(conf)
@@ -54,12 +61,17 @@ http {{ access_log off; keepalive_requests 10000000;
     return proc
 
 
+BODY = None  # with --body-size: the file h2load POSTs with every request
+
+
 def load(requests, protocol, pipelined=1):
     """Sends `requests` requests through the proxy with h2load over 8 keep-alive connections, `pipelined` in
-    flight on each."""
+    flight on each (POSTs of BODY when set)."""
     if not requests:
         return
     args = ["h2load", "-n", str(requests), "-c", "8", "-m", str(pipelined)]
+    if BODY:
+        args += ["-d", BODY]
     if protocol == "h1":
         args.append("--h1")
     args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
@@ -167,6 +179,7 @@ def main():
     ap.add_argument("--peers", default="", help="peers measured the same way, comma-separated: nginx,haproxy")
     ap.add_argument("--protocol", choices=["h1", "h2"], default="h1")
     ap.add_argument("--requests", default="2000,12000", help="N1,N2")
+    ap.add_argument("--body-size", type=int, default=0, help="POST a body of this many bytes with every request")
     ap.add_argument("--route-extra", default="", help="YAML lines added under the route (indented 4 spaces)")
     ap.add_argument("--pipeline-depth", type=int, default=0, help="the cluster's pool.pipeline_depth (0: unset)")
     ap.add_argument("--pipelined", type=int, default=1,
@@ -177,10 +190,16 @@ def main():
             raise SystemExit(f"{tool} is needed (apt-get install valgrind nginx nghttp2-client haproxy)")
     n1, n2 = (int(x) for x in a.requests.split(","))
     work = tempfile.mkdtemp(prefix="portico-instr-")
+    if a.body_size:
+        global BODY
+        BODY = f"{work}/body"
+        with open(BODY, "wb") as f:
+            f.write(b"b" * a.body_size)
     backend = start_backend(work)
     try:
         print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections, "
-              f"{a.pipelined} in flight on each, pipeline_depth {a.pipeline_depth}) |")
+              f"{a.pipelined} in flight on each, pipeline_depth {a.pipeline_depth}"
+              f"{f', POSTs of {a.body_size} bytes' if a.body_size else ''}) |")
         print("|---|---|---|")
         for spec in a.binary:
             name, path = spec.split("=", 1)

@@ -243,6 +243,9 @@ pub(crate) fn release(
     conn: UpstreamConn,
     bodiless: bool,
 ) {
+    if conn.request_unfinished {
+        return; // dropped: see `UpstreamConn::request_unfinished`
+    }
     if conn.has_followers() {
         if let Some(pipeline) = pipeline.filter(|_| !bodiless) {
             pipeline.conn = Some(conn);

@@ -21,6 +21,9 @@ pub struct UpstreamConn {
     /// Responses still owed on this connection after the one being read, to requests pipelined with it
     /// (`pipeline`): the bytes after the current response are theirs.
     pub(crate) followers: usize,
+    /// The request's body was not sent whole (its upstream answered early): the upstream would read the
+    /// next request as the rest of it, so the connection is closed after this response.
+    pub(crate) request_unfinished: bool,
     endpoint: Arc<EndpointStats>,
     cluster: Arc<ClusterStats>,
     worker: usize,
@@ -52,7 +55,16 @@ impl UpstreamConn {
         if let Some(s) = endpoint.slots.get(worker) {
             s.0.connections_opened.inc();
         }
-        UpstreamConn { io, buf: BytesMut::new(), reused: false, followers: 0, endpoint, cluster, worker }
+        UpstreamConn {
+            io,
+            buf: BytesMut::new(),
+            reused: false,
+            followers: 0,
+            request_unfinished: false,
+            endpoint,
+            cluster,
+            worker,
+        }
     }
 
     /// More pipelined responses follow on this connection: bytes after the current response are theirs.

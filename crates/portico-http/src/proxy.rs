@@ -13,7 +13,7 @@ use crate::forward::Answered;
 use crate::outcome::{record, record_refused, upstream_outcome, Next, Outcome};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
-use crate::request_buffer::{BufferFault, BufferPolicy, Intake};
+use crate::request_buffer::{BufferFault, Intake};
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
@@ -373,11 +373,23 @@ async fn handle_request(
             return Outcome::local(Next::Close, 400, bytes);
         }
     }
-    // Request buffering is for HTTP/1 clusters, whose connections a slow body would hold: an HTTP/2 cluster's
-    // streams share connections (and gRPC streams must flow both ways at once).
-    let buffering = snapshot.router.get(route).and_then(|r| r.buffering.as_deref()).filter(|_| !cluster.settings.http2);
-    // Before the breaker counts the request: a body still arriving holds nothing of the cluster's.
-    let mut body = match take_body(client, head, buffering, settings, ctx.index).await {
+    // Before the breaker counts the request: a body still arriving holds nothing of the cluster's. Request
+    // buffering is for HTTP/1 clusters, whose connections a slow body would hold: an HTTP/2 cluster's streams
+    // share connections (and gRPC streams must flow both ways at once).
+    let buffering = match head.body {
+        BodyFraming::None => None, // most requests: nothing to look up
+        _ => snapshot.router.get(route).and_then(|r| r.buffering.as_deref()).filter(|_| !cluster.settings.http2),
+    };
+    let stats = slot(&settings.stats.slots, ctx.index);
+    let taken = match Intake::of(head.body, buffering) {
+        Ok(intake) => match intake.in_hand(&mut client.buf, stats) {
+            Some(body) => Ok(body),
+            // Boxed: only requests whose body is still to come pay for the larger future.
+            None => Box::pin(take_body(client, head, intake, settings, stats)).await,
+        },
+        Err(fault) => Err(fault),
+    };
+    let mut body = match taken {
         Ok(body) => body,
         Err(fault) => return refuse_body(client, fault).await,
     };
@@ -478,17 +490,15 @@ fn read_ahead(client: &mut Client, snapshot: &Arc<Snapshot>, settings: &Listener
 async fn take_body(
     client: &mut Client,
     head: &mut RequestHead,
-    buffering: Option<&BufferPolicy>,
+    intake: Intake<'_>,
     settings: &ListenerSettings,
-    worker: usize,
+    stats: &portico_core::stats::ListenerSlot,
 ) -> Result<ReqBody, BufferFault> {
-    let intake = Intake::of(head.body, buffering)?;
     if intake.reads(client.buf.len()) && head.expect_continue && !head.http10 {
         let continue_line = b"HTTP/1.1 100 Continue\r\n\r\n";
         let sent = write_timed(&mut client.io, continue_line, settings.send_timeout).await;
         sent.map_err(|_| BufferFault::Source(SourceFault::Closed))?;
     }
-    let stats = slot(&settings.stats.slots, worker);
     let reading = (head.body, settings.body_pace);
     intake.take(&mut client.io, &mut client.buf, head, reading, stats).await
 }

@@ -12,7 +12,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 /// A route's buffering, compiled from its `request_buffering`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +127,26 @@ impl<'p> Intake<'p> {
         }
     }
 
+    /// The body when nothing needs reading: none, or one read whole that has arrived with its head (most
+    /// requests), taken without an await.
+    pub fn in_hand(
+        &self,
+        buf: &mut BytesMut,
+        stats: &portico_core::stats::ListenerSlot,
+    ) -> Option<crate::body::ReqBody> {
+        use crate::body::ReqBody;
+        match *self {
+            Intake::Empty => Some(ReqBody::InHand(Bytes::new())),
+            Intake::Whole { len, buffering } if buf.len() as u64 >= len => {
+                if buffering {
+                    stats.bodies_buffered_in_memory.inc();
+                }
+                Some(ReqBody::InHand(buf.split_to(len as usize).freeze()))
+            }
+            _ => None,
+        }
+    }
+
     /// Takes the body from `src` (`buf` holds what was read already) under `pace`; `read_framing` is how to
     /// read it (frames end a body of unknown length). A body read whole is in hand, and `head` then declares
     /// its length. A buffered body is counted in `stats` (the listener's slot of this worker).
@@ -141,16 +161,13 @@ impl<'p> Intake<'p> {
         use crate::body::ReqBody;
         Ok(match self {
             Intake::Empty => ReqBody::InHand(Bytes::new()),
-            Intake::Whole { len, buffering } => {
+            Intake::Whole { len, .. } => {
                 while (buf.len() as u64) < len {
                     if read_more(src, buf, &mut pace).await? == 0 {
                         return Err(BufferFault::Source(SourceFault::Closed));
                     }
                 }
-                if buffering {
-                    stats.bodies_buffered_in_memory.inc();
-                }
-                ReqBody::InHand(buf.split_to(len as usize).freeze())
+                return self.in_hand(buf, stats).ok_or(BufferFault::Source(SourceFault::Closed));
             }
             Intake::Buffer(policy) => {
                 let buffered = read_body(src, buf, read_framing, policy, &mut pace).await?;
@@ -181,14 +198,23 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(
             if n > policy.max_size {
                 return Err(BufferFault::TooLarge);
             }
-            let mut left = n;
+            // What arrived with the head, then the rest read straight into the spool (no copy through `buf`),
+            // never past the body's end: bytes after it are the next request's.
+            let take = n.min(buf.len() as u64) as usize;
+            spool.mem.reserve(spool.room().clamp(4096, 256 * 1024));
+            spool.push(&buf.split_to(take)).await?;
+            let mut left = n - take as u64;
             while left > 0 {
-                if buf.is_empty() && read_more(src, buf, pace).await? == 0 {
+                let room = spool.room().clamp(4096, 256 * 1024);
+                spool.mem.reserve(room);
+                let mut limited = (&mut *src).take(left.min(room as u64));
+                let read = pace.read(limited.read_buf(&mut spool.mem)).await.map_err(BufferFault::Source)?;
+                if read == 0 {
                     return Err(BufferFault::Source(SourceFault::Closed));
                 }
-                let take = left.min(buf.len() as u64) as usize;
-                spool.push(&buf.split_to(take)).await?;
-                left -= take as u64;
+                spool.len += read as u64;
+                left -= read as u64;
+                spool.written_to_mem().await?;
             }
         }
         BodyFraming::Chunked => {
@@ -232,11 +258,21 @@ impl Spool<'_> {
             return Err(BufferFault::TooLarge);
         }
         self.mem.extend_from_slice(data);
-        let write = match self.file {
-            None => self.mem.len() > self.policy.memory,
-            Some(_) => self.mem.len() >= self.policy.write_batch(),
+        self.written_to_mem().await
+    }
+
+    /// How much more `mem` takes before it is written out.
+    fn room(&self) -> usize {
+        let limit = match self.file {
+            None => self.policy.memory + 1,
+            Some(_) => self.policy.write_batch(),
         };
-        if write {
+        limit.saturating_sub(self.mem.len())
+    }
+
+    /// After bytes went into `mem` (and `len`): writes it out when it is full.
+    async fn written_to_mem(&mut self) -> Result<(), BufferFault> {
+        if self.room() == 0 {
             self.write_out().await.map_err(BufferFault::Disk)?;
         }
         Ok(())
@@ -282,6 +318,9 @@ impl Spool<'_> {
 /// Most of a spooled body read back at once.
 const READ_BACK: usize = 256 * 1024;
 
+/// Read-back buffers a worker keeps for the next requests (at most this many times `READ_BACK` bytes).
+const SPARE_BUFFERS: usize = 16;
+
 impl SpooledBody {
     pub fn len(&self) -> u64 {
         self.len
@@ -294,25 +333,42 @@ impl SpooledBody {
         dst: &mut W,
         write_timeout: Duration,
     ) -> Result<u64, RelayError> {
-        let mut offset = 0u64;
-        let mut chunk = Vec::new();
-        while offset < self.len {
-            let n = (self.len - offset).min(READ_BACK as u64) as usize;
-            let file = self.file.clone();
-            let (back, read) = tokio::task::spawn_blocking(move || {
-                use std::os::unix::fs::FileExt;
-                chunk.resize(n, 0);
-                let read = file.read_exact_at(&mut chunk, offset);
-                (chunk, read)
-            })
-            .await
-            .map_err(|_| RelayError::Source(SourceFault::Unreadable))?;
-            chunk = back;
-            read.map_err(|_| RelayError::Source(SourceFault::Unreadable))?;
-            write_timed(dst, &chunk, write_timeout).await.map_err(|_| RelayError::Dest)?;
-            offset += n as u64;
+        // Read-back buffers are kept by the worker (a few, one per request sending a file at once): a new one
+        // is zeroed before its first read, which would otherwise cost as much as the copy itself.
+        thread_local! {
+            static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        Ok(self.len)
+        let mut chunk = SPARE.with_borrow_mut(Vec::pop).unwrap_or_default();
+        let mut offset = 0u64;
+        let sent = async {
+            while offset < self.len {
+                let n = (self.len - offset).min(READ_BACK as u64) as usize;
+                let file = self.file.clone();
+                let mut buffer = std::mem::take(&mut chunk);
+                let (back, read) = tokio::task::spawn_blocking(move || {
+                    use std::os::unix::fs::FileExt;
+                    if buffer.len() < n {
+                        buffer.resize(n, 0);
+                    }
+                    let read = file.read_exact_at(&mut buffer[..n], offset);
+                    (buffer, read)
+                })
+                .await
+                .map_err(|_| RelayError::Source(SourceFault::Unreadable))?;
+                chunk = back;
+                read.map_err(|_| RelayError::Source(SourceFault::Unreadable))?;
+                write_timed(dst, &chunk[..n], write_timeout).await.map_err(|_| RelayError::Dest)?;
+                offset += n as u64;
+            }
+            Ok(self.len)
+        }
+        .await;
+        SPARE.with_borrow_mut(|spare| {
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(chunk);
+            }
+        });
+        sent
     }
 }
 

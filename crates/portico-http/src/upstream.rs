@@ -334,8 +334,9 @@ async fn send_request(
     out.clear();
     crate::buffers::reserve_vec(out, 1024);
     write_request_head(out, head, cluster, endpoint, down.facts);
-    if let ReqBody::InHand(bytes) = body {
-        out.extend_from_slice(bytes);
+    match body {
+        ReqBody::InHand(bytes) if bytes.len() <= SENT_WITH_HEAD => out.extend_from_slice(bytes),
+        _ => {}
     }
     let send_timeout = cluster.settings.send_timeout;
     if write_timed(&mut conn.io, out, send_timeout).await.is_err() {
@@ -348,6 +349,7 @@ async fn send_request(
     let rest = match body {
         ReqBody::Streaming(framing) => Rest::Stream(*framing),
         ReqBody::Spooled(spooled) => Rest::File(spooled.clone()),
+        ReqBody::InHand(bytes) if bytes.len() > SENT_WITH_HEAD => Rest::Memory(bytes.clone()),
         ReqBody::InHand(_) | ReqBody::Sent => return Ok(()),
     };
     if matches!(rest, Rest::Stream(_)) && head.expect_continue && !head.http10 {
@@ -367,7 +369,7 @@ async fn send_request(
             let answered_early = upstream_read.as_ref().peek(&mut probe);
             tokio::select! {
                 r = relay => r,
-                _ = answered_early => return Ok(()),
+                _ = answered_early => Err(RelayError::Dest),
             }
         }
         tls => {
@@ -379,7 +381,7 @@ async fn send_request(
             let answered_early = upstream_read.read_buf(&mut conn.buf);
             tokio::select! {
                 r = relay => r,
-                _ = answered_early => return Ok(()),
+                _ = answered_early => Err(RelayError::Dest),
             }
         }
     };
@@ -397,14 +399,22 @@ async fn send_request(
             Some((status, reason)) => UpstreamFailure::client(status, reason),
         }),
         Err(RelayError::Dest) => {
-            // The upstream stopped reading: it may have answered early (413, 401). Let the caller read it.
+            // The upstream answered early (413, 401) or stopped reading: let the caller read its answer. The
+            // rest of the body was not sent, so the connection cannot carry another request.
+            conn.request_unfinished = true;
             Ok(())
         }
     }
 }
 
+/// A body in hand up to this size leaves in one write with its head; a larger one (a route's buffering
+/// memory may be large) is written after it, watched for an early answer like a streamed one.
+const SENT_WITH_HEAD: usize = 64 * 1024;
+
 /// The part of a request body that follows its head in writes of its own.
 enum Rest {
+    /// In memory.
+    Memory(Bytes),
     /// Streamed from the client as it comes.
     Stream(BodyFraming),
     /// Read back from its temporary file.
@@ -421,6 +431,10 @@ async fn send_rest<W: tokio::io::AsyncWrite + Unpin>(
     match rest {
         Rest::Stream(framing) => relay_request_body(source, *framing, dst, timeouts, out).await,
         Rest::File(spooled) => spooled.send_to(dst, timeouts.1).await,
+        Rest::Memory(bytes) => {
+            write_timed(dst, bytes, timeouts.1).await.map_err(|_| RelayError::Dest)?;
+            Ok(bytes.len() as u64)
+        }
     }
 }
 

@@ -281,3 +281,31 @@ fn an_http2_body_without_a_length_is_buffered_and_sent_with_one() {
     assert!(headers.contains(&format!("[\"content-length\",\"{}\"]", body.len())), "{headers}");
     assert!(!headers.contains("transfer-encoding"), "{headers}");
 }
+
+#[test]
+fn an_upstream_that_answers_before_a_buffered_body_is_sent_gets_no_second_request_on_that_connection() {
+    // The upstream answers right after the head and reads nothing more: the rest of the body is never sent,
+    // so the connection must not go back to the pool, where the next request would become that body. The body
+    // is buffered in a temporary file (default memory), then in memory.
+    for route in ["", "    request_buffering: { memory: 32MiB }\n"] {
+        let raw = RawBackend::start(Behaviour::AnswerWithoutReading(
+            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\n\r\ntoo large".to_vec(),
+        ))
+        .unwrap();
+        let yaml = simple_yaml("round_robin", &[raw.addr], "");
+        let p = Portico::start(&yaml.replace("    cluster: app\n", &format!("    cluster: app\n{route}")));
+        let mut conn = Conn::open(p.addr);
+        // Larger than the socket buffers between Portico and the upstream, so that part of it is left unsent.
+        let body = vec![b'u'; 16 << 20];
+        conn.send(format!("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+        conn.send(&body);
+        let r = conn.read_response(false);
+        assert_eq!(r.status, 413, "{route}: {}", r.text());
+        // The client sent its whole body: its connection goes on, and its next request gets a new upstream one.
+        let started = Instant::now();
+        let r = conn.get("/next", "");
+        assert_eq!(r.status, 413, "{route}: {}", r.text());
+        assert!(started.elapsed() < Duration::from_secs(3), "{route}: the next request took {:?}", started.elapsed());
+        assert_eq!(raw.connections(), 2, "{route}: the connection with an unsent body was used again");
+    }
+}
