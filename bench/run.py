@@ -205,8 +205,10 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 {listens}
     root {self.work}/www;
     location = /post {{ return 200 "ok\\n"; }}
+    # Reads the whole request body before answering, as an application does (`return` answers first).
+    location = /upload {{ proxy_pass http://127.0.0.1:{STATUS_PORT}/ok; }}
   }}
-  server {{ listen 127.0.0.1:{STATUS_PORT}; location / {{ stub_status; }} }}
+  server {{ listen 127.0.0.1:{STATUS_PORT}; location / {{ stub_status; }} location = /ok {{ return 200 "ok\\n"; }} }}
 }}"""
         path = os.path.join(d, "nginx.conf")
         with open(path, "w") as f:

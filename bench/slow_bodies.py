@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Slow request bodies through Portico at its default settings, beside nginx and HAProxy at theirs (issue 13,
-item 8: slow clients must not hold an upstream's connections).
+"""Slow request bodies through Portico at its default settings, beside nginx and HAProxy at theirs: slow
+clients must not hold an upstream's connections (request buffering, the minimum body rate).
 
 Each proxy (one worker) fronts the same nginx backend. N clients (default 300) each start a chunked POST and
 send one byte a second. Reported per proxy:
@@ -12,8 +12,9 @@ send one byte a second. Reported per proxy:
 - --endless S: the clients never finish; after S seconds, how many are still sending, how the others ended
   (answered, by status, or closed) and the median time it took. Portico answers 408 once a client falls below
   `limits.min_body_rate` (256 bytes/s after a 10 s grace); nginx's `client_body_timeout` (60 s) is a pause
-  between reads, which one byte a second never reaches. (The backend answers `/post` without reading the
-  body, so a proxy that streams bodies passes its 200 back early.)
+  between reads, which one byte a second never reaches.
+
+The backend's `/upload` reads the whole body before it answers, as an application does.
 
     python3 bench/slow_bodies.py --clients 300 --seconds 5
     python3 bench/slow_bodies.py --clients 300 --endless 30
@@ -30,7 +31,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (the harness: backends, proxies, /proc readings)
 
-HEAD = b"POST /post HTTP/1.1\r\nHost: slow\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+HEAD = b"POST /upload HTTP/1.1\r\nHost: slow\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
 
 
 def backend_active():
