@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::EnvFilter;
 
 /// `portico upgrade`: asks the running Portico (at the configuration's admin address, or `admin`) for a
 /// zero-downtime upgrade to the binary now on disk, and waits until the new process answers.
@@ -142,14 +141,6 @@ pub fn run_file(path: &Path) -> anyhow::Result<()> {
     serve(loaded, Some(path.to_path_buf()))
 }
 
-/// Errors go through a non-blocking writer: a slow stderr must never stall a worker.
-fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_target(false).try_init();
-    guard
-}
-
 /// Gives the worker processes the configuration text their master applied, and their new sockets.
 type ForwardFn = Box<dyn Fn(&str, Option<portico_core::processes::ListenerUpdate>) -> Result<(), String> + Send + Sync>;
 
@@ -212,7 +203,7 @@ impl Reloader {
                     ("workers", old.workers != new.workers),
                     ("admin", format!("{:?}", old.admin) != format!("{:?}", new.admin)),
                     ("watch", old.watch != new.watch),
-                    ("log", old.log.level != new.log.level),
+                    ("log", old.log.level != new.log.level || old.log.format != new.log.format),
                     ("user", old.user != new.user || old.group != new.group),
                     ("process_model", old.process_model != new.process_model),
                 ];
@@ -281,7 +272,7 @@ fn addresses(snapshot: &Snapshot) -> Vec<(&str, std::net::SocketAddr)> {
 /// Three roles share this: a single process with worker threads (the default), the master of worker processes,
 /// and one of those worker processes (started by the master with its sockets and an index).
 pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Result<()> {
-    let _log_guard = init_logging(&loaded.config.log.level);
+    let _log_guard = crate::logging::init(&loaded.config.log);
     let worker_process = portico_core::processes::identity();
     if let Some(identity) = worker_process {
         portico_core::processes::become_worker(identity);

@@ -202,6 +202,56 @@ fn combined_access_log_format() {
     assert!(line.contains("retries=0 route=route-0 cluster=app"), "{line}");
 }
 
+/// Runs `portico run` with `log_settings` and stderr to a pipe (as under a supervisor, or with `2>file`) at the
+/// default level, until it serves; then stops it and returns its admin address and everything it logged.
+fn error_log_through_a_pipe(log_settings: &str) -> (std::net::SocketAddr, String) {
+    let b = Backend::start("b").unwrap();
+    let dir = temp_dir();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.join("portico.yaml");
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("{admin}", &admin.to_string())
+        .replace("{listen}", &format!("127.0.0.1:{}", free_port()));
+    std::fs::write(&config, format!("{log_settings}\n{yaml}")).unwrap();
+    let child = std::process::Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("portico serves", Duration::from_secs(15), || answers_ready(admin));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    (admin, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn the_error_log_has_no_colour_escapes_off_a_terminal() {
+    let (_, log) = error_log_through_a_pipe("");
+    assert!(log.contains("listening on") && log.contains("stopped"), "{log}");
+    assert!(!log.contains("\x1b["), "colour escapes in a log written to a pipe:\n{log:?}");
+}
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let (_, log) = error_log_through_a_pipe("log: { format: json }");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}")))
+        .collect();
+    for line in &lines {
+        assert!(line["level"].is_string() && line["message"].is_string() && line["fields"].is_object(), "{line}");
+        assert!(line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+    }
+    let start = lines.iter().find(|l| l["message"].as_str().is_some_and(|m| m.contains("listening on")));
+    let start = start.unwrap_or_else(|| panic!("no start-up line in {log}"));
+    assert_eq!(start["level"], "info", "{start}");
+    assert_eq!(start["fields"]["workers"], 1, "a field keeps its type: {start}");
+}
+
 #[test]
 fn ten_reloads_under_load_fail_no_request_and_finish_a_long_download() {
     let bs: Vec<Backend> = (0..3).map(|i| Backend::start(&format!("b{i}")).unwrap()).collect();
