@@ -471,6 +471,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         ),
         None => tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", ")),
     }
+    // The bound address (not the configured text), so it can be pasted into curl.
+    if let Some(addr) = admin_socket.as_ref().and_then(|socket| socket.local_addr().ok()) {
+        tracing::info!("admin API on http://{addr}");
+    }
 
     portico_core::systemd::ready(&format!("serving on {}", listening.join(", ")));
     let mut handed_over = false;

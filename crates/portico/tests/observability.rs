@@ -230,8 +230,12 @@ fn error_log_through_a_pipe(log_settings: &str) -> (std::net::SocketAddr, String
 
 #[test]
 fn the_error_log_has_no_colour_escapes_off_a_terminal() {
-    let (_, log) = error_log_through_a_pipe("");
+    let (admin, log) = error_log_through_a_pipe("");
     assert!(log.contains("listening on") && log.contains("stopped"), "{log}");
+    assert!(
+        log.contains(&format!("admin API on http://{admin}")),
+        "the start-up log does not give the admin API: {log}"
+    );
     assert!(!log.contains("\x1b["), "colour escapes in a log written to a pipe:\n{log:?}");
 }
 
