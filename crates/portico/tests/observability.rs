@@ -67,7 +67,11 @@ fn admin_api_reports_clusters_config_health_and_readiness() {
     assert_eq!(ep["requests"], 1);
     let config: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/config").body).unwrap();
     assert!(config["yaml"].as_str().unwrap().contains("least_connections"));
-    assert_eq!(p.admin_get("/nope").status, 404);
+    let not_found = p.admin_get("/nope");
+    assert_eq!(not_found.status, 404);
+    for path in ["/metrics", "/admin/clusters", "/admin/reload", "/admin/process", "/admin/upgrade"] {
+        assert!(not_found.text().contains(path), "the 404 does not name {path}: {}", not_found.text());
+    }
     // Readiness drops when shutting down.
     p.signal(libc::SIGTERM);
     p.wait_exit(Duration::from_secs(5)).expect("exited");
@@ -85,12 +89,20 @@ fn secrets_are_masked_in_the_config_view() {
 fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
     let p = Portico::simple("round_robin", &[a.addr], "");
+    // No reload yet: no outcome to report, neither success nor failure.
+    let before: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
+    assert_eq!(before, serde_json::json!({ "last_attempt_ms": null, "ok": null, "error": null }));
     p.rewrite_config(&simple_yaml("round_robin", &[b.addr], ""));
     let mut admin = Conn::open(p.admin);
     admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
     let r = admin.read_response(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
+    let applied: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
+    let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let at = applied["last_attempt_ms"].as_u64().unwrap_or_default();
+    assert!(at <= unix_ms && unix_ms - at < 60_000, "last_attempt_ms is not the time of the reload: {applied}");
+    assert_eq!((&applied["ok"], &applied["error"]), (&serde_json::json!(true), &serde_json::Value::Null));
     // An invalid file: refused with FILE:LINE:COL, the running config stays, the failure is counted.
     p.rewrite_config(&simple_yaml("fastest", &[a.addr], ""));
     admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
@@ -108,6 +120,7 @@ fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     assert_eq!(p.metric("portico_config_last_reload_successful"), 0.0);
     let status: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
     assert!(status["error"].as_str().unwrap().contains("unknown variant"), "{status}");
+    assert_eq!(status["ok"], false, "{status}");
 }
 
 #[test]
