@@ -124,6 +124,47 @@ fn admin_reload_applies_valid_and_refuses_invalid_configs() {
 }
 
 #[test]
+fn a_reload_stops_exporting_the_series_of_what_it_removed() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let both = format!(
+        "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes:\n  - {{ name: legacy, match: {{ path_prefix: /old/ }}, cluster: old }}\n  - {{ name: main, cluster: app }}\nclusters:\n  app: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n  old: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n",
+        a.addr, b.addr
+    );
+    let only_app = both
+        .replace("  - { name: legacy, match: { path_prefix: /old/ }, cluster: old }\n", "")
+        .replace(&format!("  old: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n", b.addr), "");
+    assert_ne!(only_app, both);
+    let p = Portico::start(&both);
+    let legacy_ok = r#"portico_requests_total{route="legacy",cluster="old",status_class="2xx"}"#;
+    let main_ok = r#"portico_requests_total{route="main",cluster="app",status_class="2xx"}"#;
+    let mut conn = Conn::open(p.addr);
+    assert_eq!(backend_of(&mut conn, "/old/x", ""), "b");
+    assert_eq!(backend_of(&mut conn, "/", ""), "a");
+    wait_until("both requests counted", Duration::from_secs(2), || {
+        p.metric(legacy_ok) == 1.0 && p.metric(main_ok) == 1.0
+    });
+    let removed = |text: &str| -> Vec<String> {
+        let marks = ["cluster=\"old\"".to_string(), "route=\"legacy\"".to_string(), format!("\"{}\"", b.addr)];
+        text.lines().filter(|l| !l.starts_with('#') && marks.iter().any(|m| l.contains(m))).map(String::from).collect()
+    };
+    assert!(!removed(&p.admin_get("/metrics").text()).is_empty());
+    let reload = |yaml: &str| {
+        p.rewrite_config(yaml);
+        let mut admin = Conn::open(p.admin);
+        admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+        let r = admin.read_response(false);
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    reload(&only_app);
+    let text = p.admin_get("/metrics").text();
+    assert_eq!(removed(&text), Vec::<String>::new(), "series of the removed route, cluster and endpoint");
+    assert_eq!(p.metric(main_ok), 1.0, "what stays is still exported:\n{text}");
+    // Brought back, its counters go on from where they were.
+    reload(&both);
+    assert_eq!(p.metric(legacy_ok), 1.0);
+}
+
+#[test]
 fn watch_reloads_when_the_file_changes() {
     let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
     let p = Portico::start(&simple_yaml("round_robin", &[a.addr], "").replace("workers: 1", "workers: 1\nwatch: true"));
