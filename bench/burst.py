@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A burst of simultaneous requests through Portico at its default limits, beside nginx and HAProxy (issue 13,
-item 6: a burst must be served, not shed, where the peers serve it); with --idle, new clients while idle
-keep-alive connections hold the connection limit (item 7).
+"""A burst of simultaneous requests through Portico at its default limits, beside nginx and HAProxy (a burst
+must be served, not shed, where the peers serve it); with --idle, new clients while idle keep-alive connections
+hold the connection limit.
 
 Each proxy (one worker) fronts the same nginx backend. The client opens N connections (default 5,000), then
 sends one GET on every one of them at the same moment and reads the answers. Reports per proxy: answers by

@@ -33,7 +33,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Where `cargo build --release` below puts it: $CARGO_TARGET_DIR when set.
 PORTICO = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "portico")
-# The filters of `portico+filters`: the three of issue 12 on the route, each doing its work on every request
+# The filters of `portico+filters`: `headers`, `rewrite` and `cors` on the route, each doing its work on every request
 # (the CORS filter answers for an Origin the load generator does not send, so it adds `Vary` and checks).
 FILTERS = """, match: { path_prefix: / }, filters: [
     { headers: { request: { set: { x-api-version: "2" }, add: { x-tag: a }, remove: [cookie] },
@@ -64,7 +64,7 @@ SCENARIOS = {
     "rate15k": dict(path="/small", conns=50, endpoints=2, rate=15000,
                     desc="100 B response, 15,000 req/s offered over 50 connections (h2load)"),
     # Clients that pipeline (HTTP/1.1, 8 requests in flight per connection, h2load -m 8): what
-    # pool.pipeline_depth batches since issue 13 (only one client's own requests share an upstream write).
+    # pool.pipeline_depth batches since 2026-11-24 (only one client's own requests share an upstream write).
     "pipelined": dict(path="/small", conns=50, streams=8, endpoints=2,
                       desc="100 B response, 50 connections each pipelining 8 requests (h2load)"),
     # TLS terminated by the proxy (ECDSA P-256 certificate, TLS 1.3), plain HTTP/1.1 to the backends.

@@ -16,7 +16,7 @@ fn main() {
         .output()
         .ok()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
-    // A label tells apart two builds of one commit (the upgrade test builds the source twice).
+    // A label tells apart two builds of one commit (bench/RESULTS.md's upgrade runs build the source twice).
     let label = std::env::var("PORTICO_BUILD_LABEL")
         .ok()
         .filter(|l| !l.is_empty())

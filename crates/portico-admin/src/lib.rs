@@ -1,6 +1,6 @@
 //! The admin server, on a thread of its own: `/metrics` (Prometheus), `/health` (liveness), `/ready`
-//! (readiness), `/admin/clusters`, `/admin/config`, `/admin/reload`. Served with hyper; the proxy's own codec
-//! is for the data path only.
+//! (readiness), `/admin/clusters`, `/admin/config`, `/admin/reload`, `/admin/process`, `/admin/upgrade`. Served
+//! with hyper; the proxy's own codec is for the data path only.
 
 mod metrics;
 
@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use portico_core::shared::now_ms;
 use portico_core::stats::Global;
 use portico_core::view::PlaneView;
 use std::convert::Infallible;
@@ -45,7 +44,7 @@ pub use portico_core::processes::GatherFn;
 
 #[derive(Debug, Clone, Default)]
 pub struct ReloadStatus {
-    /// Milliseconds since start of the last attempt, if any.
+    /// When the last attempt ended, in milliseconds since the Unix epoch; `None` before the first.
     pub at_ms: Option<u64>,
     pub ok: bool,
     pub error: Option<String>,
@@ -55,7 +54,9 @@ impl AdminState {
     /// Records a reload attempt (from any trigger) for `/admin/reload` and the metrics.
     pub fn record_reload(&self, result: &Result<(), String>) {
         let mut status = self.last_reload.lock().unwrap_or_else(|p| p.into_inner());
-        *status = ReloadStatus { at_ms: Some(now_ms()), ok: result.is_ok(), error: result.as_ref().err().cloned() };
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        *status = ReloadStatus { at_ms: Some(now), ok: result.is_ok(), error: result.as_ref().err().cloned() };
     }
 
     fn reload_ok(&self) -> bool {
@@ -153,9 +154,11 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         },
         (&Method::GET, "/admin/reload") => {
             let status = state.last_reload.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            // Before the first attempt there is no outcome to report: `ok` is null, not false.
+            let ok = status.at_ms.map(|_| status.ok);
             json(
                 StatusCode::OK,
-                serde_json::json!({ "last_attempt_ms": status.at_ms, "ok": status.ok, "error": status.error }),
+                serde_json::json!({ "last_attempt_ms": status.at_ms, "ok": ok, "error": status.error }),
             )
         }
         (&Method::GET, "/admin/process") => {
@@ -192,7 +195,8 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/config, /admin/reload\n",
+            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/config, /admin/reload, \
+             /admin/process, POST /admin/reload, POST /admin/upgrade\n",
         ),
     };
     Ok(response)

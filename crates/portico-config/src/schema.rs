@@ -624,10 +624,20 @@ impl Default for Shutdown {
 pub struct Log {
     /// `error`, `warn`, `info`, `debug` or `trace`; `RUST_LOG` overrides it.
     pub level: String,
+    /// `text` (for people) or `json` (one object per line, for machines).
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 impl Default for Log {
     fn default() -> Self {
-        Log { level: "info".into() }
+        Log { level: "info".into(), format: LogFormat::Text }
     }
 }

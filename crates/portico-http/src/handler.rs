@@ -1,5 +1,5 @@
-//! In-process handlers: route targets that are code, not a cluster (`handler: echo`; issue 15's JavaScript
-//! functions implement the same trait).
+//! In-process handlers: route targets that are code, not a cluster (`handler: echo`; the planned JavaScript
+//! functions will implement the same trait: docs/architecture.md, "Planned").
 //!
 //! A handler gets the request as Portico would forward it (the head after normalisation and the request
 //! filters, the client's facts, the route's path parameters) with its body as a stream, and answers with a

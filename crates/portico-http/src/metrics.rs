@@ -4,15 +4,39 @@ use crate::snapshot::{Registry, Snapshot};
 use portico_core::prometheus::{by_class, escape, header, histogram, SlotMetric};
 use portico_core::shared::now_ms;
 use portico_core::stats::ListenerSlot;
+use std::collections::HashSet;
 use std::fmt::Write;
 
-/// Renders the HTTP plane's metrics. Counters come from the registry (so they survive reloads); gauges that
-/// describe the current configuration (health, in-flight) come from the running snapshot.
+/// What the running configuration has, by the names its stats are kept under. A route, cluster, endpoint or
+/// listener that a reload removed is no longer exported: dashboards and alerts see only what runs. Its counts stay
+/// in the registry, so they go on (still monotonic) if a later reload brings it back.
+struct Running<'a> {
+    routes: HashSet<(&'a str, &'a str)>,
+    endpoints: HashSet<(&'a str, &'a str)>,
+    clusters: HashSet<&'a str>,
+}
+
+impl<'a> Running<'a> {
+    fn of(snapshot: &'a Snapshot) -> Running<'a> {
+        let route_stats = snapshot.router.routes().iter().map(|r| &r.stats).chain([&snapshot.unrouted]);
+        let endpoint_stats = snapshot.clusters.iter().flat_map(|c| &c.endpoints).map(|e| &e.stats);
+        Running {
+            routes: route_stats.map(|s| (s.route.as_str(), s.cluster.as_str())).collect(),
+            endpoints: endpoint_stats.map(|s| (s.cluster.as_str(), s.endpoint.as_str())).collect(),
+            clusters: snapshot.clusters.iter().map(|c| c.stats.cluster.as_str()).collect(),
+        }
+    }
+}
+
+/// Renders the HTTP plane's metrics. Counters come from the registry (so they survive reloads), for what the
+/// running snapshot has; gauges that describe the current configuration (health, in-flight) come from the snapshot.
 pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
+    let running = Running::of(snapshot);
     // Each family is written whole (Prometheus wants a family's samples together), so labels are built once.
     let routes: Vec<_> = registry
         .all_routes()
         .into_iter()
+        .filter(|r| running.routes.contains(&(r.route.as_str(), r.cluster.as_str())))
         .map(|r| (format!("route=\"{}\",cluster=\"{}\"", escape(&r.route), escape(&r.cluster)), r))
         .collect();
     header(out, "portico_requests_total", "counter", "Requests answered, by route, cluster and status class.");
@@ -29,6 +53,7 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
     let endpoints: Vec<_> = registry
         .all_endpoints()
         .into_iter()
+        .filter(|e| running.endpoints.contains(&(e.cluster.as_str(), e.endpoint.as_str())))
         .map(|e| (format!("cluster=\"{}\",endpoint=\"{}\"", escape(&e.cluster), escape(&e.endpoint)), e))
         .collect();
     header(out, "portico_upstream_requests_total", "counter", "Upstream tries, by endpoint and status class.");
@@ -96,7 +121,10 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         }
     }
 
-    let clusters = registry.all_clusters();
+    let clusters: Vec<_> =
+        registry.all_clusters().into_iter().filter(|c| running.clusters.contains(c.cluster.as_str())).collect();
+    let listeners: Vec<_> =
+        registry.all_listeners().into_iter().filter(|l| snapshot.listener(&l.listener).is_some()).collect();
     let per_cluster: [SlotMetric<crate::stats::ClusterSlot>; 12] = [
         ("portico_retries_total", "counter", "Retries of requests on another endpoint or connection.", |s| {
             s.retries.get() as i64
@@ -146,7 +174,7 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
     }
 
     header(out, "portico_tls_handshakes_total", "counter", "TLS handshakes on a listener, by result.");
-    for l in registry.all_listeners() {
+    for l in &listeners {
         let sum = |f: fn(&ListenerSlot) -> u64| -> u64 { l.slots.iter().map(|s| f(&s.0)).sum() };
         let results = [
             ("ok", sum(|s| s.tls_handshakes.get())),
@@ -166,7 +194,7 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         }
     }
     header(out, "portico_panics_total", "counter", "Requests or connections ended by a panic (a bug), by listener.");
-    for l in registry.all_listeners() {
+    for l in &listeners {
         let n: u64 = l.slots.iter().map(|s| s.0.panics.get()).sum();
         let _ = writeln!(out, "portico_panics_total{{listener=\"{}\"}} {n}", escape(&l.listener));
     }
@@ -176,7 +204,7 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         "counter",
         "Idle keep-alive connections closed to make room for new clients at the listener's connection limit.",
     );
-    for l in registry.all_listeners() {
+    for l in &listeners {
         let n: u64 = l.slots.iter().map(|s| s.0.evictions.get()).sum();
         let _ = writeln!(out, "portico_connections_evicted_total{{listener=\"{}\"}} {n}", escape(&l.listener));
     }
@@ -186,7 +214,7 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         "counter",
         "Request bodies read whole by request buffering before going upstream, by where they were kept.",
     );
-    for l in registry.all_listeners() {
+    for l in &listeners {
         let memory: u64 = l.slots.iter().map(|s| s.0.bodies_buffered_in_memory.get()).sum();
         let file: u64 = l.slots.iter().map(|s| s.0.bodies_buffered_to_file.get()).sum();
         let name = escape(&l.listener);

@@ -9,8 +9,8 @@
 //!
 //! Why only one client's requests: responses on an HTTP/1.1 connection carry nothing that names their request,
 //! only their order. An upstream that answers out of step (an extra response, a body it should not send) shifts
-//! every response behind it onto the wrong request. Batched across clients, that handed one client's response to
-//! another (issue 13). Batched within one client, the responses shifted are still that client's, on the
+//! every response behind it onto the wrong request. Batched across clients (as until 2026-11-24), that handed one
+//! client's response to another. Batched within one client, the responses shifted are still that client's, on the
 //! connection where it chose to match responses to requests by order; and the upstream connection carries no
 //! one else's request until all of them were read and nothing else arrived (`pool::Pool::checkin`).
 //!

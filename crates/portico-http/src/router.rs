@@ -203,6 +203,11 @@ impl Router {
     pub fn get(&self, index: usize) -> Option<&CompiledRoute> {
         self.routes.get(index)
     }
+
+    /// Every route, in the order they are tried.
+    pub fn routes(&self) -> &[CompiledRoute] {
+        &self.routes
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

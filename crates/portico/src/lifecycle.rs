@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::EnvFilter;
 
 /// `portico upgrade`: asks the running Portico (at the configuration's admin address, or `admin`) for a
 /// zero-downtime upgrade to the binary now on disk, and waits until the new process answers.
@@ -100,9 +99,9 @@ pub fn check(path: &Path, against: Option<&str>) -> ExitCode {
                     }
                 }
                 Some(Ok((_, None))) | None => {}
+                // The file is valid, which is what the exit status says; the comparison is extra information.
                 Some(Err(e)) => {
-                    eprintln!("cannot compare: {e}");
-                    return ExitCode::FAILURE;
+                    eprintln!("warning: cannot compare, so what a reload would change is not listed: {e:#}")
                 }
             }
             ExitCode::SUCCESS
@@ -118,14 +117,16 @@ pub fn check(path: &Path, against: Option<&str>) -> ExitCode {
 /// `Ok(None)` when an admin address taken from the file itself does not answer (nothing is running there).
 fn running_config(target: &str, asked: bool) -> anyhow::Result<Option<portico_config::Config>> {
     let Some(authority) = target.strip_prefix("http://") else {
-        let loaded = portico_config::load_file(Path::new(target)).map_err(|e| anyhow!("{target} is invalid\n{e}"))?;
+        let text = std::fs::read_to_string(target)
+            .map_err(|e| anyhow!("cannot read {target}: {e}; check the path given with --against"))?;
+        let loaded = portico_config::load_str(&text, target).map_err(|e| anyhow!("{target} is invalid\n{e}"))?;
         return Ok(Some(loaded.config));
     };
     let addr = crate::admin_client::address(authority)?;
     let json = match crate::admin_client::json(addr, "GET", "/admin/config")? {
         Some((_, json)) => json,
         None if !asked => return Ok(None),
-        None => return Err(anyhow!("cannot reach the admin API at {target}")),
+        None => return Err(anyhow!("nothing answers at {target}; check the address given with --against")),
     };
     let yaml = json["yaml"].as_str().ok_or_else(|| anyhow!("{target}/admin/config has no configuration"))?;
     let loaded = portico_config::load_str(yaml, "running configuration")
@@ -140,14 +141,6 @@ pub fn run_file(path: &Path) -> anyhow::Result<()> {
         None => portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?,
     };
     serve(loaded, Some(path.to_path_buf()))
-}
-
-/// Errors go through a non-blocking writer: a slow stderr must never stall a worker.
-fn init_logging(level: &str) -> tracing_appender::non_blocking::WorkerGuard {
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_target(false).try_init();
-    guard
 }
 
 /// Gives the worker processes the configuration text their master applied, and their new sockets.
@@ -212,7 +205,7 @@ impl Reloader {
                     ("workers", old.workers != new.workers),
                     ("admin", format!("{:?}", old.admin) != format!("{:?}", new.admin)),
                     ("watch", old.watch != new.watch),
-                    ("log", old.log.level != new.log.level),
+                    ("log", old.log.level != new.log.level || old.log.format != new.log.format),
                     ("user", old.user != new.user || old.group != new.group),
                     ("process_model", old.process_model != new.process_model),
                 ];
@@ -281,7 +274,7 @@ fn addresses(snapshot: &Snapshot) -> Vec<(&str, std::net::SocketAddr)> {
 /// Three roles share this: a single process with worker threads (the default), the master of worker processes,
 /// and one of those worker processes (started by the master with its sockets and an index).
 pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Result<()> {
-    let _log_guard = init_logging(&loaded.config.log.level);
+    let _log_guard = crate::logging::init(&loaded.config.log);
     let worker_process = portico_core::processes::identity();
     if let Some(identity) = worker_process {
         portico_core::processes::become_worker(identity);
@@ -479,6 +472,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             listening.join(", ")
         ),
         None => tracing::info!(workers, "portico {} listening on {}", env!("CARGO_PKG_VERSION"), listening.join(", ")),
+    }
+    // The bound address (not the configured text), so it can be pasted into curl.
+    if let Some(addr) = admin_socket.as_ref().and_then(|socket| socket.local_addr().ok()) {
+        tracing::info!("admin API on http://{addr}");
     }
 
     portico_core::systemd::ready(&format!("serving on {}", listening.join(", ")));

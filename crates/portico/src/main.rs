@@ -4,6 +4,7 @@ mod admin_client;
 mod demo;
 mod demo_backend;
 mod lifecycle;
+mod logging;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

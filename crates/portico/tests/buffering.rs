@@ -1,4 +1,4 @@
-//! Request buffering and the minimum body rate (issue 13, item 8): a slow request body holds no upstream
+//! Request buffering and the minimum body rate: a slow request body holds no upstream
 //! connection while it arrives, a large one goes through a temporary file and arrives whole, an oversized
 //! one gets 413, and a client sending below the listener's minimum rate gets 408.
 

@@ -311,6 +311,22 @@ fn check_lists_what_a_reload_would_change() {
     assert!(out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("compared"));
 }
 
+#[test]
+fn check_against_something_unavailable_still_validates_the_file() {
+    let path = temp_dir().join("valid.yaml");
+    std::fs::write(&path, "listeners:\n  - { name: web, address: 127.0.0.1:8080 }\nroutes:\n  - { cluster: app }\nclusters:\n  app:\n    endpoints: [ { address: 127.0.0.1:9001 } ]\n").unwrap();
+    let nothing_listens = format!("http://127.0.0.1:{}", free_port());
+    for against in [nothing_listens.as_str(), "/nonexistent/portico.yaml"] {
+        let out =
+            Command::new(portico_bin()).args(["check", "-c"]).arg(&path).args(["--against", against]).output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("valid"), "against {against}: the valid file failed: {stderr}");
+        assert!(stderr.contains("warning: cannot compare") && stderr.contains(against), "against {against}: {stderr}");
+        // The hint names the option that holds the wrong value.
+        assert!(stderr.contains("--against") && !stderr.contains("-c/--config"), "against {against}: {stderr}");
+    }
+}
+
 /// `portico run -c config` with `NOTIFY_SOCKET` set, as systemd starts a `Type=notify` service.
 fn run_under_notify_socket(config: &std::path::Path, socket: &std::path::Path) -> std::process::Child {
     Command::new(portico_bin())

@@ -67,7 +67,11 @@ fn admin_api_reports_clusters_config_health_and_readiness() {
     assert_eq!(ep["requests"], 1);
     let config: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/config").body).unwrap();
     assert!(config["yaml"].as_str().unwrap().contains("least_connections"));
-    assert_eq!(p.admin_get("/nope").status, 404);
+    let not_found = p.admin_get("/nope");
+    assert_eq!(not_found.status, 404);
+    for path in ["/metrics", "/admin/clusters", "/admin/reload", "/admin/process", "/admin/upgrade"] {
+        assert!(not_found.text().contains(path), "the 404 does not name {path}: {}", not_found.text());
+    }
     // Readiness drops when shutting down.
     p.signal(libc::SIGTERM);
     p.wait_exit(Duration::from_secs(5)).expect("exited");
@@ -85,12 +89,20 @@ fn secrets_are_masked_in_the_config_view() {
 fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
     let p = Portico::simple("round_robin", &[a.addr], "");
+    // No reload yet: no outcome to report, neither success nor failure.
+    let before: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
+    assert_eq!(before, serde_json::json!({ "last_attempt_ms": null, "ok": null, "error": null }));
     p.rewrite_config(&simple_yaml("round_robin", &[b.addr], ""));
     let mut admin = Conn::open(p.admin);
     admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
     let r = admin.read_response(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
+    let applied: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
+    let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let at = applied["last_attempt_ms"].as_u64().unwrap_or_default();
+    assert!(at <= unix_ms && unix_ms - at < 60_000, "last_attempt_ms is not the time of the reload: {applied}");
+    assert_eq!((&applied["ok"], &applied["error"]), (&serde_json::json!(true), &serde_json::Value::Null));
     // An invalid file: refused with FILE:LINE:COL, the running config stays, the failure is counted.
     p.rewrite_config(&simple_yaml("fastest", &[a.addr], ""));
     admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
@@ -108,6 +120,48 @@ fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     assert_eq!(p.metric("portico_config_last_reload_successful"), 0.0);
     let status: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
     assert!(status["error"].as_str().unwrap().contains("unknown variant"), "{status}");
+    assert_eq!(status["ok"], false, "{status}");
+}
+
+#[test]
+fn a_reload_stops_exporting_the_series_of_what_it_removed() {
+    let (a, b) = (Backend::start("a").unwrap(), Backend::start("b").unwrap());
+    let both = format!(
+        "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes:\n  - {{ name: legacy, match: {{ path_prefix: /old/ }}, cluster: old }}\n  - {{ name: main, cluster: app }}\nclusters:\n  app: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n  old: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n",
+        a.addr, b.addr
+    );
+    let only_app = both
+        .replace("  - { name: legacy, match: { path_prefix: /old/ }, cluster: old }\n", "")
+        .replace(&format!("  old: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n", b.addr), "");
+    assert_ne!(only_app, both);
+    let p = Portico::start(&both);
+    let legacy_ok = r#"portico_requests_total{route="legacy",cluster="old",status_class="2xx"}"#;
+    let main_ok = r#"portico_requests_total{route="main",cluster="app",status_class="2xx"}"#;
+    let mut conn = Conn::open(p.addr);
+    assert_eq!(backend_of(&mut conn, "/old/x", ""), "b");
+    assert_eq!(backend_of(&mut conn, "/", ""), "a");
+    wait_until("both requests counted", Duration::from_secs(2), || {
+        p.metric(legacy_ok) == 1.0 && p.metric(main_ok) == 1.0
+    });
+    let removed = |text: &str| -> Vec<String> {
+        let marks = ["cluster=\"old\"".to_string(), "route=\"legacy\"".to_string(), format!("\"{}\"", b.addr)];
+        text.lines().filter(|l| !l.starts_with('#') && marks.iter().any(|m| l.contains(m))).map(String::from).collect()
+    };
+    assert!(!removed(&p.admin_get("/metrics").text()).is_empty());
+    let reload = |yaml: &str| {
+        p.rewrite_config(yaml);
+        let mut admin = Conn::open(p.admin);
+        admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+        let r = admin.read_response(false);
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    reload(&only_app);
+    let text = p.admin_get("/metrics").text();
+    assert_eq!(removed(&text), Vec::<String>::new(), "series of the removed route, cluster and endpoint");
+    assert_eq!(p.metric(main_ok), 1.0, "what stays is still exported:\n{text}");
+    // Brought back, its counters go on from where they were.
+    reload(&both);
+    assert_eq!(p.metric(legacy_ok), 1.0);
 }
 
 #[test]
@@ -200,6 +254,60 @@ fn combined_access_log_format() {
     assert!(line.contains("\"http://r/\" \"ua\" rt="), "{line}");
     assert!(line.contains(&format!("upstream={}", b.addr)), "{line}");
     assert!(line.contains("retries=0 route=route-0 cluster=app"), "{line}");
+}
+
+/// Runs `portico run` with `log_settings` and stderr to a pipe (as under a supervisor, or with `2>file`) at the
+/// default level, until it serves; then stops it and returns its admin address and everything it logged.
+fn error_log_through_a_pipe(log_settings: &str) -> (std::net::SocketAddr, String) {
+    let b = Backend::start("b").unwrap();
+    let dir = temp_dir();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.join("portico.yaml");
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("{admin}", &admin.to_string())
+        .replace("{listen}", &format!("127.0.0.1:{}", free_port()));
+    std::fs::write(&config, format!("{log_settings}\n{yaml}")).unwrap();
+    let child = std::process::Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("portico serves", Duration::from_secs(15), || answers_ready(admin));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    (admin, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn the_error_log_has_no_colour_escapes_off_a_terminal() {
+    let (admin, log) = error_log_through_a_pipe("");
+    assert!(log.contains("listening on") && log.contains("stopped"), "{log}");
+    assert!(
+        log.contains(&format!("admin API on http://{admin}")),
+        "the start-up log does not give the admin API: {log}"
+    );
+    assert!(!log.contains("\x1b["), "colour escapes in a log written to a pipe:\n{log:?}");
+}
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let (_, log) = error_log_through_a_pipe("log: { format: json }");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}")))
+        .collect();
+    for line in &lines {
+        assert!(line["level"].is_string() && line["message"].is_string() && line["fields"].is_object(), "{line}");
+        assert!(line["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+    }
+    let start = lines.iter().find(|l| l["message"].as_str().is_some_and(|m| m.contains("listening on")));
+    let start = start.unwrap_or_else(|| panic!("no start-up line in {log}"));
+    assert_eq!(start["level"], "info", "{start}");
+    assert_eq!(start["fields"]["workers"], 1, "a field keeps its type: {start}");
 }
 
 #[test]
