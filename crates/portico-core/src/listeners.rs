@@ -26,13 +26,15 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct ListenerPlan {
     pub start: Vec<(Arc<str>, SocketAddr)>,
     pub stop: Vec<(Arc<str>, SocketAddr)>,
+    /// Addresses served before the change: a new listener may take one over from a listener that goes.
+    pub serving: Vec<SocketAddr>,
 }
 
 impl ListenerPlan {
     /// From the listeners (name, address) that run to the ones the next configuration has.
     pub fn between(current: &[(&str, SocketAddr)], next: &[(&str, SocketAddr)]) -> ListenerPlan {
         let find = |list: &[(&str, SocketAddr)], name: &str| list.iter().find(|(n, _)| *n == name).map(|(_, a)| *a);
-        let mut plan = ListenerPlan::default();
+        let mut plan = ListenerPlan { serving: current.iter().map(|(_, a)| *a).collect(), ..Default::default() };
         for (name, address) in next {
             if find(current, name) != Some(*address) {
                 plan.start.push((Arc::from(*name), *address));
@@ -54,6 +56,9 @@ impl ListenerPlan {
     pub fn bind(&self, workers: usize) -> Result<Vec<Vec<BoundListener>>, String> {
         let mut per_worker: Vec<Vec<BoundListener>> = (0..workers).map(|_| Vec::new()).collect();
         for (name, address) in &self.start {
+            if !self.serving.contains(address) {
+                worker::claim(*address).map_err(|e| bind_error(e, *address, name).to_string())?;
+            }
             for slot in per_worker.iter_mut() {
                 let socket = worker::bind(*address).map_err(|e| bind_error(e, *address, name).to_string())?;
                 slot.push(BoundListener { name: name.clone(), socket });
@@ -106,6 +111,7 @@ pub fn bind_per_worker(
             .sockets_for(address)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot use the socket passed for {address}: {e}")))?;
         if passed.is_empty() {
+            worker::claim(address).map_err(|e| bind_error(e, address, &name))?;
             for slot in per_worker.iter_mut() {
                 let socket = worker::bind(address).map_err(|e| bind_error(e, address, &name))?;
                 slot.push(BoundListener { name: name.clone(), socket });
@@ -132,7 +138,10 @@ pub fn bind_error(e: io::Error, address: SocketAddr, listener: &str) -> io::Erro
             "ports below 1024 need CAP_NET_BIND_SERVICE (AmbientCapabilities= in the systemd unit, or `setcap \
              cap_net_bind_service=+ep` on the binary) or a start as root with `user:`; see docs/operations.md"
         }
-        io::ErrorKind::AddrInUse => "is another process using it?",
+        io::ErrorKind::AddrInUse => {
+            "another process listens there (another Portico too: only Portico's own workers and its upgrade \
+             hand-over share a port); `ss -ltnp` shows which"
+        }
         io::ErrorKind::AddrNotAvailable => "is the address assigned to an interface of this host?",
         _ => "",
     };

@@ -38,8 +38,25 @@ pub enum ListenerChange {
 /// Where a worker's listener changes are sent.
 pub type ListenerChanges = tokio::sync::mpsc::UnboundedSender<ListenerChange>;
 
+/// Fails with `AddrInUse` when anything listens on `addr` already, another Portico included. SO_REUSEPORT
+/// (which `bind` sets, for the workers) would otherwise let a second process of the same user join the port
+/// silently and take a share of its connections. A socket without SO_REUSEPORT cannot bind where any socket
+/// listens; SO_REUSEADDR keeps connections in TIME_WAIT from counting. The probe is closed at once: the
+/// workers' sockets are bound right after it.
+pub fn claim(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(()); // a port of the kernel's choosing is never taken
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
 /// Binds `addr` with SO_REUSEPORT so that every worker can own a socket on the same port and the kernel
-/// spreads connections between them.
+/// spreads connections between them. `claim` first: this alone would share a port another process holds.
 pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
