@@ -71,6 +71,17 @@ impl LoadedConfig {
         let pos = self.spans.locate(path);
         Diagnostic { file: self.file.clone(), line: pos.line, col: pos.col, message: message.into(), hint }
     }
+
+    /// Where a path written in the configuration points: relative paths start at the configuration file's
+    /// directory, never at the working directory (under systemd that is `/`), so a configuration and the files
+    /// it names can move together.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let path = Path::new(path);
+        match Path::new(&self.file).parent() {
+            Some(dir) if path.is_relative() && !dir.as_os_str().is_empty() => dir.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
 }
 
 /// Reads and validates the file at `path`.

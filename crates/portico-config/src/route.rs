@@ -96,8 +96,8 @@ pub struct RequestBuffering {
     pub memory: Option<ByteSize>,
     /// A larger body is refused with 413 (before any of it is read when its length is declared).
     pub max_size: ByteSize,
-    /// Where temporary files are made (unnamed: nothing is left behind, even after a crash). Default: `$TMPDIR`,
-    /// else `/tmp`.
+    /// Where temporary files are made (unnamed: nothing is left behind, even after a crash); relative to the
+    /// configuration file's directory. Default: `$TMPDIR`, else `/tmp`.
     pub temp_dir: Option<String>,
 }
 
@@ -557,7 +557,7 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
 }
 
 /// Checks one route's target and match (references to clusters are checked by the caller).
-pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
+pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig, err: &mut Report<'_>) {
     let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some(), r.handler.is_some()];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
@@ -584,13 +584,13 @@ pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
         if let Some(memory) = b.memory.filter(|m| m.0 > b.max_size.0) {
             err(&format!("{key}.memory"), format!("memory ({memory}) is above max_size ({})", b.max_size), None);
         }
-        if let Some(dir) = &b.temp_dir {
-            match std::fs::metadata(dir) {
+        if let Some(dir) = b.temp_dir.as_deref().map(|d| loaded.resolve(d)) {
+            match std::fs::metadata(&dir) {
                 Ok(meta) if meta.is_dir() => {}
-                Ok(_) => err(&format!("{key}.temp_dir"), format!("{dir:?} is not a directory"), None),
+                Ok(_) => err(&format!("{key}.temp_dir"), format!("{} is not a directory", dir.display()), None),
                 Err(e) => err(
                     &format!("{key}.temp_dir"),
-                    format!("cannot use {dir:?}: {e}"),
+                    format!("cannot use {}: {e}", dir.display()),
                     Some(
                         "create the directory, writable by the user Portico runs as, or leave temp_dir out for $TMPDIR",
                     ),

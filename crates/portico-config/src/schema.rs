@@ -68,7 +68,8 @@ pub enum AccessLogFormat {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccessLog {
-    /// A file path (created if missing, appended to), or `-` for standard output.
+    /// A file path (created if missing, appended to; relative to the configuration file's directory), or `-`
+    /// for standard output.
     pub path: String,
     #[serde(default)]
     pub format: AccessLogFormat,

@@ -308,7 +308,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 );
             }
         }
-        crate::route::validate_route(r, &base, &mut err);
+        crate::route::validate_route(r, &base, loaded, &mut err);
         if let Some(cluster) = r.cluster.as_ref().filter(|c| !cfg.clusters.contains_key(*c)) {
             let known: Vec<&str> = cfg.clusters.keys().map(String::as_str).collect();
             let hint = if known.is_empty() {

@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio_rustls::TlsAcceptor;
@@ -63,19 +63,6 @@ fn ticketer() -> Option<Arc<dyn rustls::server::ProducesTickets>> {
     TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().ok()).clone()
 }
 
-/// Resolves a configured path: relative paths start at the configuration file's directory, so a config
-/// and its certificates can move together.
-pub fn config_relative(loaded: &LoadedConfig, file: &str) -> PathBuf {
-    let path = Path::new(file);
-    if path.is_absolute() {
-        return path.to_path_buf();
-    }
-    match Path::new(&loaded.file).parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.join(path),
-        _ => path.to_path_buf(),
-    }
-}
-
 /// A problem with one configured value: its YAML path, the message and a hint.
 pub type Problem = (String, String, Option<String>);
 
@@ -93,9 +80,9 @@ pub fn build_terminator(
     for (j, pair) in tls.certificates.iter().enumerate() {
         let cert_path = format!("{base}.certificates[{j}].cert");
         let key_path = format!("{base}.certificates[{j}].key");
-        let chain = read_chain(&config_relative(loaded, &pair.cert)).map_err(|m| (cert_path.clone(), m, None))?;
+        let chain = read_chain(&loaded.resolve(&pair.cert)).map_err(|m| (cert_path.clone(), m, None))?;
         let info = describe(&pair.cert, &chain[0]).map_err(|m| (cert_path.clone(), m, None))?;
-        let key = read_key(&config_relative(loaded, &pair.key)).map_err(|m| (key_path.clone(), m, None))?;
+        let key = read_key(&loaded.resolve(&pair.key)).map_err(|m| (key_path.clone(), m, None))?;
         let signing = provider.key_provider.load_private_key(key).map_err(|e| {
             (key_path.clone(), format!("unusable private key: {e}"), Some("use an RSA, ECDSA or Ed25519 key".into()))
         })?;
@@ -125,7 +112,7 @@ pub fn build_terminator(
         Some(ca) => {
             let path = format!("{base}.client_ca");
             let mut roots = RootCertStore::empty();
-            for cert in read_chain(&config_relative(loaded, ca)).map_err(|m| (path.clone(), m, None))? {
+            for cert in read_chain(&loaded.resolve(ca)).map_err(|m| (path.clone(), m, None))? {
                 roots.add(cert).map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());

@@ -294,7 +294,7 @@ fn compile_route(
             .map(|s| HttpsRedirect { port: s.port.unwrap_or(https_port), status: s.status }),
         stats: registry.route_stats(&name, r.cluster_label()),
         filters: (!chain.is_empty()).then(|| chain.into()),
-        buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b))),
+        buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b, loaded))),
         name,
         host,
         path,

@@ -4,7 +4,7 @@
 //! and pooled like plain ones.
 
 use portico_config::{LoadedConfig, UpstreamProtocol, UpstreamTls};
-use portico_core::tls::{config_relative, provider, read_chain, read_key, Problem};
+use portico_core::tls::{provider, read_chain, read_key, Problem};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -53,7 +53,7 @@ pub fn client_config(
             Some(ca) => {
                 let path = format!("{base}.ca");
                 let mut roots = RootCertStore::empty();
-                for cert in read_chain(&config_relative(loaded, ca)).map_err(|m| (path.clone(), m, None))? {
+                for cert in read_chain(&loaded.resolve(ca)).map_err(|m| (path.clone(), m, None))? {
                     roots
                         .add(cert)
                         .map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
@@ -68,8 +68,8 @@ pub fn client_config(
     };
     let mut config = match (&tls.cert, &tls.key) {
         (Some(cert), Some(key_file)) => {
-            let chain = read_chain(&config_relative(loaded, cert)).map_err(|m| (format!("{base}.cert"), m, None))?;
-            let key = read_key(&config_relative(loaded, key_file)).map_err(|m| (format!("{base}.key"), m, None))?;
+            let chain = read_chain(&loaded.resolve(cert)).map_err(|m| (format!("{base}.cert"), m, None))?;
+            let key = read_key(&loaded.resolve(key_file)).map_err(|m| (format!("{base}.key"), m, None))?;
             builder.with_client_auth_cert(chain, key).map_err(|e| match e {
                 rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => (
                     format!("{base}.key"),

@@ -329,7 +329,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
         Some(cfg) if !master => {
-            Some(AccessLogSink::start(cfg, registry.global.clone()).context("cannot open the access log")?)
+            Some(AccessLogSink::start(cfg, &loaded, registry.global.clone()).context("cannot open the access log")?)
         }
         _ => None,
     };

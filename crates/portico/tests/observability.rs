@@ -161,6 +161,26 @@ fn access_log_lines_and_reopen_on_sigusr1() {
 }
 
 #[test]
+fn relative_paths_start_at_the_configuration_files_directory() {
+    let b = Backend::start("b").unwrap();
+    let (dir, elsewhere) = (temp_dir(), temp_dir());
+    std::fs::write(dir.join("hello.txt"), "hello from a file\n").unwrap();
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("workers: 1", "workers: 1\naccess_log: { path: logs/access.log }")
+        .replace("routes:\n", "routes:\n  - { match: { path: /hello }, static: { file: hello.txt } }\n");
+    // Started from another directory, as systemd starts a service from `/`.
+    let p = Portico::start_in_from(&dir, &elsewhere, &yaml);
+    let mut conn = Conn::open(p.addr);
+    assert_eq!(conn.get("/hello", "").text(), "hello from a file\n");
+    assert_eq!(conn.get("/", "").status, 200);
+    let log = dir.join("logs/access.log");
+    wait_until("two lines next to the configuration", Duration::from_secs(3), || {
+        std::fs::read_to_string(&log).unwrap_or_default().lines().count() == 2
+    });
+    assert!(!elsewhere.join("logs").exists(), "a log was written under the working directory");
+}
+
+#[test]
 fn shutdown_loses_no_access_log_line_and_refused_heads_are_counted() {
     let b = Backend::start("b").unwrap();
     let log = temp_dir().join("access.log");
