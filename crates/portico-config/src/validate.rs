@@ -287,8 +287,22 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
     for (j, f) in cfg.filters.iter().enumerate() {
         crate::route::validate_filter(f, &format!("filters[{j}]"), None, &mut err);
     }
+    let mut route_names = HashSet::new();
     for (i, r) in cfg.routes.iter().enumerate() {
         let base = format!("routes[{i}]");
+        match r.name.as_deref() {
+            Some("") => err(
+                &format!("{base}.name"),
+                "route name is empty".into(),
+                Some("name it, or leave `name` out for a name made from what the route matches"),
+            ),
+            Some(name) if !route_names.insert(name) => err(
+                &format!("{base}.name"),
+                format!("route name {name:?} is used twice"),
+                Some("a name labels one route's metrics and log lines: give every route its own"),
+            ),
+            _ => {}
+        }
         if let Some(redirect) = r.redirect_https.as_ref().and_then(|r| r.settings()) {
             if redirect.status.is_some_and(|st| ![301, 302, 307, 308].contains(&st)) {
                 err(

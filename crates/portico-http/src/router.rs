@@ -181,8 +181,10 @@ impl Router {
             }
         }
         let mut compiled = Vec::with_capacity(cfg.routes.len());
-        for (i, r) in cfg.routes.iter().enumerate() {
-            if let Some(route) = compile_route(loaded, r, i, &global, cluster_index, registry, https_port, problems) {
+        let names = portico_config::route_names(&cfg.routes);
+        for (i, (r, name)) in cfg.routes.iter().zip(names).enumerate() {
+            let route = compile_route(loaded, r, i, name, &global, cluster_index, registry, https_port, problems);
+            if let Some(route) = route {
                 compiled.push(route);
             }
         }
@@ -210,6 +212,7 @@ fn compile_route(
     loaded: &LoadedConfig,
     r: &Route,
     i: usize,
+    name: String,
     global: &[Arc<dyn filters::Filter>],
     cluster_index: &HashMap<String, usize>,
     registry: &Registry,
@@ -284,7 +287,6 @@ fn compile_route(
             Err((key, message)) => problems.push((format!("{base}.filters[{j}].{key}"), message, None)),
         }
     }
-    let name = r.name.clone().unwrap_or_else(|| format!("route-{i}"));
     Some(CompiledRoute {
         target,
         redirect_https: r
