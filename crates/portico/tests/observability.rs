@@ -108,6 +108,14 @@ fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     assert_eq!(p.metric("portico_config_last_reload_successful"), 0.0);
     let status: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
     assert!(status["error"].as_str().unwrap().contains("unknown variant"), "{status}");
+    // Every problem of the file, not only the first.
+    p.rewrite_config(&simple_yaml("fastest", &[a.addr], "").replace("workers: 1", "workers: 1\nwach: true"));
+    admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = admin.read_response(false);
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains(":2:1: unknown field `wach`") && error.contains(":12:15: clusters.app.balancer"), "{error}");
+    assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
 }
 
 #[test]
