@@ -69,8 +69,10 @@ pub struct LoadedConfig {
 
 impl LoadedConfig {
     /// A diagnostic pointing at the value under `path` (for example `clusters.app.endpoints[0].address`).
+    /// Without a hint of its own, it points to where the key is documented.
     pub fn diagnostic(&self, path: &str, message: impl Into<String>, hint: Option<String>) -> Diagnostic {
         let pos = self.spans.locate(path);
+        let hint = hint.or_else(|| Some(format!("docs/configuration.md describes `{}`", documented_key(path))));
         Diagnostic { file: self.file.clone(), line: pos.line, col: pos.col, message: message.into(), hint }
     }
 
@@ -84,6 +86,19 @@ impl LoadedConfig {
             _ => path.to_path_buf(),
         }
     }
+}
+
+/// The key as the reference names it: `listeners[0].limits.max_headers` is `limits.max_headers`, the table
+/// rows of a section being relative to its items.
+fn documented_key(path: &str) -> String {
+    let without_indices: Vec<&str> = path.split('.').map(|part| part.split('[').next().unwrap_or(part)).collect();
+    let within_item = match without_indices.as_slice() {
+        // A cluster's entry is named by the user: its keys start after the name.
+        ["clusters", _, rest @ ..] if !rest.is_empty() => rest,
+        [_, rest @ ..] if !rest.is_empty() && path.split('.').next().is_some_and(|first| first.contains('[')) => rest,
+        all => all,
+    };
+    within_item.join(".")
 }
 
 /// What reading a configuration found: every problem, and the configuration as far as it could be read, for the
