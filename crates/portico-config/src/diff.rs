@@ -52,12 +52,10 @@ impl fmt::Display for Change {
     }
 }
 
+/// Each route's settings by its name (the router's name for it, so a route added above another does not make
+/// the other look changed).
 fn route_names(cfg: &Config) -> BTreeMap<String, String> {
-    cfg.routes
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.name.clone().unwrap_or_else(|| format!("route-{i}")), format!("{r:?}")))
-        .collect()
+    crate::route::route_names(&cfg.routes).into_iter().zip(cfg.routes.iter().map(|r| format!("{r:?}"))).collect()
 }
 
 /// The differences from `old` to `new`, in a stable order.

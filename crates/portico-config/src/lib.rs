@@ -2,6 +2,7 @@
 //! `file:line:col` with a hint. Loading never has side effects, so a reload can validate before anything changes.
 
 mod diff;
+mod read;
 mod route;
 mod schema;
 mod spans;
@@ -9,6 +10,7 @@ mod units;
 mod validate;
 
 pub use diff::{diff, Change};
+pub use read::LeftOut;
 pub use route::*;
 pub use schema::*;
 pub use spans::{Position, SpanIndex};
@@ -67,57 +69,185 @@ pub struct LoadedConfig {
 
 impl LoadedConfig {
     /// A diagnostic pointing at the value under `path` (for example `clusters.app.endpoints[0].address`).
+    /// Without a hint of its own, it points to where the key is documented.
     pub fn diagnostic(&self, path: &str, message: impl Into<String>, hint: Option<String>) -> Diagnostic {
         let pos = self.spans.locate(path);
+        let hint = hint.or_else(|| Some(format!("docs/configuration.md describes `{}`", documented_key(path))));
         Diagnostic { file: self.file.clone(), line: pos.line, col: pos.col, message: message.into(), hint }
+    }
+
+    /// Where a path written in the configuration points: relative paths start at the configuration file's
+    /// directory, never at the working directory (under systemd that is `/`), so a configuration and the files
+    /// it names can move together.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let path = Path::new(path);
+        match Path::new(&self.file).parent() {
+            Some(dir) if path.is_relative() && !dir.as_os_str().is_empty() => dir.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
+}
+
+/// The key as the reference names it: `listeners[0].limits.max_headers` is `limits.max_headers`, the table
+/// rows of a section being relative to its items.
+fn documented_key(path: &str) -> String {
+    let without_indices: Vec<&str> = path.split('.').map(|part| part.split('[').next().unwrap_or(part)).collect();
+    let within_item = match without_indices.as_slice() {
+        // A cluster's entry is named by the user: its keys start after the name.
+        ["clusters", _, rest @ ..] if !rest.is_empty() => rest,
+        [_, rest @ ..] if !rest.is_empty() && path.split('.').next().is_some_and(|first| first.contains('[')) => rest,
+        all => all,
+    };
+    within_item.join(".")
+}
+
+/// What reading a configuration found: every problem, and the configuration as far as it could be read, for the
+/// checks that only building it can make (certificate files, path patterns, DNS names).
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// Without the items the schema refused a value of (see `left_out`); `None` when the file could not be read
+    /// at all (not YAML, not a mapping, not there).
+    pub partial: Option<LoadedConfig>,
+    /// In file order.
+    pub problems: Vec<Diagnostic>,
+    /// What `partial` lacks, so that a check of what refers to it can stay quiet.
+    pub left_out: LeftOut,
+}
+
+impl Checked {
+    /// The configuration when it has no problem, else every problem.
+    pub fn into_result(self) -> Result<LoadedConfig, ConfigErrors> {
+        match self.partial {
+            Some(loaded) if self.problems.is_empty() => Ok(loaded),
+            _ => Err(ConfigErrors(self.problems)),
+        }
     }
 }
 
 /// Reads and validates the file at `path`.
 pub fn load_file(path: &Path) -> Result<LoadedConfig, ConfigErrors> {
-    let file = path.display().to_string();
-    let source = std::fs::read_to_string(path).map_err(|e| {
-        ConfigErrors(vec![Diagnostic {
-            file: file.clone(),
-            line: 1,
-            col: 1,
-            message: format!("cannot read the configuration file: {e}"),
-            hint: Some("check the path given with -c/--config".into()),
-        }])
-    })?;
-    load_str(&source, &file)
+    check_file(path).into_result()
 }
 
-/// Parses and validates `source`; `file` is only used in diagnostics.
+/// Parses and validates `source`; `file` is only used in diagnostics and to find relative paths.
 pub fn load_str(source: &str, file: &str) -> Result<LoadedConfig, ConfigErrors> {
-    let config: Config = serde_norway::from_str(source).map_err(|e| ConfigErrors(vec![serde_diagnostic(&e, file)]))?;
-    let loaded =
-        LoadedConfig { config, file: file.to_string(), spans: SpanIndex::build(source), source: source.to_string() };
-    let problems = validate::validate(&loaded);
-    if problems.is_empty() {
-        Ok(loaded)
-    } else {
-        Err(ConfigErrors(problems))
+    check_str(source, file).into_result()
+}
+
+/// Reads and checks the file at `path`, reporting every problem at once.
+pub fn check_file(path: &Path) -> Checked {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(source) => check_str(&source, &file),
+        Err(e) => Checked {
+            partial: None,
+            problems: vec![Diagnostic {
+                file,
+                line: 1,
+                col: 1,
+                message: format!("cannot read the configuration file: {e}"),
+                hint: Some("check the path given with -c/--config".into()),
+            }],
+            left_out: LeftOut::default(),
+        },
     }
+}
+
+/// Reads and checks `source` (`file` names it in diagnostics): first what the schema refuses (every unknown key
+/// and value of the wrong type), then, on what could be read, the checks serde cannot express (validate.rs).
+pub fn check_str(source: &str, file: &str) -> Checked {
+    let mut spans = SpanIndex::build(source);
+    let reading = read::read(source, file, &spans);
+    let mut problems = reading.problems;
+    let partial = reading.config.map(|config| {
+        spans.renumber(reading.renumbered);
+        LoadedConfig { config, file: file.to_string(), spans, source: source.to_string() }
+    });
+    if let Some(loaded) = &partial {
+        problems.extend(validate::validate(loaded, &reading.left_out));
+    }
+    // In file order, as a compiler reports.
+    problems.sort_by_key(|d| (d.line, d.col));
+    Checked { partial, problems, left_out: reading.left_out }
+}
+
+/// serde_norway's message without the " at line X column Y" it appends (the position goes in front).
+fn without_location(mut message: String) -> String {
+    if let Some(i) = message.find(" at line ") {
+        message.truncate(i);
+    }
+    message
 }
 
 fn serde_diagnostic(e: &serde_norway::Error, file: &str) -> Diagnostic {
     let (line, col) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-    // serde_norway appends " at line X column Y" to its messages; the position is already in front.
-    let mut message = e.to_string();
-    if let Some(i) = message.find(" at line ") {
-        message.truncate(i);
-    }
-    let hint = if message.contains("unknown field") {
-        Some("check the spelling against docs/configuration.md; unknown keys are rejected".to_string())
-    } else if message.contains("unknown variant") {
-        Some("use one of the values listed in the message".to_string())
-    } else if message.contains("missing field") {
-        Some("add the key; docs/configuration.md shows an example".to_string())
-    } else {
-        Some("docs/configuration.md shows the expected form of every key".to_string())
-    };
+    let message = without_location(e.to_string());
+    let hint = Some(hint_for(&message));
     Diagnostic { file: file.to_string(), line, col, message, hint }
+}
+
+/// What to do about a message of serde's; with the closest known name when a key or value is misspelt.
+fn hint_for(message: &str) -> String {
+    match nearest_known(message) {
+        Some(name) if message.contains("unknown field") => {
+            format!("did you mean `{name}`? Unknown keys are rejected, so a typo never means the default")
+        }
+        None if message.contains("unknown field") => {
+            "check the spelling against docs/configuration.md; unknown keys are rejected".to_string()
+        }
+        Some(name) if message.contains("unknown variant") => format!("did you mean `{name}`?"),
+        None if message.contains("unknown variant") => "use one of the values listed in the message".to_string(),
+        _ if message.contains("missing field") => "add the key; docs/configuration.md shows an example".to_string(),
+        _ => match message.split_once("invalid type: ").and_then(|(_, rest)| rest.split_once(", expected ")) {
+            Some((_, expected)) => {
+                format!("write {} here; docs/configuration.md shows the form of every key", in_yaml_terms(expected))
+            }
+            None => "docs/configuration.md shows the expected form of every key".to_string(),
+        },
+    }
+}
+
+/// serde's name for an expected type, as a YAML file's author knows it.
+fn in_yaml_terms(expected: &str) -> &str {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "usize" | "i32" | "i64" => "a whole number",
+        "a boolean" => "true or false",
+        "a sequence" => "a list (`[a, b]`)",
+        "a map" => "a mapping (`{ key: value }`)",
+        e if e.starts_with("struct ") => "a mapping of settings (`{ key: value }`)",
+        e => e,
+    }
+}
+
+/// In serde's "unknown field `adress`, expected one of `name`, `address`, ...", the known name nearest the one
+/// given, when one is near enough to be what was meant.
+fn nearest_known(message: &str) -> Option<&str> {
+    let given = message.split('`').nth(1)?;
+    let known = message.split_once("expected one of ")?.1;
+    known
+        .split(", ")
+        .map(|name| name.trim_matches('`'))
+        .filter(|name| !name.is_empty())
+        .map(|name| (edit_distance(given, name), name))
+        .filter(|(distance, name)| *distance <= 2.max(name.len() / 3))
+        .min()
+        .map(|(_, name)| name)
+}
+
+/// Levenshtein distance, for suggesting a key close to a misspelt one.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The default location of the configuration file when `-c` is not given.

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
-    /// Optional name, used in logs and metrics. Defaults to `route-N` (its position, from 0).
+    /// Optional name, used in logs and metrics. Defaults to a name made from what the route matches (see
+    /// `route_names`), so that it stays when routes are added or moved around it.
     #[serde(default)]
     pub name: Option<String>,
     #[serde(rename = "match", default)]
@@ -38,6 +39,63 @@ pub struct Route {
     /// upstream connection is taken: `true` (the default), `false`, or settings.
     #[serde(default)]
     pub request_buffering: Option<RequestBufferingSetting>,
+}
+
+/// The name of every route, in file order: its `name`, or one made from what it matches (`match_name`). A made
+/// name that another route already has, given or made, gets the first free suffix `#2`, `#3`, ... in file order,
+/// so names are unique and a route keeps its name whatever is added above or below it (unless that is a route
+/// matching the same requests, listed before it). The router's metrics labels and `portico check --against`
+/// both name routes this way.
+pub fn route_names(routes: &[Route]) -> Vec<String> {
+    let mut taken: std::collections::HashSet<String> = routes.iter().filter_map(|r| r.name.clone()).collect();
+    routes
+        .iter()
+        .map(|r| {
+            if let Some(name) = &r.name {
+                return name.clone();
+            }
+            let base = r.matcher.name();
+            let name = std::iter::once(base.clone())
+                .chain((2..).map(|n| format!("{base}#{n}")))
+                .find(|candidate| !taken.contains(candidate))
+                .unwrap_or(base);
+            taken.insert(name.clone());
+            name
+        })
+        .collect()
+}
+
+impl RouteMatch {
+    /// What the conditions say, as a name: `[METHODS ][HOST]PATH[?QUERY][ HEADER=VALUE...]`, where PATH is the
+    /// `path` as written, or the `path_prefix` followed by `/*` (`/*` alone without either): `GET /users/:id`,
+    /// `api.example.com/api/*`, `/healthz`, `GET,POST /api/*?version=2 x-canary=1`.
+    pub fn name(&self) -> String {
+        let mut name = String::new();
+        if let Some(methods) = self.methods.as_ref().filter(|m| !m.is_empty()) {
+            name += &methods.iter().map(|m| m.to_ascii_uppercase()).collect::<Vec<_>>().join(",");
+            name.push(' ');
+        }
+        if let Some(host) = &self.host {
+            name += &host.to_ascii_lowercase();
+        }
+        match (&self.path, &self.path_prefix) {
+            (Some(path), _) => name += path,
+            (None, Some(prefix)) => {
+                name += prefix.trim_end_matches('/');
+                name += "/*";
+            }
+            (None, None) => name += "/*",
+        }
+        if let Some(query) = self.query.as_ref().filter(|q| !q.is_empty()) {
+            let pairs: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            name += "?";
+            name += &pairs.join("&");
+        }
+        for (header, value) in self.headers.iter().flatten() {
+            name += &format!(" {}={value}", header.to_ascii_lowercase());
+        }
+        name
+    }
 }
 
 impl Route {
@@ -96,8 +154,8 @@ pub struct RequestBuffering {
     pub memory: Option<ByteSize>,
     /// A larger body is refused with 413 (before any of it is read when its length is declared).
     pub max_size: ByteSize,
-    /// Where temporary files are made (unnamed: nothing is left behind, even after a crash). Default: `$TMPDIR`,
-    /// else `/tmp`.
+    /// Where temporary files are made (unnamed: nothing is left behind, even after a crash); relative to the
+    /// configuration file's directory. Default: `$TMPDIR`, else `/tmp`.
     pub temp_dir: Option<String>,
 }
 
@@ -557,7 +615,7 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
 }
 
 /// Checks one route's target and match (references to clusters are checked by the caller).
-pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
+pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig, err: &mut Report<'_>) {
     let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some(), r.handler.is_some()];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
@@ -584,13 +642,13 @@ pub(crate) fn validate_route(r: &Route, base: &str, err: &mut Report<'_>) {
         if let Some(memory) = b.memory.filter(|m| m.0 > b.max_size.0) {
             err(&format!("{key}.memory"), format!("memory ({memory}) is above max_size ({})", b.max_size), None);
         }
-        if let Some(dir) = &b.temp_dir {
-            match std::fs::metadata(dir) {
+        if let Some(dir) = b.temp_dir.as_deref().map(|d| loaded.resolve(d)) {
+            match std::fs::metadata(&dir) {
                 Ok(meta) if meta.is_dir() => {}
-                Ok(_) => err(&format!("{key}.temp_dir"), format!("{dir:?} is not a directory"), None),
+                Ok(_) => err(&format!("{key}.temp_dir"), format!("{} is not a directory", dir.display()), None),
                 Err(e) => err(
                     &format!("{key}.temp_dir"),
-                    format!("cannot use {dir:?}: {e}"),
+                    format!("cannot use {}: {e}", dir.display()),
                     Some(
                         "create the directory, writable by the user Portico runs as, or leave temp_dir out for $TMPDIR",
                     ),
@@ -694,6 +752,46 @@ routes:
         assert_eq!(cfg.routes[1].static_response.as_ref().map(|s| s.status), Some(200));
         assert_eq!(cfg.routes[2].redirect.as_ref().map(|r| r.status), Some(308));
         assert_eq!(cfg.routes[3].filters.iter().map(|f| f.kind()).collect::<Vec<_>>(), ["headers", "rewrite", "cors"]);
+    }
+
+    #[test]
+    fn default_names_say_what_a_route_matches_and_stay_unique() {
+        let yaml = r#"
+routes:
+  - { match: { path: /users/:id, methods: [get, PUT] }, cluster: users }
+  - { match: { host: API.example.com, path_prefix: /api/ }, cluster: api }
+  - { match: { path_prefix: /api, query: { v: "2" }, headers: { X-Canary: "1" } }, cluster: api }
+  - { name: "/healthz", match: { path: /status }, static: { body: ok } }
+  - { match: { path: /healthz }, static: { body: ok } }
+  - { match: { path: /healthz }, static: { body: ok } }
+  - { cluster: api }
+"#;
+        let loaded = load_str(&format!("{BASE}{yaml}"), "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            super::route_names(&loaded.config.routes),
+            [
+                "GET,PUT /users/:id",
+                "api.example.com/api/*",
+                "/api/*?v=2 x-canary=1",
+                "/healthz",
+                "/healthz#2",
+                "/healthz#3",
+                "/*"
+            ]
+        );
+        // Another route above changes no name.
+        let above = yaml.replacen("routes:\n", "routes:\n  - { match: { path: /new }, cluster: api }\n", 1);
+        let loaded = load_str(&format!("{BASE}{above}"), "t.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            super::route_names(&loaded.config.routes)[1..],
+            super::route_names(&load_str(&format!("{BASE}{yaml}"), "t.yaml").unwrap().config.routes)
+        );
+    }
+
+    #[test]
+    fn route_names_given_are_unique() {
+        let e = errors("routes:\n  - { name: api, cluster: api }\n  - { name: api, cluster: users }\n");
+        assert!(e.iter().any(|e| e.starts_with("7:13") && e.contains("route name \"api\" is used twice")), "{e:?}");
     }
 
     #[test]

@@ -68,7 +68,8 @@ pub enum AccessLogFormat {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccessLog {
-    /// A file path (created if missing, appended to), or `-` for standard output.
+    /// A file path (created if missing, appended to; relative to the configuration file's directory), or `-`
+    /// for standard output.
     pub path: String,
     #[serde(default)]
     pub format: AccessLogFormat,
@@ -92,19 +93,31 @@ impl Workers {
 }
 
 impl<'de> Deserialize<'de> for Workers {
+    // A visitor, so that a refused value is reported at its own position (see units.rs).
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(i64),
-            Text(String),
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Workers;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`auto` or a number from 1 to 1024")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Workers, E> {
+                match usize::try_from(n) {
+                    Ok(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n)),
+                    _ => Err(E::custom(format!("workers must be between 1 and 1024, got {n}"))),
+                }
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Workers, E> {
+                self.visit_i64(i64::try_from(n).unwrap_or(i64::MAX))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Workers, E> {
+                match text {
+                    "auto" => Ok(Workers::Auto),
+                    _ => Err(E::custom(format!("workers must be `auto` or a number, got {text:?}"))),
+                }
+            }
         }
-        match Raw::deserialize(d)? {
-            Raw::Text(t) if t == "auto" => Ok(Workers::Auto),
-            Raw::Number(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n as usize)),
-            Raw::Number(n) => Err(de::Error::custom(format!("workers must be between 1 and 1024, got {n}"))),
-            Raw::Text(t) => Err(de::Error::custom(format!("workers must be `auto` or a number, got {t:?}"))),
-        }
+        d.deserialize_any(Visitor)
     }
 }
 

@@ -16,6 +16,12 @@ pub struct Position {
 #[derive(Debug, Default, Clone)]
 pub struct SpanIndex {
     positions: HashMap<String, Position>,
+    /// Where each mapping key is written (an unknown key is reported there, not at its value).
+    keys: HashMap<String, Position>,
+    /// Lists some of whose items were left out of the configuration (see `read.rs`): by the list's path in the
+    /// file, the file's indices of the items still there, so a path into the configuration still finds its
+    /// place in the file.
+    renumbered: HashMap<String, Vec<usize>>,
 }
 
 impl SpanIndex {
@@ -24,12 +30,46 @@ impl SpanIndex {
         let mut parser = Parser::new_from_str(source);
         // A syntax error is reported by serde_norway with its own position; the index is only a best effort.
         let _ = parser.load(&mut builder, false);
-        SpanIndex { positions: builder.positions }
+        SpanIndex { positions: builder.positions, keys: builder.keys, renumbered: HashMap::new() }
+    }
+
+    pub(crate) fn renumber(&mut self, renumbered: HashMap<String, Vec<usize>>) {
+        self.renumbered = renumbered;
+    }
+
+    /// The path in the file of `path` in the configuration (they differ once list items were left out).
+    fn in_file(&self, path: &str) -> String {
+        if self.renumbered.is_empty() {
+            return path.to_string();
+        }
+        let mut out = String::with_capacity(path.len());
+        let mut rest = path;
+        while let Some(open) = rest.find('[') {
+            out += &rest[..open];
+            let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+            let index = rest[open + 1..close].parse::<usize>().ok();
+            let in_file = index.map(|i| self.renumbered.get(&out).and_then(|kept| kept.get(i)).copied().unwrap_or(i));
+            match in_file {
+                Some(i) => out += &format!("[{i}]"),
+                None => out += &rest[open..=close],
+            }
+            rest = &rest[close + 1..];
+        }
+        out + rest
+    }
+
+    /// The position of the key that ends `path` (`listeners[0].adress`), else as `locate`.
+    pub fn locate_key(&self, path: &str) -> Position {
+        match self.keys.get(&self.in_file(path)) {
+            Some(pos) => *pos,
+            None => self.locate(path),
+        }
     }
 
     /// The position of `path`, or of its closest recorded ancestor.
     pub fn locate(&self, path: &str) -> Position {
-        let mut p = path;
+        let path = self.in_file(path);
+        let mut p = path.as_str();
         loop {
             if let Some(pos) = self.positions.get(p) {
                 return *pos;
@@ -51,6 +91,7 @@ enum Frame {
 struct Builder {
     stack: Vec<Frame>,
     positions: HashMap<String, Position>,
+    keys: HashMap<String, Position>,
 }
 
 fn join(parent: &str, key: &str) -> String {
@@ -96,7 +137,8 @@ impl MarkedEventReceiver for Builder {
                     // since yaml-rust2 marks a block mapping's start after that key.
                     let key_path = join(path, key);
                     self.positions.entry(path.clone()).or_insert(pos);
-                    self.positions.entry(key_path).or_insert(pos);
+                    self.positions.entry(key_path.clone()).or_insert(pos);
+                    self.keys.entry(key_path).or_insert(pos);
                 }
             }
             Event::MappingStart(..) | Event::SequenceStart(..) => {
@@ -130,5 +172,15 @@ mod tests {
         assert_eq!(idx.locate("clusters.app.endpoints[1].address"), Position { line: 6, col: 18 });
         assert_eq!(idx.locate("clusters.app"), Position { line: 3, col: 3 });
         assert_eq!(idx.locate("clusters.app.endpoints[1].missing"), Position { line: 6, col: 9 });
+        assert_eq!(idx.locate_key("clusters.app.endpoints[1].address"), Position { line: 6, col: 9 });
+    }
+
+    #[test]
+    fn renumbered_lists_point_at_the_items_left() {
+        let src = "routes:\n  - a: 1\n  - a: 2\n  - a: 3\n";
+        let mut idx = SpanIndex::build(src);
+        idx.renumber(HashMap::from([("routes".to_string(), vec![0, 2])]));
+        assert_eq!(idx.locate("routes[1].a"), Position { line: 4, col: 8 });
+        assert_eq!(idx.locate("routes[0].a"), Position { line: 2, col: 8 });
     }
 }

@@ -24,14 +24,28 @@ impl fmt::Display for HumanDuration {
     }
 }
 
+// The parsing errors are raised inside the visitors, not after deserialising a string: serde_norway then
+// reports them at the value's own position and path, and the configuration reader can drop just that value.
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(text.trim()).map(HumanDuration).map_err(|e| {
-            de::Error::custom(format!(
-                "invalid duration {text:?} ({e}); write it with a unit, like \"250ms\", \"5s\" or \"2m\""
-            ))
-        })
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit, like \"250ms\", \"5s\" or \"2m\"")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<HumanDuration, E> {
+                humantime::parse_duration(text.trim()).map(HumanDuration).map_err(|e| {
+                    E::custom(format!(
+                        "invalid duration {text:?} ({e}); write it with a unit, like \"250ms\", \"5s\" or \"2m\""
+                    ))
+                })
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<HumanDuration, E> {
+                self.visit_str(&n.to_string())
+            }
+        }
+        d.deserialize_str(Visitor)
     }
 }
 
@@ -83,16 +97,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size: bytes, or a number with a unit like \"64KiB\"")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(n))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<ByteSize, E> {
+                parse_size(text).map(ByteSize).map_err(E::custom)
+            }
         }
-        match Raw::deserialize(d)? {
-            Raw::Number(n) => Ok(ByteSize(n)),
-            Raw::Text(t) => parse_size(&t).map(ByteSize).map_err(de::Error::custom),
-        }
+        d.deserialize_any(Visitor)
     }
 }
 

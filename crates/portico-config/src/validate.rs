@@ -91,17 +91,18 @@ fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> 
 
 use crate::route::is_token;
 
-pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
+/// `left_out`: what the schema refused, so that what refers to it is not reported too.
+pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<Diagnostic> {
     let cfg = &loaded.config;
     let mut out = Vec::new();
     let mut err = |path: &str, msg: String, hint: Option<&str>| {
         out.push(loaded.diagnostic(path, msg, hint.map(str::to_string)));
     };
 
-    if cfg.group.is_some() && cfg.user.is_none() {
+    if cfg.group.is_some() && cfg.user.is_none() && !left_out.setting("user") {
         err("group", "`group` without `user`".into(), Some("give the user to switch to as well"));
     }
-    if cfg.listeners.is_empty() {
+    if cfg.listeners.is_empty() && !left_out.any_listener() {
         err(
             "listeners",
             "no listeners: Portico would accept nothing".into(),
@@ -287,8 +288,22 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
     for (j, f) in cfg.filters.iter().enumerate() {
         crate::route::validate_filter(f, &format!("filters[{j}]"), None, &mut err);
     }
+    let mut route_names = HashSet::new();
     for (i, r) in cfg.routes.iter().enumerate() {
         let base = format!("routes[{i}]");
+        match r.name.as_deref() {
+            Some("") => err(
+                &format!("{base}.name"),
+                "route name is empty".into(),
+                Some("name it, or leave `name` out for a name made from what the route matches"),
+            ),
+            Some(name) if !route_names.insert(name) => err(
+                &format!("{base}.name"),
+                format!("route name {name:?} is used twice"),
+                Some("a name labels one route's metrics and log lines: give every route its own"),
+            ),
+            _ => {}
+        }
         if let Some(redirect) = r.redirect_https.as_ref().and_then(|r| r.settings()) {
             if redirect.status.is_some_and(|st| ![301, 302, 307, 308].contains(&st)) {
                 err(
@@ -300,7 +315,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             if redirect.port == Some(0) {
                 err(&format!("{base}.redirect_https.port"), "port 0 is not a port".into(), None);
             }
-            if !cfg.listeners.iter().any(|l| l.tls.is_some()) && redirect.port.is_none() {
+            if !cfg.listeners.iter().any(|l| l.tls.is_some()) && redirect.port.is_none() && !left_out.any_listener() {
                 err(
                     &format!("{base}.redirect_https"),
                     "redirect_https sends clients to HTTPS, but no listener has `tls:`".into(),
@@ -308,8 +323,8 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
                 );
             }
         }
-        crate::route::validate_route(r, &base, &mut err);
-        if let Some(cluster) = r.cluster.as_ref().filter(|c| !cfg.clusters.contains_key(*c)) {
+        crate::route::validate_route(r, &base, loaded, &mut err);
+        if let Some(cluster) = r.cluster.as_ref().filter(|c| !cfg.clusters.contains_key(*c) && !left_out.cluster(c)) {
             let known: Vec<&str> = cfg.clusters.keys().map(String::as_str).collect();
             let hint = if known.is_empty() {
                 "define it under `clusters:`".to_string()
@@ -587,8 +602,6 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Vec<Diagnostic> {
             );
         }
     }
-    // Report in file order, as a compiler would.
-    out.sort_by_key(|d| (d.line, d.col));
     out
 }
 

@@ -5,7 +5,7 @@
 //! counted (`portico_access_log_dropped_total`) rather than stalling requests. SIGUSR1 reopens the file.
 
 use crate::stats::Global;
-use portico_config::{AccessLog, AccessLogFormat};
+use portico_config::{AccessLog, AccessLogFormat, LoadedConfig};
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -50,13 +50,15 @@ fn open(path: &PathBuf) -> io::Result<File> {
 }
 
 impl AccessLogSink {
-    /// Opens the log (so a bad path fails start-up) and starts the writer thread.
-    pub fn start(cfg: &AccessLog, counters: Arc<Global>) -> io::Result<Arc<AccessLogSink>> {
+    /// Opens the log (so a bad path fails start-up) and starts the writer thread. A relative path starts at
+    /// the directory of `loaded`'s configuration file.
+    pub fn start(cfg: &AccessLog, loaded: &LoadedConfig, counters: Arc<Global>) -> io::Result<Arc<AccessLogSink>> {
         let target = if cfg.path == "-" {
             Target::Stdout
         } else {
-            let path = PathBuf::from(&cfg.path);
-            let file = open(&path).map_err(|e| io::Error::new(e.kind(), format!("access log {}: {e}", cfg.path)))?;
+            let path = loaded.resolve(&cfg.path);
+            let file =
+                open(&path).map_err(|e| io::Error::new(e.kind(), format!("access log {}: {e}", path.display())))?;
             Target::File(path, file)
         };
         let (tx, rx) = sync_channel(QUEUE);

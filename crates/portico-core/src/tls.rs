@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio_rustls::TlsAcceptor;
@@ -63,52 +63,73 @@ fn ticketer() -> Option<Arc<dyn rustls::server::ProducesTickets>> {
     TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().ok()).clone()
 }
 
-/// Resolves a configured path: relative paths start at the configuration file's directory, so a config
-/// and its certificates can move together.
-pub fn config_relative(loaded: &LoadedConfig, file: &str) -> PathBuf {
-    let path = Path::new(file);
-    if path.is_absolute() {
-        return path.to_path_buf();
-    }
-    match Path::new(&loaded.file).parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.join(path),
-        _ => path.to_path_buf(),
-    }
-}
-
 /// A problem with one configured value: its YAML path, the message and a hint.
 pub type Problem = (String, String, Option<String>);
 
-/// Builds the acceptor for `listeners[index].tls`: reads and checks every file.
+/// Builds the acceptor for `listeners[index].tls`: reads and checks every file, and reports every file that
+/// will not do, not only the first.
 pub fn build_terminator(
     loaded: &LoadedConfig,
     index: usize,
     listener: &Listener,
     tls: &ListenerTls,
-) -> Result<TlsTerminator, Problem> {
+) -> Result<TlsTerminator, Vec<Problem>> {
     let base = format!("listeners[{index}].tls");
     let provider = provider();
+    let mut problems = Vec::new();
     let mut keys = Vec::with_capacity(tls.certificates.len());
     let mut infos = Vec::with_capacity(tls.certificates.len());
     for (j, pair) in tls.certificates.iter().enumerate() {
         let cert_path = format!("{base}.certificates[{j}].cert");
         let key_path = format!("{base}.certificates[{j}].key");
-        let chain = read_chain(&config_relative(loaded, &pair.cert)).map_err(|m| (cert_path.clone(), m, None))?;
-        let info = describe(&pair.cert, &chain[0]).map_err(|m| (cert_path.clone(), m, None))?;
-        let key = read_key(&config_relative(loaded, &pair.key)).map_err(|m| (key_path.clone(), m, None))?;
-        let signing = provider.key_provider.load_private_key(key).map_err(|e| {
-            (key_path.clone(), format!("unusable private key: {e}"), Some("use an RSA, ECDSA or Ed25519 key".into()))
-        })?;
+        let chain = chain_at(loaded, &cert_path, &pair.cert).map_err(|p| problems.push(p));
+        let key = key_at(loaded, &key_path, &pair.key).map_err(|p| problems.push(p));
+        let (Ok(chain), Ok(key)) = (chain, key) else { continue };
+        let info = match describe(&pair.cert, &chain[0]) {
+            Ok(info) => info,
+            Err(m) => {
+                problems.push((cert_path, m, None));
+                continue;
+            }
+        };
+        let signing = match provider.key_provider.load_private_key(key) {
+            Ok(signing) => signing,
+            Err(e) => {
+                let hint = Some("use an RSA, ECDSA or Ed25519 key".into());
+                problems.push((key_path, format!("unusable private key: {e}"), hint));
+                continue;
+            }
+        };
         let certified = CertifiedKey::new(chain, signing);
         if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) = certified.keys_match() {
-            return Err((
+            problems.push((
                 key_path,
                 format!("the key in {} does not belong to the certificate in {}", pair.key, pair.cert),
                 Some("pair each certificate with the key it was issued for".into()),
             ));
+            continue;
         }
         keys.push(Arc::new(certified));
         infos.push(info);
+    }
+    let client_roots = tls.client_ca.as_ref().map(|ca| {
+        let path = format!("{base}.client_ca");
+        let mut roots = RootCertStore::empty();
+        for cert in chain_at(loaded, &path, ca)? {
+            roots.add(cert).map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
+        }
+        Ok((path, ca, roots))
+    });
+    let client_roots = match client_roots {
+        Some(Err(p)) => {
+            problems.push(p);
+            None
+        }
+        Some(Ok(roots)) => Some(roots),
+        None => None,
+    };
+    if !problems.is_empty() {
+        return Err(problems);
     }
     let default = tls.certificates.iter().position(|c| c.default).unwrap_or(0);
     let resolver = SniResolver { names: infos.iter().map(|i| i.names.clone()).collect(), keys, default };
@@ -119,22 +140,17 @@ pub fn build_terminator(
     };
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
-        .map_err(|e| (format!("{base}.min_version"), format!("unsupported TLS versions: {e}"), None))?;
-    let builder = match &tls.client_ca {
+        .map_err(|e| vec![(format!("{base}.min_version"), format!("unsupported TLS versions: {e}"), None)])?;
+    let builder = match client_roots {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let path = format!("{base}.client_ca");
-            let mut roots = RootCertStore::empty();
-            for cert in read_chain(&config_relative(loaded, ca)).map_err(|m| (path.clone(), m, None))? {
-                roots.add(cert).map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
-            }
+        Some((path, ca, roots)) => {
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
             let verifier = match tls.client_auth.unwrap_or_default() {
                 ClientAuth::Required => verifier,
                 ClientAuth::Optional => verifier.allow_unauthenticated(),
             };
             let verifier =
-                verifier.build().map_err(|e| (path, format!("cannot verify clients with {ca}: {e}"), None))?;
+                verifier.build().map_err(|e| vec![(path, format!("cannot verify clients with {ca}: {e}"), None)])?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -158,6 +174,44 @@ pub fn build_terminator(
         client_cert_header: tls.client_ca.as_ref().map(|_| Arc::from(tls.client_cert_header.to_ascii_lowercase())),
         certificates: infos,
     })
+}
+
+/// Reads the certificates (or CAs) in `file`, as written at `at` in the configuration.
+pub fn chain_at(loaded: &LoadedConfig, at: &str, file: &str) -> Result<Vec<CertificateDer<'static>>, Problem> {
+    let path = loaded.resolve(file);
+    read_chain(&path).map_err(|message| {
+        let hint = unusable_file_hint(file, &path).unwrap_or_else(|| {
+            format!(
+                "a certificate file holds PEM blocks that start `-----BEGIN CERTIFICATE-----`; convert a DER file with \
+                 `openssl x509 -inform der -in {file} -out {file}.pem`"
+            )
+        });
+        (at.to_string(), message, Some(hint))
+    })
+}
+
+/// Reads the private key in `file`, as written at `at` in the configuration.
+pub fn key_at(loaded: &LoadedConfig, at: &str, file: &str) -> Result<PrivateKeyDer<'static>, Problem> {
+    let path = loaded.resolve(file);
+    read_key(&path).map_err(|message| {
+        let hint = unusable_file_hint(file, &path).unwrap_or_else(|| {
+            format!("a key file holds one unencrypted PEM private key; `openssl pkey -in {file} -out {file}.pem` writes one")
+        });
+        (at.to_string(), message, Some(hint))
+    })
+}
+
+/// What to do about a file that is missing or cannot be opened; `None` when it opens (its contents are wrong).
+fn unusable_file_hint(written: &str, path: &Path) -> Option<String> {
+    match std::fs::File::open(path) {
+        Ok(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && Path::new(written).is_relative() => Some(format!(
+            "relative paths start at the configuration file's directory: it was looked for as {}",
+            std::path::absolute(path).as_deref().unwrap_or(path).display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("check the path".into()),
+        Err(_) => Some("make it readable by the user Portico runs as".into()),
+    }
 }
 
 pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {

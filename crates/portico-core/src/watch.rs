@@ -16,7 +16,7 @@ pub fn watched_stamps(config: &Path, loaded: &LoadedConfig) -> Vec<Option<(u64, 
     let mut stamps = vec![file_stamp(config)];
     for tls in loaded.config.listeners.iter().filter_map(|l| l.tls.as_ref()) {
         let files = tls.certificates.iter().flat_map(|c| [&c.cert, &c.key]).chain(tls.client_ca.as_ref());
-        stamps.extend(files.map(|f| file_stamp(&crate::tls::config_relative(loaded, f))));
+        stamps.extend(files.map(|f| file_stamp(&loaded.resolve(f))));
     }
     stamps
 }

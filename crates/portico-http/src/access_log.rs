@@ -94,22 +94,6 @@ fn json_line(out: &mut Vec<u8>, e: &Entry, iso: &str, ms: u32) {
 
 /// `%h - - [%t] "%r" %s %b "%{Referer}" "%{User-agent}"`, then Portico's own fields as `key=value`.
 fn combined_line(out: &mut Vec<u8>, e: &Entry, time: &str) {
-    let quoted = |out: &mut Vec<u8>, v: &[u8]| {
-        out.push(b'"');
-        for &b in v {
-            match b {
-                b'"' | b'\\' => {
-                    out.push(b'\\');
-                    out.push(b);
-                }
-                0x20..=0x7e => out.push(b),
-                _ => {
-                    let _ = write!(out, "\\x{b:02x}");
-                }
-            }
-        }
-        out.push(b'"');
-    };
     let _ = write!(out, "{} - - [{time}] ", e.client);
     let mut request = Vec::with_capacity(e.method.len() + e.target.len() + 10);
     request.extend_from_slice(e.method);
@@ -135,7 +119,39 @@ fn combined_line(out: &mut Vec<u8>, e: &Entry, time: &str) {
         }
         None => out.extend_from_slice(b" urt=-"),
     }
-    let _ = writeln!(out, " retries={} route={} cluster={}", e.retries, e.route, e.cluster);
+    let _ = write!(out, " retries={} route=", e.retries);
+    logfmt_value(out, e.route.as_bytes());
+    out.extend_from_slice(b" cluster=");
+    logfmt_value(out, e.cluster.as_bytes());
+    out.push(b'\n');
+}
+
+/// A `key=value` field's value as logfmt writes it: as it is, or quoted when it has a space, a quote or a byte
+/// outside printable ASCII (a route's default name has spaces: `GET /users/:id`).
+fn logfmt_value(out: &mut Vec<u8>, v: &[u8]) {
+    if v.iter().all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
+        out.extend_from_slice(v);
+    } else {
+        quoted(out, v);
+    }
+}
+
+/// `"v"`, with quotes and backslashes escaped and bytes outside printable ASCII as `\xHH`.
+fn quoted(out: &mut Vec<u8>, v: &[u8]) {
+    out.push(b'"');
+    for &b in v {
+        match b {
+            b'"' | b'\\' => {
+                out.push(b'\\');
+                out.push(b);
+            }
+            0x20..=0x7e => out.push(b),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -147,5 +163,18 @@ mod tests {
         let mut out = Vec::new();
         json_str(&mut out, b"a\"b\\c\n\xff");
         assert_eq!(out, b"\"a\\\"b\\\\c\\u000a\\u00ff\"");
+    }
+
+    #[test]
+    fn logfmt_values_are_quoted_only_when_they_must_be() {
+        let field = |v: &str| {
+            let mut out = Vec::new();
+            logfmt_value(&mut out, v.as_bytes());
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(field("/api/*"), "/api/*");
+        assert_eq!(field(""), "");
+        assert_eq!(field("GET /users/:id"), "\"GET /users/:id\"");
+        assert_eq!(field("a\"b"), "\"a\\\"b\"");
     }
 }

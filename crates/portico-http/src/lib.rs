@@ -50,4 +50,4 @@ mod upstream;
 pub mod upstream_h2;
 pub mod upstream_tls;
 
-pub use snapshot::{build, Registry, Snapshot};
+pub use snapshot::{build, build_checked, Registry, Snapshot};

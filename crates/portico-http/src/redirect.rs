@@ -108,7 +108,7 @@ pub fn static_response(loaded: &LoadedConfig, s: &StaticResponse) -> Result<Loca
     let has_type = headers.iter().any(|(k, _)| &**k == "content-type");
     let body = match (&s.body, &s.file) {
         (_, Some(file)) => {
-            let path = portico_core::tls::config_relative(loaded, file);
+            let path = loaded.resolve(file);
             let len = std::fs::metadata(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
             if len > MAX_STATIC_FILE {
                 return Err(format!("{} is {len} bytes; a static file may have 16 MiB at most", path.display()));

@@ -25,11 +25,14 @@ pub struct BufferPolicy {
 }
 
 impl BufferPolicy {
-    pub fn from_config(config: &portico_config::RequestBuffering) -> BufferPolicy {
+    pub fn from_config(
+        config: &portico_config::RequestBuffering,
+        loaded: &portico_config::LoadedConfig,
+    ) -> BufferPolicy {
         BufferPolicy {
             memory: config.memory().as_usize(),
             max_size: config.max_size.0,
-            temp_dir: config.temp_dir.as_ref().map_or_else(std::env::temp_dir, PathBuf::from),
+            temp_dir: config.temp_dir.as_ref().map_or_else(std::env::temp_dir, |dir| loaded.resolve(dir)),
         }
     }
 

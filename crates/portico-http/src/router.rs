@@ -181,8 +181,10 @@ impl Router {
             }
         }
         let mut compiled = Vec::with_capacity(cfg.routes.len());
-        for (i, r) in cfg.routes.iter().enumerate() {
-            if let Some(route) = compile_route(loaded, r, i, &global, cluster_index, registry, https_port, problems) {
+        let names = portico_config::route_names(&cfg.routes);
+        for (i, (r, name)) in cfg.routes.iter().zip(names).enumerate() {
+            let route = compile_route(loaded, r, i, name, &global, cluster_index, registry, https_port, problems);
+            if let Some(route) = route {
                 compiled.push(route);
             }
         }
@@ -215,6 +217,7 @@ fn compile_route(
     loaded: &LoadedConfig,
     r: &Route,
     i: usize,
+    name: String,
     global: &[Arc<dyn filters::Filter>],
     cluster_index: &HashMap<String, usize>,
     registry: &Registry,
@@ -289,7 +292,6 @@ fn compile_route(
             Err((key, message)) => problems.push((format!("{base}.filters[{j}].{key}"), message, None)),
         }
     }
-    let name = r.name.clone().unwrap_or_else(|| format!("route-{i}"));
     Some(CompiledRoute {
         target,
         redirect_https: r
@@ -299,7 +301,7 @@ fn compile_route(
             .map(|s| HttpsRedirect { port: s.port.unwrap_or(https_port), status: s.status }),
         stats: registry.route_stats(&name, r.cluster_label()),
         filters: (!chain.is_empty()).then(|| chain.into()),
-        buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b))),
+        buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b, loaded))),
         name,
         host,
         path,

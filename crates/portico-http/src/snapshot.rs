@@ -126,6 +126,29 @@ impl Snapshot {
     }
 }
 
+/// Builds the snapshot of a configuration read with `portico_config::check_file` or `check_str`, with every
+/// problem at once: when the file has problems, what could be read of it is built all the same, for the ones
+/// only building finds (certificate, key and CA files, path patterns and templates, static files, DNS names), and
+/// all of them are returned in file order. That build uses a registry of its own, so the running one (on a
+/// reload) learns no names from a configuration that is refused.
+pub fn build_checked(checked: portico_config::Checked, registry: &Registry) -> Result<Snapshot, ConfigErrors> {
+    let portico_config::Checked { partial, mut problems, .. } = checked;
+    match partial {
+        Some(loaded) if problems.is_empty() => return build(&loaded, registry),
+        Some(partial) => {
+            if let Err(more) = build(&partial, &Registry::new(registry.workers)) {
+                // A value already reported is not reported again for what building makes of it.
+                let reported: std::collections::HashSet<(usize, usize)> =
+                    problems.iter().map(|d| (d.line, d.col)).collect();
+                problems.extend(more.0.into_iter().filter(|d| !reported.contains(&(d.line, d.col))));
+            }
+        }
+        None => {}
+    }
+    problems.sort_by_key(|d| (d.line, d.col));
+    Err(ConfigErrors(problems))
+}
+
 /// Builds a snapshot from a validated configuration, resolving DNS names. Blocking (DNS): call it from a
 /// thread that serves no connections (start-up, the reload thread).
 pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, ConfigErrors> {
@@ -178,8 +201,11 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
             let tls = if uses_tls {
                 // Built once per cluster; a failure is reported once, not once per endpoint.
                 let built = connector.get_or_insert_with(|| {
-                    crate::upstream_tls::client_config(loaded, name, c.tls.as_ref(), c.protocol)
-                        .map_err(|(path, message, hint)| problems.push(loaded.diagnostic(&path, message, hint)))
+                    crate::upstream_tls::client_config(loaded, name, c.tls.as_ref(), c.protocol).map_err(|found| {
+                        for (path, message, hint) in found {
+                            problems.push(loaded.diagnostic(&path, message, hint));
+                        }
+                    })
                 });
                 let Ok(connector) = built.clone() else { continue };
                 let configured_name = c.tls.as_ref().and_then(|t| t.server_name.as_deref());
@@ -267,15 +293,18 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
         .iter()
         .enumerate()
         .filter_map(|(i, l)| {
-            let address = l.address.parse().ok()?;
+            // Certificates first: their problems are worth knowing even when the address is wrong too.
             let tls = match l.tls.as_ref().map(|t| portico_core::tls::build_terminator(loaded, i, l, t)) {
                 None => None,
                 Some(Ok(t)) => Some(Arc::new(t)),
-                Some(Err((path, message, hint))) => {
-                    problems.push(loaded.diagnostic(&path, message, hint));
+                Some(Err(found)) => {
+                    for (path, message, hint) in found {
+                        problems.push(loaded.diagnostic(&path, message, hint));
+                    }
                     return None;
                 }
             };
+            let address = l.address.parse().ok()?;
             Some(ListenerSettings {
                 name: l.name.clone(),
                 address,
@@ -316,6 +345,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
         })
         .collect();
     if !problems.is_empty() {
+        problems.sort_by_key(|d| (d.line, d.col));
         return Err(ConfigErrors(problems));
     }
     Ok(Snapshot {

@@ -4,7 +4,7 @@
 //! and pooled like plain ones.
 
 use portico_config::{LoadedConfig, UpstreamProtocol, UpstreamTls};
-use portico_core::tls::{config_relative, provider, read_chain, read_key, Problem};
+use portico_core::tls::{chain_at, key_at, provider, Problem};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -31,55 +31,71 @@ pub fn server_name(configured: Option<&str>, host: &str) -> Result<ServerName<'s
     ServerName::try_from(name.to_string()).map_err(|_| format!("{name:?} is not a valid TLS server name"))
 }
 
-/// Builds the client configuration for cluster `name`; `tls` is its `tls:` section, if any.
+/// Builds the client configuration for cluster `name`; `tls` is its `tls:` section, if any. Every file that will
+/// not do is reported, not only the first.
 pub fn client_config(
     loaded: &LoadedConfig,
     name: &str,
     tls: Option<&UpstreamTls>,
     protocol: UpstreamProtocol,
-) -> Result<TlsConnector, Problem> {
+) -> Result<TlsConnector, Vec<Problem>> {
     let defaults = UpstreamTls::default();
     let tls = tls.unwrap_or(&defaults);
     let base = format!("clusters.{name}.tls");
     let provider = provider();
+    let mut problems = Vec::new();
+    let ca = (!tls.insecure_skip_verify).then_some(tls.ca.as_ref()).flatten().and_then(|ca| {
+        let path = format!("{base}.ca");
+        chain_at(loaded, &path, ca).map(|chain| (path, ca, chain)).map_err(|p| problems.push(p)).ok()
+    });
+    let client_cert = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key_file)) => {
+            let chain = chain_at(loaded, &format!("{base}.cert"), cert).map_err(|p| problems.push(p));
+            let key = key_at(loaded, &format!("{base}.key"), key_file).map_err(|p| problems.push(p));
+            chain.and_then(|chain| Ok((cert, key_file, chain, key?))).ok()
+        }
+        _ => None,
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| (base.clone(), format!("unsupported TLS versions: {e}"), None))?;
+        .map_err(|e| vec![(base.clone(), format!("unsupported TLS versions: {e}"), None)])?;
     let builder = if tls.insecure_skip_verify {
         tracing::warn!(cluster = name, "tls.insecure_skip_verify: upstream certificates are NOT verified");
         builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider.clone())))
     } else {
-        let roots = match &tls.ca {
-            Some(ca) => {
-                let path = format!("{base}.ca");
+        let roots = match ca {
+            Some((path, ca, chain)) => {
                 let mut roots = RootCertStore::empty();
-                for cert in read_chain(&config_relative(loaded, ca)).map_err(|m| (path.clone(), m, None))? {
+                for cert in chain {
                     roots
                         .add(cert)
-                        .map_err(|e| (path.clone(), format!("unusable CA certificate in {ca}: {e}"), None))?;
+                        .map_err(|e| vec![(path.clone(), format!("unusable CA certificate in {ca}: {e}"), None)])?;
                 }
                 Arc::new(roots)
             }
             None => system_roots().map_err(|m| {
-                (base.clone(), m, Some("set `tls.ca` to a PEM bundle, or install the system's CA certificates".into()))
+                vec![(
+                    base.clone(),
+                    m,
+                    Some("set `tls.ca` to a PEM bundle, or install the system's CA certificates".into()),
+                )]
             })?,
         };
         builder.with_root_certificates(roots)
     };
-    let mut config = match (&tls.cert, &tls.key) {
-        (Some(cert), Some(key_file)) => {
-            let chain = read_chain(&config_relative(loaded, cert)).map_err(|m| (format!("{base}.cert"), m, None))?;
-            let key = read_key(&config_relative(loaded, key_file)).map_err(|m| (format!("{base}.key"), m, None))?;
-            builder.with_client_auth_cert(chain, key).map_err(|e| match e {
-                rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => (
-                    format!("{base}.key"),
-                    format!("the key in {key_file} does not belong to the certificate in {cert}"),
-                    Some("pair the client certificate with the key it was issued for".to_string()),
-                ),
-                e => (format!("{base}.key"), format!("unusable client certificate or key: {e}"), None),
-            })?
-        }
-        _ => builder.with_no_client_auth(),
+    let mut config = match client_cert {
+        Some((cert, key_file, chain, key)) => builder.with_client_auth_cert(chain, key).map_err(|e| match e {
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => vec![(
+                format!("{base}.key"),
+                format!("the key in {key_file} does not belong to the certificate in {cert}"),
+                Some("pair the client certificate with the key it was issued for".to_string()),
+            )],
+            e => vec![(format!("{base}.key"), format!("unusable client certificate or key: {e}"), None)],
+        })?,
+        None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = match protocol {
         UpstreamProtocol::Http1 => vec![b"http/1.1".to_vec()],

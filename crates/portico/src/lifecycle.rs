@@ -59,12 +59,10 @@ pub fn upgrade(config: &Path, admin: Option<&str>) -> anyhow::Result<()> {
 /// reload would change compared with `against` (a file, or a running Portico's admin URL; by default the admin
 /// address in the file, when something answers there).
 pub fn check(path: &Path, against: Option<&str>) -> ExitCode {
-    let result = portico_config::load_file(path).and_then(|loaded| {
-        let snapshot = portico_http::build(&loaded, &Registry::new(1))?;
-        Ok((loaded, snapshot))
-    });
+    let result = portico_http::build_checked(portico_config::check_file(path), &Registry::new(1));
     match result {
-        Ok((loaded, snapshot)) => {
+        Ok(snapshot) => {
+            let loaded = snapshot.source.clone();
             println!(
                 "{}: valid ({} listener(s), {} route(s), {} cluster(s))",
                 path.display(),
@@ -138,7 +136,15 @@ pub fn run_file(path: &Path) -> anyhow::Result<()> {
     // A worker process starts from its master's running configuration, not from a file edited since.
     let loaded = match portico_core::processes::masters_configuration() {
         Some(passed) => passed.map_err(|e| anyhow!(e))?,
-        None => portico_config::load_file(path).map_err(|e| anyhow!("invalid configuration\n{e}"))?,
+        None => {
+            let checked = portico_config::check_file(path);
+            if !checked.problems.is_empty() {
+                // Every problem, as `portico check` lists them, with those only building the snapshot finds.
+                let problems = portico_http::build_checked(checked, &Registry::new(1)).err().map(|e| e.to_string());
+                return Err(anyhow!("invalid configuration\n{}", problems.unwrap_or_default()));
+            }
+            checked.into_result()?
+        }
     };
     serve(loaded, Some(path.to_path_buf()))
 }
@@ -178,11 +184,11 @@ impl Reloader {
     fn reload_from(&self, source: Option<&str>, trigger: &str) -> Result<(), String> {
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         portico_core::systemd::reloading();
-        let loaded = match source {
-            Some(text) => portico_config::load_str(text, &self.path.display().to_string()),
-            None => portico_config::load_file(&self.path),
+        let checked = match source {
+            Some(text) => portico_config::check_str(text, &self.path.display().to_string()),
+            None => portico_config::check_file(&self.path),
         };
-        let result = loaded.and_then(|loaded| portico_http::build(&loaded, &self.registry)).map_err(|e| e.to_string());
+        let result = portico_http::build_checked(checked, &self.registry).map_err(|e| e.to_string());
         // Listeners added or moved are bound before anything is applied, so an address that cannot be had
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
@@ -322,7 +328,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Worker processes write the access log themselves (appending, a whole batch per write).
     let access_log = match &loaded.config.access_log {
         Some(cfg) if !master => {
-            Some(AccessLogSink::start(cfg, registry.global.clone()).context("cannot open the access log")?)
+            Some(AccessLogSink::start(cfg, &loaded, registry.global.clone()).context("cannot open the access log")?)
         }
         _ => None,
     };

@@ -184,7 +184,7 @@ fn grpc_unary_bidirectional_and_errors_pass_through() {
         assert_eq!(status.code(), tonic::Code::NotFound);
         assert_eq!(status.message(), "no such thing");
     });
-    let ok = p.metric("portico_requests_total{route=\"route-0\",cluster=\"echo\",status_class=\"2xx\"}");
+    let ok = p.metric("portico_requests_total{route=\"/echo.Echo/*\",cluster=\"echo\",status_class=\"2xx\"}");
     assert_eq!(ok, 202.0, "every call is counted once it ends");
     let opened =
         p.metric(&format!("portico_upstream_connections_opened_total{{cluster=\"echo\",endpoint=\"{server}\"}}"));

@@ -46,6 +46,52 @@ clusters:
 }
 
 #[test]
+fn check_reports_every_kind_of_problem_in_one_run_in_file_order() {
+    // One of each: an unknown key, a bad address, missing certificate and key files, an unknown cluster, a
+    // value of the wrong type. Each used to take a run of its own.
+    let yaml = "\
+listeners:
+  - name: web
+    address: 127.0.0.1:8080
+    timeout: { header_read: 5s }
+  - name: secure
+    address: 127.0.0.1:99999
+    tls:
+      certificates: [ { cert: nowhere.pem, key: nowhere.key } ]
+routes:
+  - match: { path_prefix: /api }
+    cluster: api
+  - match: { path: /users/:id }
+    cluster: users
+clusters:
+  api:
+    endpoints: [ { address: 127.0.0.1:9001 } ]
+  spare:
+    endpoints: [ { address: 127.0.0.1:9002 } ]
+    retries: { attempts: many }
+";
+    let (ok, _, err) = check(yaml);
+    assert!(!ok);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("FILE:")).collect();
+    let expected = [
+        "FILE:4:5: listeners[0]: unknown field `timeout`",
+        "FILE:6:14: invalid listener address \"127.0.0.1:99999\"",
+        "FILE:8:31: cannot read ",
+        "FILE:8:49: cannot read the private key in ",
+        "FILE:13:14: route refers to unknown cluster \"users\"",
+        "FILE:19:26: clusters.spare.retries.attempts: invalid type: string \"many\"",
+    ];
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    for (line, want) in lines.iter().zip(expected) {
+        assert!(line.starts_with(want), "{line:?} is not {want:?} in:\n{err}");
+    }
+    assert_eq!(err.matches("\n  hint: ").count(), expected.len(), "every problem carries a hint: {err}");
+    assert!(err.contains("hint: did you mean `timeouts`?"), "{err}");
+    assert!(err.contains("nowhere.pem: No such file"), "{err}");
+    assert!(err.contains("hint: write a whole number here"), "{err}");
+}
+
+#[test]
 fn check_reports_unknown_keys_and_bad_values_at_their_position() {
     let (ok, _, err) = check("listeners:\n  - name: web\n    address: 127.0.0.1:8080\nclusters:\n  app:\n    balancer: fastest\n    endpoints: []\n");
     assert!(!ok);

@@ -121,6 +121,14 @@ fn admin_reload_applies_valid_and_refuses_invalid_configs() {
     let status: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/reload").body).unwrap();
     assert!(status["error"].as_str().unwrap().contains("unknown variant"), "{status}");
     assert_eq!(status["ok"], false, "{status}");
+    // Every problem of the file, not only the first.
+    p.rewrite_config(&simple_yaml("fastest", &[a.addr], "").replace("workers: 1", "workers: 1\nwach: true"));
+    admin.send(b"POST /admin/reload HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = admin.read_response(false);
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains(":2:1: unknown field `wach`") && error.contains(":12:15: clusters.app.balancer"), "{error}");
+    assert_eq!(backend_of(&mut Conn::open(p.addr), "/", ""), "b");
 }
 
 #[test]
@@ -199,7 +207,7 @@ fn access_log_lines_and_reopen_on_sigusr1() {
     assert_eq!(first["upstream"], b.addr.to_string());
     assert_eq!(first["retries"], 0);
     assert_eq!(first["user_agent"], "test-agent");
-    assert_eq!(first["route"], "route-0");
+    assert_eq!(first["route"], "/*", "the default name says what the route matches");
     assert!(first["bytes"].as_u64().unwrap() > 0);
     assert!(first["duration_ms"].as_f64().unwrap() >= first["upstream_ms"].as_f64().unwrap());
     // Rotate: move the file away, SIGUSR1, and new lines go to a new file.
@@ -212,6 +220,65 @@ fn access_log_lines_and_reopen_on_sigusr1() {
         std::fs::read_to_string(&log).unwrap_or_default().contains("/after-rotation")
     });
     assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 2);
+}
+
+#[test]
+fn relative_paths_start_at_the_configuration_files_directory() {
+    let b = Backend::start("b").unwrap();
+    let (dir, elsewhere) = (temp_dir(), temp_dir());
+    std::fs::write(dir.join("hello.txt"), "hello from a file\n").unwrap();
+    let yaml = simple_yaml("round_robin", &[b.addr], "")
+        .replace("workers: 1", "workers: 1\naccess_log: { path: logs/access.log }")
+        .replace("routes:\n", "routes:\n  - { match: { path: /hello }, static: { file: hello.txt } }\n");
+    // Started from another directory, as systemd starts a service from `/`.
+    let p = Portico::start_in_from(&dir, &elsewhere, &yaml);
+    let mut conn = Conn::open(p.addr);
+    assert_eq!(conn.get("/hello", "").text(), "hello from a file\n");
+    assert_eq!(conn.get("/", "").status, 200);
+    let log = dir.join("logs/access.log");
+    wait_until("two lines next to the configuration", Duration::from_secs(3), || {
+        std::fs::read_to_string(&log).unwrap_or_default().lines().count() == 2
+    });
+    assert!(!elsewhere.join("logs").exists(), "a log was written under the working directory");
+}
+
+#[test]
+fn a_route_added_above_another_leaves_its_name_its_metrics_and_check_against_alone() {
+    let b = Backend::start("b").unwrap();
+    let yaml = format!(
+        "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\nroutes:\n  - {{ match: {{ path_prefix: /api, methods: [GET] }}, cluster: app }}\nclusters:\n  app: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n",
+        b.addr
+    );
+    let p = Portico::start(&yaml);
+    let api = "portico_requests_total{route=\"GET /api/*\",cluster=\"app\",status_class=\"2xx\"}";
+    assert_eq!(Conn::open(p.addr).get("/api/x", "").status, 200);
+    assert_eq!(p.metric(api), 1.0);
+    let running = std::fs::read_to_string(&p.config).unwrap();
+    let next = running.replace("routes:\n", "routes:\n  - { match: { path: /api/health }, static: { body: ok } }\n");
+    let next_path = p.config.with_file_name("next.yaml");
+    std::fs::write(&next_path, &next).unwrap();
+    let out = std::process::Command::new(portico_bin())
+        .args(["check", "-c"])
+        .arg(&next_path)
+        .arg("--against")
+        .arg(&p.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("+ route /api/health"), "{text}");
+    assert!(!text.contains("/api/*"), "the route below is reported: {text}");
+    std::fs::write(&p.config, &next).unwrap();
+    p.signal(libc::SIGHUP);
+    wait_until("the new route answers", Duration::from_secs(5), || {
+        Conn::open(p.addr).get("/api/health", "").text() == "ok"
+    });
+    // Until the reload, /api/health went to the route below (counted under its name too).
+    let before = p.metric(api);
+    assert_eq!(Conn::open(p.addr).get("/api/x", "").status, 200);
+    let metrics = p.admin_get("/metrics").text();
+    assert_eq!(p.metric(api), before + 1.0, "{metrics}");
+    assert!(!metrics.contains("route=\"GET /api/*#"), "{metrics}");
 }
 
 #[test]
@@ -253,7 +320,7 @@ fn combined_access_log_format() {
     assert!(line.contains("] \"GET /x HTTP/1.1\" 200 "), "{line}");
     assert!(line.contains("\"http://r/\" \"ua\" rt="), "{line}");
     assert!(line.contains(&format!("upstream={}", b.addr)), "{line}");
-    assert!(line.contains("retries=0 route=route-0 cluster=app"), "{line}");
+    assert!(line.contains("retries=0 route=/* cluster=app"), "{line}");
 }
 
 /// Runs `portico run` with `log_settings` and stderr to a pipe (as under a supervisor, or with `2>file`) at the

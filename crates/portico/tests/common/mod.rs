@@ -68,12 +68,30 @@ impl Portico {
 
     /// Like `start_in`, running the binary at `bin` (another build) instead of this build's.
     pub fn start_binary_in(bin: &std::path::Path, dir: &std::path::Path, yaml: &str) -> Portico {
+        Portico::launch(bin, dir, None, yaml)
+    }
+
+    /// Like `start_in`, with the process started in `working_dir` (which relative paths must not depend on).
+    pub fn start_in_from(dir: &std::path::Path, working_dir: &std::path::Path, yaml: &str) -> Portico {
+        Portico::launch(std::path::Path::new(portico_bin()), dir, Some(working_dir), yaml)
+    }
+
+    fn launch(
+        bin: &std::path::Path,
+        dir: &std::path::Path,
+        working_dir: Option<&std::path::Path>,
+        yaml: &str,
+    ) -> Portico {
         for _ in 0..5 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let config = dir.join("portico.yaml");
             std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
-            let child = Command::new(bin)
+            let mut command = Command::new(bin);
+            if let Some(working_dir) = working_dir {
+                command.current_dir(working_dir);
+            }
+            let child = command
                 .args(["run", "-c"])
                 .arg(&config)
                 .env("RUST_LOG", "warn")
