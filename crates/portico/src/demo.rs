@@ -4,14 +4,19 @@
 use crate::demo_backend;
 use anyhow::{anyhow, Context};
 
-pub fn run(listen: &str, workers: &str) -> anyhow::Result<()> {
+pub fn run(listen: &str, workers: &str, admin: &str) -> anyhow::Result<()> {
     let backends = ["alpha", "beta", "gamma"]
         .iter()
         .map(|name| demo_backend::start(name).with_context(|| format!("cannot start demo backend {name}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let endpoints: String = backends.iter().map(|b| format!("      - address: {}\n", b.addr)).collect();
+    let admin_line = match admin {
+        "off" => String::new(),
+        address => format!("admin: {{ address: \"{address}\" }}"),
+    };
     let yaml = format!(
         "workers: {workers}
+{admin_line}
 listeners:
   - name: demo
     address: {listen}
@@ -44,6 +49,65 @@ clusters:
     eprintln!(
         "      curl http://{listen}/whoami    (Portico's own echo handler: the request as it would be forwarded)"
     );
+    if admin != "off" {
+        eprintln!("      curl http://{admin}/metrics   (the admin API: also /admin/clusters, /admin/config)");
+    }
     eprintln!("Stop with Ctrl-C.\n");
     crate::lifecycle::serve(loaded, None)
+}
+
+/// `portico demo -c FILE`: serves FILE, after making the certificates it names and does not have (see
+/// `demo_certs`) and starting a demo backend on each endpoint of its clusters that
+/// is a loopback address nothing listens on, so that an example answers as written. Endpoints elsewhere,
+/// over HTTPS or of `protocol: h2` clusters are left as they are (the stand-ins speak plain HTTP/1).
+pub fn run_config(path: &std::path::Path) -> anyhow::Result<()> {
+    eprintln!("Portico demo of {}:", path.display());
+    // Certificates it names but does not have yet are made first (a file that does not load is reported below).
+    if let Ok(unchecked) = portico_config::load_file(path) {
+        for file in crate::demo_certs::make_missing(&unchecked)? {
+            eprintln!("  made {} (signed by a throw-away demo CA)", file.display());
+        }
+    }
+    let loaded = crate::lifecycle::load_checked(path)?;
+    let mut started = Vec::new();
+    for (cluster, settings) in &loaded.config.clusters {
+        for (i, endpoint) in settings.endpoints.iter().enumerate() {
+            let Ok((scheme, host_port)) = portico_config::parse_endpoint(&endpoint.address) else {
+                continue;
+            };
+            let ip = match (host_port.ip, host_port.host.as_str()) {
+                (Some(ip), _) => ip,
+                (None, "localhost") => std::net::IpAddr::from([127, 0, 0, 1]),
+                (None, _) => continue,
+            };
+            let address = std::net::SocketAddr::new(ip, host_port.port);
+            let plain = scheme != portico_config::EndpointScheme::Https
+                && settings.protocol != portico_config::UpstreamProtocol::H2;
+            if !ip.is_loopback() || !plain {
+                eprintln!("  {cluster}: {} left alone (not a plain HTTP/1 loopback endpoint)", endpoint.address);
+                continue;
+            }
+            let name = format!("{cluster}-{i}");
+            match demo_backend::start_on(address, &name) {
+                Ok(backend) => {
+                    eprintln!("  {cluster}: demo backend {name} at http://{address}/");
+                    started.push(backend);
+                }
+                Err(e) => eprintln!("  {cluster}: {} left alone ({e})", endpoint.address),
+            }
+        }
+    }
+    for l in &loaded.config.listeners {
+        // `0.0.0.0:8080` is reached as `127.0.0.1:8080`.
+        let reach = l.address.replace("0.0.0.0:", "127.0.0.1:").replace("[::]:", "[::1]:");
+        let scheme = if l.tls.is_some() { "https" } else { "http" };
+        eprintln!("Try:  curl {scheme}://{reach}/");
+    }
+    if let Some(admin) = &loaded.config.admin {
+        eprintln!("      curl http://{}/admin/clusters   (the admin API)", admin.address);
+    }
+    eprintln!("Stop with Ctrl-C.\n");
+    let served = crate::lifecycle::serve(loaded, Some(path.to_path_buf()));
+    drop(started);
+    served
 }

@@ -16,7 +16,12 @@ pub struct DemoBackend {
 
 /// Starts one backend on a free loopback port, on its own thread.
 pub fn start(name: &str) -> std::io::Result<DemoBackend> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    start_on(SocketAddr::from(([127, 0, 0, 1], 0)), name)
+}
+
+/// Starts one backend on `addr`, on its own thread.
+pub fn start_on(addr: SocketAddr, name: &str) -> std::io::Result<DemoBackend> {
+    let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -136,17 +136,20 @@ pub fn run_file(path: &Path) -> anyhow::Result<()> {
     // A worker process starts from its master's running configuration, not from a file edited since.
     let loaded = match portico_core::processes::masters_configuration() {
         Some(passed) => passed.map_err(|e| anyhow!(e))?,
-        None => {
-            let checked = portico_config::check_file(path);
-            if !checked.problems.is_empty() {
-                // Every problem, as `portico check` lists them, with those only building the snapshot finds.
-                let problems = portico_http::build_checked(checked, &Registry::new(1)).err().map(|e| e.to_string());
-                return Err(anyhow!("invalid configuration\n{}", problems.unwrap_or_default()));
-            }
-            checked.into_result()?
-        }
+        None => load_checked(path)?,
     };
     serve(loaded, Some(path.to_path_buf()))
+}
+
+/// The configuration in `path`, or every problem it has, as `portico check` lists them (with those only
+/// building the snapshot finds).
+pub fn load_checked(path: &Path) -> anyhow::Result<LoadedConfig> {
+    let checked = portico_config::check_file(path);
+    if !checked.problems.is_empty() {
+        let problems = portico_http::build_checked(checked, &Registry::new(1)).err().map(|e| e.to_string());
+        return Err(anyhow!("invalid configuration\n{}", problems.unwrap_or_default()));
+    }
+    Ok(checked.into_result()?)
 }
 
 /// Gives the worker processes the configuration text their master applied, and their new sockets.

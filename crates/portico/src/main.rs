@@ -3,6 +3,7 @@
 mod admin_client;
 mod demo;
 mod demo_backend;
+mod demo_certs;
 mod lifecycle;
 mod logging;
 
@@ -68,7 +69,8 @@ enum Command {
         #[arg(long, value_name = "URL")]
         admin: Option<String>,
     },
-    /// Start three built-in demo backends behind a round-robin load balancer, ready for curl.
+    /// Start three built-in demo backends behind a round-robin load balancer, ready for curl; or, with
+    /// `--config`, a configuration of yours (an example) with stand-in backends on its loopback endpoints.
     Demo {
         /// Where the load balancer listens.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
@@ -76,6 +78,13 @@ enum Command {
         /// Worker threads (`auto`: one per core).
         #[arg(long, default_value = "auto")]
         workers: String,
+        /// Where the admin API listens (`/metrics`, `/admin/clusters`, ...); `off` for none.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+        admin: String,
+        /// Serve this configuration instead, with a demo backend on each of its endpoints that is a free
+        /// loopback address (plain HTTP/1): `portico demo -c examples/gateway.yaml`.
+        #[arg(short, long, value_name = "FILE", conflicts_with_all = ["listen", "workers", "admin"])]
+        config: Option<PathBuf>,
     },
 }
 
@@ -85,7 +94,8 @@ fn main() -> ExitCode {
         Command::Run { config } => lifecycle::run_file(&config),
         Command::Check { config, against } => return lifecycle::check(&config, against.as_deref()),
         Command::Upgrade { config, admin } => lifecycle::upgrade(&config, admin.as_deref()),
-        Command::Demo { listen, workers } => demo::run(&listen, &workers),
+        Command::Demo { config: Some(config), .. } => demo::run_config(&config),
+        Command::Demo { listen, workers, admin, config: None } => demo::run(&listen, &workers, &admin),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

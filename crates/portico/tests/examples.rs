@@ -1,0 +1,124 @@
+//! The examples run as written: `portico demo -c examples/FILE` starts stand-in backends on the example's
+//! loopback endpoints and serves it, and `portico demo` serves its admin API too. Each example is copied with
+//! its ports moved to free ones (tests run side by side); everything else is as shipped.
+
+mod common;
+use common::*;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `portico demo ...`, killed when dropped.
+struct Demo(Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn demo(args: &[&str], listening: SocketAddr) -> Demo {
+    let child = Command::new(portico_bin()).arg("demo").args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let demo = Demo(child.unwrap());
+    wait_until("the demo listens", Duration::from_secs(20), || std::net::TcpStream::connect(listening).is_ok());
+    demo
+}
+
+/// The example with every `IP:PORT` it names moved to a free port (the same port for the same address).
+fn with_free_ports(example: &str) -> (String, std::collections::HashMap<String, SocketAddr>) {
+    let text = std::fs::read_to_string(format!("{}/../../examples/{example}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let pattern = regex_lite(&text);
+    let mut moved = std::collections::HashMap::new();
+    let mut out = text.clone();
+    for original in pattern {
+        let (ip, _) = original.rsplit_once(':').unwrap();
+        let port = free_port();
+        let new = format!("{ip}:{port}");
+        out = out.replace(&original, &new);
+        let reach = new.replace("0.0.0.0:", "127.0.0.1:").replace("[::]:", "[::1]:");
+        moved.insert(original, reach.parse().unwrap());
+    }
+    (out, moved)
+}
+
+/// Every `IPv4:PORT` and `[IPv6]:PORT` in `text`, once each.
+fn regex_lite(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for word in text.split(|c: char| c.is_whitespace() || matches!(c, '"' | ',' | '{' | '}')) {
+        let word = word.trim_end_matches(':');
+        if word.parse::<SocketAddr>().is_ok() && !found.contains(&word.to_string()) {
+            found.push(word.to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_minimal_example_answers_through_its_demo_backends() {
+    let (yaml, moved) = with_free_ports("minimal.yaml");
+    let file = temp_dir().join("minimal.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let listen = moved["127.0.0.1:8080"];
+    let _demo = demo(&["-c", file.to_str().unwrap()], listen);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let r = Conn::open(listen).get("/", "");
+        assert_eq!(r.status, 200, "{}", r.text());
+        seen.insert(r.header("x-backend").unwrap());
+    }
+    assert_eq!(seen.len(), 2, "both endpoints answer: {seen:?}");
+}
+
+#[test]
+fn the_gateway_example_answers_on_its_routes_and_admin_api() {
+    let (yaml, moved) = with_free_ports("gateway.yaml");
+    let dir = temp_dir();
+    let file = dir.join("gateway.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let listen = moved["0.0.0.0:8080"];
+    let _demo = demo(&["-c", file.to_str().unwrap()], listen);
+    for path in ["/", "/api/users", "/healthz", "/app/page"] {
+        let r = Conn::open(listen).get(path, "");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let writes = Conn::open(listen).get("/api/users", "");
+    assert!(writes.header("x-backend").unwrap().starts_with("api-"), "{}", writes.head);
+    let admin = Conn::open(moved["127.0.0.1:9901"]).get("/admin/clusters", "");
+    assert_eq!(admin.status, 200);
+    // Its access log is next to the configuration (relative paths start there).
+    wait_until("the access log", Duration::from_secs(5), || dir.join("logs/access.log").exists());
+}
+
+#[test]
+fn the_demo_serves_its_admin_api_too() {
+    let (listen, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let _demo = demo(&["--listen", &listen, "--admin", &admin, "--workers", "1"], listen.parse().unwrap());
+    assert_eq!(Conn::open(listen.parse().unwrap()).get("/", "").status, 200);
+    let metrics = Conn::open(admin.parse().unwrap()).get("/metrics", "");
+    assert_eq!(metrics.status, 200);
+    assert!(metrics.text().contains("portico_requests_total"), "{}", metrics.text());
+}
+
+#[test]
+fn the_tls_example_gets_demo_certificates_and_answers_over_http2() {
+    let (yaml, moved) = with_free_ports("edge-tls.yaml");
+    let dir = temp_dir();
+    let file = dir.join("edge-tls.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let https = moved["0.0.0.0:8443"];
+    let _demo = demo(&["-c", file.to_str().unwrap()], https);
+    for made in ["site.pem", "site.key", "clients-ca.pem", "upstream-ca.pem"] {
+        assert!(dir.join("certs").join(made).exists(), "certs/{made} was not made");
+    }
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http2", "-w", " %{http_code} %{http_version}"])
+        .arg("--cacert")
+        .arg(dir.join("certs/upstream-ca.pem"))
+        .args(["--resolve", &format!("localhost:{}:127.0.0.1", https.port())])
+        .arg(format!("https://localhost:{}/healthz", https.port()))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text, "ok\n 200 2", "{}", String::from_utf8_lossy(&out.stderr));
+}
