@@ -2,6 +2,7 @@
 //! `file:line:col` with a hint. Loading never has side effects, so a reload can validate before anything changes.
 
 mod diff;
+mod function;
 mod read;
 mod route;
 mod schema;
@@ -10,6 +11,7 @@ mod units;
 mod validate;
 
 pub use diff::{diff, Change};
+pub use function::{Function, FunctionLimits};
 pub use read::LeftOut;
 pub use route::*;
 pub use schema::*;

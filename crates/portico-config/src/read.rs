@@ -156,7 +156,7 @@ impl Reader<'_> {
         }
         let item = match steps.as_slice() {
             [Step::Key(k), Step::Index(_), ..] if LISTS.contains(&key_text(k).as_str()) => 2,
-            [Step::Key(k), Step::Key(_), ..] if key_text(k) == "clusters" => 2,
+            [Step::Key(k), Step::Key(_), ..] if matches!(key_text(k).as_str(), "clusters" | "functions") => 2,
             [_, ..] => 1,
             [] => 0,
         };

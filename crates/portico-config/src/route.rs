@@ -28,6 +28,9 @@ pub struct Route {
     /// Target: answer with code built into Portico (one of `HANDLERS`), such as `echo`.
     #[serde(default)]
     pub handler: Option<String>,
+    /// Target: answer with a JavaScript function of `functions:`.
+    #[serde(default)]
+    pub function: Option<String>,
     /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
     /// those on a TLS listener go to the route's target.
     #[serde(default)]
@@ -616,17 +619,26 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
 
 /// Checks one route's target and match (references to clusters are checked by the caller).
 pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig, err: &mut Report<'_>) {
-    let targets = [r.cluster.is_some(), r.static_response.is_some(), r.redirect.is_some(), r.handler.is_some()];
+    let targets = [
+        r.cluster.is_some(),
+        r.static_response.is_some(),
+        r.redirect.is_some(),
+        r.handler.is_some(),
+        r.function.is_some(),
+    ];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
         0 => err(
             base,
             "the route has no target".into(),
-            Some("give it one of `cluster: NAME`, `static: { body: ... }`, `redirect: { to: ... }` or `handler: echo`"),
+            Some(
+                "give it one of `cluster: NAME`, `static: { body: ... }`, `redirect: { to: ... }`, `handler: echo` \
+                 or `function: NAME`",
+            ),
         ),
         _ => err(
             base,
-            "a route has exactly one target: `cluster`, `static`, `redirect` or `handler`".into(),
+            "a route has exactly one target: `cluster`, `static`, `redirect`, `handler` or `function`".into(),
             Some("split it into two routes"),
         ),
     }

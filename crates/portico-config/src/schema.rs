@@ -19,6 +19,9 @@ pub struct Config {
     pub filters: Vec<crate::route::Filter>,
     #[serde(default)]
     pub clusters: BTreeMap<String, Cluster>,
+    /// JavaScript functions, by name: route targets (`function: NAME`).
+    #[serde(default)]
+    pub functions: BTreeMap<String, crate::function::Function>,
     #[serde(default)]
     pub shutdown: Shutdown,
     #[serde(default)]

@@ -333,6 +333,15 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
             };
             err(&format!("{base}.cluster"), format!("route refers to unknown cluster {cluster:?}"), Some(&hint));
         }
+        if let Some(function) = r.function.as_ref().filter(|f| !cfg.functions.contains_key(*f)) {
+            let known: Vec<&str> = cfg.functions.keys().map(String::as_str).collect();
+            let hint = if known.is_empty() {
+                "define it under `functions:` with its `source` file".to_string()
+            } else {
+                format!("known functions: {}", known.join(", "))
+            };
+            err(&format!("{base}.function"), format!("route refers to unknown function {function:?}"), Some(&hint));
+        }
         let m = &r.matcher;
         if m.path.is_some() && m.path_prefix.is_some() {
             err(
@@ -390,6 +399,24 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
                     );
                 }
             }
+        }
+    }
+
+    for (name, f) in &cfg.functions {
+        let base = format!("functions.{name}");
+        let source = loaded.resolve(&f.source);
+        if let Err(e) = std::fs::metadata(&source) {
+            err(
+                &format!("{base}.source"),
+                format!("cannot read {}: {e}", source.display()),
+                Some("a path relative to the configuration file's directory, to a .js file"),
+            );
+        }
+        if f.limits.cpu.0.is_zero() {
+            err(&format!("{base}.limits.cpu"), "cpu must be above 0".into(), Some("for example 50ms"));
+        }
+        if f.limits.memory.0 < 1 << 20 {
+            err(&format!("{base}.limits.memory"), "memory must be at least 1MiB".into(), Some("for example 32MiB"));
         }
     }
 

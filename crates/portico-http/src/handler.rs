@@ -41,6 +41,29 @@ pub type Response<'a> = hyper::Response<BoxBody<'a>>;
 /// What a handler's call returns; an error is answered `500` (or cuts the response if its head was sent).
 pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<Response<'a>, BoxError>> + 'a>>;
 
+/// Makes the handlers of the configuration's `functions:`: the functions plane (crate `portico-functions`)
+/// registers one at start (`register_functions`). Without one, a route with `function:` is refused.
+pub trait FunctionPlane: Send + Sync {
+    /// Compiles function `name`; `Err` says why it cannot serve (with the source's file:line:col).
+    fn compile(
+        &self,
+        name: &str,
+        function: &portico_config::Function,
+        loaded: &portico_config::LoadedConfig,
+    ) -> Result<std::sync::Arc<dyn Handler>, String>;
+}
+
+static FUNCTIONS: std::sync::OnceLock<Box<dyn FunctionPlane>> = std::sync::OnceLock::new();
+
+/// Registers the functions plane (once, at start; later calls are ignored).
+pub fn register_functions(plane: Box<dyn FunctionPlane>) {
+    let _ = FUNCTIONS.set(plane);
+}
+
+pub(crate) fn function_plane() -> Option<&'static dyn FunctionPlane> {
+    FUNCTIONS.get().map(|p| p.as_ref())
+}
+
 pub trait Handler: Send + Sync + Debug {
     /// Answers `req`. The future runs on the worker's thread and is dropped when the client goes away
     /// (HTTP/2: the stream is reset; HTTP/1: the connection closes).

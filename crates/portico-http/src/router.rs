@@ -180,10 +180,24 @@ impl Router {
                 Err((key, message)) => problems.push((format!("filters[{j}].{key}"), message, None)),
             }
         }
+        let mut functions = HashMap::new();
+        for (name, f) in &cfg.functions {
+            let compiled = match crate::handler::function_plane() {
+                Some(plane) => plane.compile(name, f, loaded),
+                None => Err("this build of Portico has no functions plane".to_string()),
+            };
+            match compiled {
+                Ok(handler) => {
+                    functions.insert(name.clone(), handler);
+                }
+                Err(message) => problems.push((format!("functions.{name}.source"), message, None)),
+            }
+        }
         let mut compiled = Vec::with_capacity(cfg.routes.len());
         let names = portico_config::route_names(&cfg.routes);
+        let targets = Targets { clusters: cluster_index, functions: &functions };
         for (i, (r, name)) in cfg.routes.iter().zip(names).enumerate() {
-            let route = compile_route(loaded, r, i, name, &global, cluster_index, registry, https_port, problems);
+            let route = compile_route(loaded, r, i, name, &global, &targets, registry, https_port, problems);
             if let Some(route) = route {
                 compiled.push(route);
             }
@@ -219,11 +233,12 @@ fn compile_route(
     i: usize,
     name: String,
     global: &[Arc<dyn filters::Filter>],
-    cluster_index: &HashMap<String, usize>,
+    targets: &Targets<'_>,
     registry: &Registry,
     https_port: u16,
     problems: &mut Vec<RouteProblem>,
 ) -> Option<CompiledRoute> {
+    let cluster_index = targets.clusters;
     let base = format!("routes[{i}]");
     let m = &r.matcher;
     let host = match &m.host {
@@ -274,6 +289,9 @@ fn compile_route(
                 return None;
             }
         }
+    } else if let Some(name) = &r.function {
+        // A function that did not compile was reported at its source.
+        Target::Handler(targets.functions.get(name)?.clone(), names.clone().into())
     } else if let Some(redirect) = &r.redirect {
         match crate::redirect::RedirectTarget::parse(redirect, &names) {
             Ok(t) => Target::Redirect(t),
@@ -313,6 +331,12 @@ fn compile_route(
             .unwrap_or_default(),
         query: m.query.as_ref().map(|q| q.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default(),
     })
+}
+
+/// What routes may name as targets: clusters (by index) and compiled functions.
+struct Targets<'a> {
+    clusters: &'a HashMap<String, usize>,
+    functions: &'a HashMap<String, Arc<dyn crate::handler::Handler>>,
 }
 
 /// The handler built into Portico with this name (`portico_config::HANDLERS` lists them).

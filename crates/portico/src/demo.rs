@@ -10,6 +10,8 @@ pub fn run(listen: &str, workers: &str, admin: &str) -> anyhow::Result<()> {
         .map(|name| demo_backend::start(name).with_context(|| format!("cannot start demo backend {name}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let endpoints: String = backends.iter().map(|b| format!("      - address: {}\n", b.addr)).collect();
+    let function = demo_function()?;
+    let function = function.display();
     let admin_line = match admin {
         "off" => String::new(),
         address => format!("admin: {{ address: \"{address}\" }}"),
@@ -29,8 +31,12 @@ routes:
     redirect: {{ to: \"/{{rest}}\", status: 301 }}
   - match: {{ path: /whoami }}
     handler: echo
+  - match: {{ path_prefix: /fn/hello }}
+    function: hello
   - match: {{ path_prefix: / }}
     cluster: demo
+functions:
+  hello: {{ source: \"{function}\", env: {{ GREETING: hello }} }}
 clusters:
   demo:
     balancer: round_robin
@@ -49,11 +55,30 @@ clusters:
     eprintln!(
         "      curl http://{listen}/whoami    (Portico's own echo handler: the request as it would be forwarded)"
     );
+    eprintln!("      curl 'http://{listen}/fn/hello?name=you'   (a JavaScript function, {function})");
     if admin != "off" {
         eprintln!("      curl http://{admin}/metrics   (the admin API: also /admin/clusters, /admin/config)");
     }
     eprintln!("Stop with Ctrl-C.\n");
     crate::lifecycle::serve(loaded, None)
+}
+
+/// The demo's JavaScript function, written to a file of its own in the temporary directory.
+fn demo_function() -> anyhow::Result<std::path::PathBuf> {
+    const HELLO: &str = r#"// Portico demo function: docs/functions.md
+export default {
+  async fetch(request, env) {
+    const url = new URL(request.url);
+    const name = url.searchParams.get("name") || "world";
+    return Response.json({ message: `${env.GREETING}, ${name}!`, method: request.method, path: url.pathname });
+  },
+};
+"#;
+    let dir = std::env::temp_dir().join(format!("portico-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join("hello.js");
+    std::fs::write(&file, HELLO).with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(file)
 }
 
 /// `portico demo -c FILE`: serves FILE, after making the certificates it names and does not have (see

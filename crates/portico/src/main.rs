@@ -90,6 +90,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The planes beside HTTP that routes can name: `function:` targets.
+    portico_http::handler::register_functions(Box::new(portico_functions::Plane));
     let result = match cli.command {
         Command::Run { config } => lifecycle::run_file(&config),
         Command::Check { config, against } => return lifecycle::check(&config, against.as_deref()),

@@ -95,6 +95,9 @@ fn the_demo_serves_its_admin_api_too() {
     let (listen, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
     let _demo = demo(&["--listen", &listen, "--admin", &admin, "--workers", "1"], listen.parse().unwrap());
     assert_eq!(Conn::open(listen.parse().unwrap()).get("/", "").status, 200);
+    let function = Conn::open(listen.parse().unwrap()).get("/fn/hello?name=tests", "");
+    assert_eq!(function.status, 200, "{}", function.text());
+    assert!(function.text().contains("\"message\":\"hello, tests!\""), "{}", function.text());
     let metrics = Conn::open(admin.parse().unwrap()).get("/metrics", "");
     assert_eq!(metrics.status, 200);
     assert!(metrics.text().contains("portico_requests_total"), "{}", metrics.text());
@@ -121,4 +124,21 @@ fn the_tls_example_gets_demo_certificates_and_answers_over_http2() {
         .expect("curl");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text, "ok\n 200 2", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_functions_example_answers_from_its_function_and_its_backend() {
+    let (yaml, moved) = with_free_ports("functions.yaml");
+    let dir = temp_dir();
+    std::fs::create_dir_all(dir.join("functions")).unwrap();
+    let source = format!("{}/../../examples/functions/hello.js", env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(source, dir.join("functions/hello.js")).unwrap();
+    let file = dir.join("functions.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let listen = moved["127.0.0.1:8080"];
+    let _demo = demo(&["-c", file.to_str().unwrap()], listen);
+    let r = Conn::open(listen).get("/hello?name=you", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "Hello, you!\n"));
+    assert_eq!(r.header("x-served-by").as_deref(), Some("portico-function"));
+    assert_eq!(Conn::open(listen).get("/", "").status, 200);
 }

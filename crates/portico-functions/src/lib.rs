@@ -1,0 +1,30 @@
+//! The functions plane: JavaScript `fetch` handlers run in-process (docs/functions.md).
+//!
+//! A function is compiled when the configuration is loaded (a syntax error is a configuration error at its
+//! file:line:col, and a reload keeps the old version); each worker thread then runs its own QuickJS runtime
+//! per function version, made on its first request and kept: no JavaScript value crosses threads, and
+//! nothing is locked on the request path. Every call runs under the function's limits: CPU time (QuickJS's
+//! interrupt handler), heap (the runtime's memory limit), stack depth, request and response size. A runtime
+//! that hit its CPU or memory limit may be in a bad state, so it is dropped and made anew on the next request.
+//!
+//! The engine is QuickJS-ng through `rquickjs` (the V8-based engines cannot be built here); the Web API
+//! subset handlers use (Request, Response, Headers, URL, ...) is JavaScript in `prelude.js`.
+
+mod handler;
+mod instance;
+
+use portico_config::{Function, LoadedConfig};
+use portico_http::handler::{FunctionPlane, Handler};
+use std::sync::Arc;
+
+/// Registered with `portico_http::handler::register_functions` by the binary.
+pub struct Plane;
+
+impl FunctionPlane for Plane {
+    fn compile(&self, name: &str, function: &Function, loaded: &LoadedConfig) -> Result<Arc<dyn Handler>, String> {
+        let path = loaded.resolve(&function.source);
+        let source = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let compiled = handler::Compiled::new(name, &path, source, function)?;
+        Ok(Arc::new(handler::FunctionHandler::new(compiled)))
+    }
+}

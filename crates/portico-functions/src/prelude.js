@@ -1,0 +1,347 @@
+// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, URL,
+// URLSearchParams, TextEncoder, TextDecoder, atob, btoa, console, queueMicrotask. Evaluated once per runtime,
+// before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
+// responses out; `__portico_log` is native.
+(() => {
+  "use strict";
+  const define = (name, value) =>
+    Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
+
+  const utf8Encode = (text) => {
+    text = String(text);
+    const out = [];
+    for (let i = 0; i < text.length; i++) {
+      let c = text.codePointAt(i);
+      if (c > 0xffff) i++;
+      if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd; // a lone surrogate
+      if (c < 0x80) out.push(c);
+      else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
+      else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+      else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+    }
+    return new Uint8Array(out);
+  };
+
+  const utf8Decode = (bytes) => {
+    let out = "";
+    for (let i = 0; i < bytes.length; ) {
+      const b = bytes[i];
+      let c = 0xfffd, n = 1;
+      if (b < 0x80) c = b;
+      else if (b >= 0xc2 && b < 0xe0 && i + 1 < bytes.length && (bytes[i + 1] & 0xc0) === 0x80) {
+        c = ((b & 31) << 6) | (bytes[i + 1] & 63); n = 2;
+      } else if (b >= 0xe0 && b < 0xf0 && i + 2 < bytes.length && (bytes[i + 1] & 0xc0) === 0x80 &&
+        (bytes[i + 2] & 0xc0) === 0x80) {
+        const v = ((b & 15) << 12) | ((bytes[i + 1] & 63) << 6) | (bytes[i + 2] & 63);
+        if (v >= 0x800 && (v < 0xd800 || v > 0xdfff)) { c = v; n = 3; }
+      } else if (b >= 0xf0 && b < 0xf5 && i + 3 < bytes.length && (bytes[i + 1] & 0xc0) === 0x80 &&
+        (bytes[i + 2] & 0xc0) === 0x80 && (bytes[i + 3] & 0xc0) === 0x80) {
+        const v = ((b & 7) << 18) | ((bytes[i + 1] & 63) << 12) | ((bytes[i + 2] & 63) << 6) | (bytes[i + 3] & 63);
+        if (v >= 0x10000 && v <= 0x10ffff) { c = v; n = 4; }
+      }
+      out += String.fromCodePoint(c);
+      i += n;
+    }
+    return out;
+  };
+
+  const toBytes = (body) => {
+    if (body === null || body === undefined) return new Uint8Array(0);
+    if (typeof body === "string") return utf8Encode(body);
+    if (body instanceof ArrayBuffer) return new Uint8Array(body);
+    if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    if (body instanceof URLSearchParams) return utf8Encode(body.toString());
+    return utf8Encode(String(body));
+  };
+
+  class TextEncoder {
+    get encoding() { return "utf-8"; }
+    encode(text = "") { return utf8Encode(text); }
+  }
+  class TextDecoder {
+    constructor(label = "utf-8") {
+      if (!/^(utf-?8|unicode-1-1-utf-8)$/i.test(String(label).trim())) throw new RangeError(`unsupported encoding ${label}`);
+    }
+    get encoding() { return "utf-8"; }
+    decode(input) { return input === undefined ? "" : utf8Decode(toBytes(input)); }
+  }
+
+  const normalizeName = (name) => {
+    name = String(name).toLowerCase();
+    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(name)) throw new TypeError(`invalid header name ${name}`);
+    return name;
+  };
+  const normalizeValue = (value) => String(value).replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+
+  class Headers {
+    #list = [];
+    constructor(init) {
+      if (init instanceof Headers) init.forEach((v, k) => this.append(k, v));
+      else if (Array.isArray(init)) for (const [k, v] of init) this.append(k, v);
+      else if (init && typeof init === "object") for (const k of Object.keys(init)) this.append(k, init[k]);
+    }
+    append(name, value) { this.#list.push([normalizeName(name), normalizeValue(value)]); }
+    set(name, value) {
+      name = normalizeName(name);
+      const at = this.#list.findIndex(([k]) => k === name);
+      this.#list = this.#list.filter(([k], i) => k !== name || i === at);
+      if (at < 0) this.#list.push([name, normalizeValue(value)]);
+      else this.#list[this.#list.findIndex(([k]) => k === name)][1] = normalizeValue(value);
+    }
+    get(name) {
+      name = normalizeName(name);
+      const values = this.#list.filter(([k]) => k === name).map(([, v]) => v);
+      return values.length ? values.join(", ") : null;
+    }
+    getSetCookie() { return this.#list.filter(([k]) => k === "set-cookie").map(([, v]) => v); }
+    has(name) { name = normalizeName(name); return this.#list.some(([k]) => k === name); }
+    delete(name) { name = normalizeName(name); this.#list = this.#list.filter(([k]) => k !== name); }
+    *entries() {
+      const names = [...new Set(this.#list.map(([k]) => k))].sort();
+      for (const name of names) {
+        if (name === "set-cookie") for (const v of this.getSetCookie()) yield [name, v];
+        else yield [name, this.get(name)];
+      }
+    }
+    keys() { return [...this.entries()].map(([k]) => k)[Symbol.iterator](); }
+    values() { return [...this.entries()].map(([, v]) => v)[Symbol.iterator](); }
+    forEach(callback, thisArg) { for (const [k, v] of this.entries()) callback.call(thisArg, v, k, this); }
+    [Symbol.iterator]() { return this.entries(); }
+    get [Symbol.toStringTag]() { return "Headers"; }
+    __pairs() { return this.#list.map(([k, v]) => [k, v]); }
+  }
+
+  class Body {
+    #bytes; #used = false;
+    constructor(body) { this.#bytes = body === null || body === undefined ? null : toBytes(body); }
+    get body() { return this.#bytes; }
+    get bodyUsed() { return this.#used; }
+    #take() {
+      if (this.#used) throw new TypeError("body already used");
+      this.#used = true;
+      return this.#bytes || new Uint8Array(0);
+    }
+    async arrayBuffer() { const b = this.#take(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
+    async bytes() { return new Uint8Array(await this.arrayBuffer()); }
+    async text() { return utf8Decode(this.#take()); }
+    async json() { return JSON.parse(await this.text()); }
+    async formData() { throw new TypeError("formData() is not supported"); }
+    __bytes() { return this.#bytes; }
+  }
+
+  class Request extends Body {
+    #method; #url; #headers;
+    constructor(input, init = {}) {
+      const from = input instanceof Request ? input : null;
+      super(init.body !== undefined ? init.body : from ? from.__bytes() : null);
+      this.#url = from ? from.url : new URL(String(input)).href;
+      this.#method = String(init.method || (from ? from.method : "GET")).toUpperCase();
+      this.#headers = new Headers(init.headers || (from ? from.headers : undefined));
+    }
+    get method() { return this.#method; }
+    get url() { return this.#url; }
+    get headers() { return this.#headers; }
+    clone() { return new Request(this); }
+    get [Symbol.toStringTag]() { return "Request"; }
+  }
+
+  class Response extends Body {
+    #status; #statusText; #headers;
+    constructor(body = null, init = {}) {
+      super(body);
+      const status = init.status === undefined ? 200 : Number(init.status);
+      if (!Number.isInteger(status) || status < 200 || status > 599) throw new RangeError(`invalid status ${init.status}`);
+      this.#status = status;
+      this.#statusText = init.statusText === undefined ? "" : String(init.statusText);
+      this.#headers = new Headers(init.headers);
+      if (typeof body === "string" && !this.#headers.has("content-type")) {
+        this.#headers.set("content-type", "text/plain;charset=UTF-8");
+      }
+    }
+    get status() { return this.#status; }
+    get statusText() { return this.#statusText; }
+    get ok() { return this.#status >= 200 && this.#status < 300; }
+    get headers() { return this.#headers; }
+    get redirected() { return false; }
+    get type() { return "default"; }
+    clone() { return new Response(this.__bytes(), { status: this.#status, statusText: this.#statusText, headers: this.#headers }); }
+    static json(data, init = {}) {
+      const headers = new Headers(init.headers);
+      if (!headers.has("content-type")) headers.set("content-type", "application/json");
+      return new Response(JSON.stringify(data), { ...init, headers });
+    }
+    static redirect(url, status = 302) {
+      if (![301, 302, 303, 307, 308].includes(status)) throw new RangeError(`invalid redirect status ${status}`);
+      return new Response(null, { status, headers: { location: new URL(String(url)).href } });
+    }
+    static error() { throw new TypeError("Response.error() is not supported"); }
+    get [Symbol.toStringTag]() { return "Response"; }
+  }
+
+  const encodeQuery = (s) =>
+    encodeURIComponent(s).replace(/%20/g, "+").replace(/[!'()~]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
+  const decodeQuery = (s) => {
+    try { return decodeURIComponent(s.replace(/\+/g, " ")); } catch { return s; }
+  };
+
+  class URLSearchParams {
+    #list = [];
+    #onChange = null;
+    constructor(init = "") {
+      if (typeof init === "string") this.__parse(init);
+      else if (init instanceof URLSearchParams) this.#list = [...init];
+      else if (Array.isArray(init)) this.#list = init.map(([k, v]) => [String(k), String(v)]);
+      else if (init && typeof init === "object") this.#list = Object.keys(init).map((k) => [k, String(init[k])]);
+    }
+    __parse(text) {
+      text = String(text).replace(/^\?/, "");
+      this.#list = text ? text.split("&").filter(Boolean).map((pair) => {
+        const at = pair.indexOf("=");
+        return at < 0 ? [decodeQuery(pair), ""] : [decodeQuery(pair.slice(0, at)), decodeQuery(pair.slice(at + 1))];
+      }) : [];
+    }
+    __watch(callback) { this.#onChange = callback; }
+    #changed() { if (this.#onChange) this.#onChange(this.toString()); }
+    get size() { return this.#list.length; }
+    append(k, v) { this.#list.push([String(k), String(v)]); this.#changed(); }
+    delete(k) { this.#list = this.#list.filter(([n]) => n !== String(k)); this.#changed(); }
+    get(k) { const e = this.#list.find(([n]) => n === String(k)); return e ? e[1] : null; }
+    getAll(k) { return this.#list.filter(([n]) => n === String(k)).map(([, v]) => v); }
+    has(k) { return this.#list.some(([n]) => n === String(k)); }
+    set(k, v) {
+      k = String(k);
+      const at = this.#list.findIndex(([n]) => n === k);
+      if (at < 0) this.#list.push([k, String(v)]);
+      else { this.#list[at][1] = String(v); this.#list = this.#list.filter(([n], i) => n !== k || i === at); }
+      this.#changed();
+    }
+    sort() { this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)); this.#changed(); }
+    forEach(callback, thisArg) { for (const [k, v] of this.#list) callback.call(thisArg, v, k, this); }
+    entries() { return this.#list.map(([k, v]) => [k, v])[Symbol.iterator](); }
+    keys() { return this.#list.map(([k]) => k)[Symbol.iterator](); }
+    values() { return this.#list.map(([, v]) => v)[Symbol.iterator](); }
+    [Symbol.iterator]() { return this.entries(); }
+    toString() { return this.#list.map(([k, v]) => encodeQuery(k) + "=" + encodeQuery(v)).join("&"); }
+  }
+
+  // Absolute http(s) URLs and relative references against them: what a fetch handler parses (not the whole
+  // WHATWG URL standard: no IDNA, no opaque schemes).
+  const DEFAULT_PORTS = { "http:": "80", "https:": "443", "ws:": "80", "wss:": "443" };
+  class URL {
+    #protocol; #username = ""; #password = ""; #hostname; #port; #pathname; #search; #hash; #params;
+    constructor(url, base) {
+      url = String(url).trim();
+      const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/(?:([^:@/]*)(?::([^@/]*))?@)?(\[[^\]]*\]|[^:/?#]*)(?::(\d*))?([^?#]*)(\?[^#]*)?(#.*)?$/.exec(url);
+      if (!m) {
+        if (base === undefined) throw new TypeError(`Invalid URL: ${url}`);
+        const b = base instanceof URL ? base : new URL(base);
+        const [, path = "", search, hash] = /^([^?#]*)(\?[^#]*)?(#.*)?$/.exec(url);
+        let pathname = b.pathname;
+        if (path.startsWith("//")) return new URL(b.protocol + path + (search || "") + (hash || ""));
+        if (path.startsWith("/")) pathname = path;
+        else if (path) pathname = pathname.replace(/[^/]*$/, "") + path;
+        const merged = b.protocol + "//" + b.host + pathname +
+          (search !== undefined ? search : path ? "" : b.search) + (hash || "");
+        return new URL(merged);
+      }
+      this.#protocol = m[1].toLowerCase() + ":";
+      this.#username = m[2] || "";
+      this.#password = m[3] || "";
+      this.#hostname = m[4].toLowerCase();
+      if (!this.#hostname && this.#protocol in DEFAULT_PORTS) throw new TypeError(`Invalid URL: ${url}`);
+      this.#port = m[5] && m[5] !== DEFAULT_PORTS[this.#protocol] ? String(Number(m[5])) : "";
+      this.#pathname = URL.#dots(m[6] || "/");
+      this.#search = m[7] && m[7] !== "?" ? m[7] : "";
+      this.#hash = m[8] && m[8] !== "#" ? m[8] : "";
+      this.#params = new URLSearchParams(this.#search);
+      this.#params.__watch((text) => { this.#search = text ? "?" + text : ""; });
+    }
+    static #dots(path) {
+      const out = [];
+      for (const segment of path.split("/").slice(1)) {
+        if (segment === "..") { if (out.length) out.pop(); }
+        else if (segment !== ".") out.push(segment);
+      }
+      const last = path.split("/").pop();
+      return "/" + out.join("/") + (last === "." || last === ".." ? (out.length ? "/" : "") : "");
+    }
+    static canParse(url, base) { try { new URL(url, base); return true; } catch { return false; } }
+    get protocol() { return this.#protocol; }
+    get username() { return this.#username; }
+    get password() { return this.#password; }
+    get hostname() { return this.#hostname; }
+    get port() { return this.#port; }
+    get host() { return this.#hostname + (this.#port ? ":" + this.#port : ""); }
+    get origin() { return this.#protocol + "//" + this.host; }
+    get pathname() { return this.#pathname; }
+    set pathname(p) { this.#pathname = URL.#dots(String(p).startsWith("/") ? String(p) : "/" + p); }
+    get search() { return this.#search; }
+    set search(s) { s = String(s); this.#search = s && s !== "?" ? (s.startsWith("?") ? s : "?" + s) : ""; this.#params.__parse(this.#search); }
+    get searchParams() { return this.#params; }
+    get hash() { return this.#hash; }
+    set hash(h) { h = String(h); this.#hash = h && h !== "#" ? (h.startsWith("#") ? h : "#" + h) : ""; }
+    get href() {
+      const auth = this.#username ? this.#username + (this.#password ? ":" + this.#password : "") + "@" : "";
+      return this.#protocol + "//" + auth + this.host + this.#pathname + this.#search + this.#hash;
+    }
+    toString() { return this.href; }
+    toJSON() { return this.href; }
+  }
+
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const btoa = (text) => {
+    text = String(text);
+    let out = "";
+    for (let i = 0; i < text.length; i += 3) {
+      const a = text.charCodeAt(i), b = text.charCodeAt(i + 1), c = text.charCodeAt(i + 2);
+      if (a > 255 || b > 255 || c > 255) throw new DOMException("btoa: a character outside Latin-1", "InvalidCharacterError");
+      const n = (a << 16) | ((b || 0) << 8) | (c || 0);
+      out += B64[n >> 18] + B64[(n >> 12) & 63] + (i + 1 < text.length ? B64[(n >> 6) & 63] : "=") +
+        (i + 2 < text.length ? B64[n & 63] : "=");
+    }
+    return out;
+  };
+  const atob = (text) => {
+    text = String(text).replace(/[\t\n\f\r ]/g, "");
+    if (text.length % 4 === 0) text = text.replace(/==?$/, "");
+    if (text.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(text)) {
+      throw new DOMException("atob: not base64", "InvalidCharacterError");
+    }
+    let out = "", bits = 0, value = 0;
+    for (const ch of text) {
+      value = (value << 6) | B64.indexOf(ch);
+      bits += 6;
+      if (bits >= 8) { bits -= 8; out += String.fromCharCode((value >> bits) & 255); }
+    }
+    return out;
+  };
+
+  class DOMException extends Error {
+    constructor(message = "", name = "Error") { super(message); this.name = name; }
+  }
+
+  const show = (v) => {
+    if (typeof v === "string") return v;
+    if (v instanceof Error) return v.stack ? `${v.name}: ${v.message}\n${v.stack}` : `${v.name}: ${v.message}`;
+    try { return JSON.stringify(v) ?? String(v); } catch { return String(v); }
+  };
+  const log = (level) => (...args) => __portico_log(level, args.map(show).join(" "));
+  const console = { log: log("info"), info: log("info"), debug: log("debug"), warn: log("warn"), error: log("error") };
+
+  for (const [name, value] of Object.entries({
+    TextEncoder, TextDecoder, Headers, Request, Response, URL, URLSearchParams, atob, btoa, DOMException, console,
+    queueMicrotask: (f) => { Promise.resolve().then(f); },
+  })) define(name, value);
+
+  // Portico's side: a request in, a response out.
+  define("__portico_request", (method, url, pairs, body) =>
+    new Request(url, { method, headers: pairs, body: method === "GET" || method === "HEAD" ? null : body }));
+  define("__portico_response", (value) => {
+    if (!(value instanceof Response)) {
+      throw new TypeError(`the handler returned ${value === undefined ? "nothing" : Object.prototype.toString.call(value)}, not a Response`);
+    }
+    const bytes = value.__bytes();
+    return [value.status, value.headers.__pairs(),
+      bytes === null ? null : bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)];
+  });
+})();

@@ -1,0 +1,173 @@
+//! JavaScript functions as route targets, through the binary: both handler shapes, the Web API subset, the
+//! limits against hostile code (each hit answered, the worker serving on), isolation between functions,
+//! compile errors at file:line:col, and a reload that swaps a function's code.
+
+mod common;
+use common::echo::check_fails_at;
+use common::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const HELLO: &str = r#"export default {
+  async fetch(request, env, ctx) {
+    const url = new URL(request.url);
+    const body = request.method === "POST" ? await request.text() : null;
+    return Response.json(
+      { greeting: env.GREETING, path: url.pathname, q: url.searchParams.get("q"), method: request.method, body,
+        agent: request.headers.get("x-agent"), encoded: btoa("hi"), bytes: new TextEncoder().encode("é").length },
+      { status: 201, headers: { "x-function": "hello" } },
+    );
+  },
+};
+"#;
+
+const LEGACY: &str = r#"function handler(request) {
+  globalThis.count = (globalThis.count || 0) + 1;
+  return new Response(`legacy ${request.method} ${typeof globalThis.hostile}\n`, { headers: { "x-count": String(count) } });
+}
+"#;
+
+const HOSTILE: &str = r#"export default {
+  fetch(request) {
+    globalThis.hostile = "set by hostile";
+    const path = new URL(request.url).pathname;
+    if (path === "/hostile/loop") { while (true) {} }
+    if (path === "/hostile/array") { const a = []; while (true) a.push(new Array(100000).fill(1.5)); }
+    if (path === "/hostile/string") { let s = "x"; while (true) s += s; }
+    if (path === "/hostile/deep") { const f = (n) => f(n + 1) + 1; return new Response(String(f(0))); }
+    if (path === "/hostile/never") { return new Promise(() => {}); }
+    if (path === "/hostile/regex") { return new Response(String(/^(a+)+$/.test("a".repeat(40) + "b"))); }
+    if (path === "/hostile/throw") { throw new TypeError("thrown on purpose"); }
+    if (path === "/hostile/nothing") { return "not a response"; }
+    return new Response("still here\n");
+  },
+};
+"#;
+
+fn write(dir: &Path, file: &str, text: &str) {
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+fn start(dir: &Path) -> Portico {
+    write(dir, "hello.js", HELLO);
+    write(dir, "legacy.js", LEGACY);
+    write(dir, "hostile.js", HOSTILE);
+    Portico::start_in(
+        dir,
+        "workers: 1\nadmin: { address: \"{admin}\" }\nlisteners: [ { name: web, address: \"{listen}\" } ]\n\
+         functions:\n\
+         \x20 hello: { source: hello.js, env: { GREETING: hi } }\n\
+         \x20 legacy: { source: legacy.js, limits: { max_request: 1KiB } }\n\
+         \x20 hostile: { source: hostile.js, limits: { cpu: 100ms, memory: 8MiB } }\n\
+         routes:\n\
+         \x20 - { match: { path_prefix: /hello }, function: hello }\n\
+         \x20 - { match: { path_prefix: /legacy }, function: legacy }\n\
+         \x20 - { match: { path_prefix: /hostile }, function: hostile }\n",
+    )
+}
+
+#[test]
+fn both_handler_shapes_answer_with_the_web_api_subset() {
+    let p = start(&temp_dir());
+    let r = Conn::open(p.addr).get("/hello/there?q=a%20b", "x-agent: tests\r\n");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("x-function").as_deref(), Some("hello"));
+    assert_eq!(r.header("content-type").as_deref(), Some("application/json"));
+    let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({ "greeting": "hi", "path": "/hello/there", "q": "a b", "method": "GET", "body": null,
+            "agent": "tests", "encoded": "aGk=", "bytes": 2 })
+    );
+    let mut conn = Conn::open(p.addr);
+    conn.send(b"POST /hello/post HTTP/1.1\r\nHost: a\r\nContent-Length: 7\r\n\r\nposted!");
+    let json: serde_json::Value = serde_json::from_slice(&conn.read_response(false).body).unwrap();
+    assert_eq!(json["body"], "posted!");
+    let r = Conn::open(p.addr).get("/legacy", "");
+    assert_eq!(r.text(), "legacy GET undefined\n");
+    // Over HTTP/2 too (curl, prior knowledge).
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-w", " %{http_version}"])
+        .arg(format!("http://{}/hello/h2", p.addr))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\"path\":\"/hello/h2\"") && text.ends_with(" 2"), "{text}");
+}
+
+#[test]
+fn hostile_code_is_stopped_at_its_limits_and_the_worker_serves_on() {
+    let p = start(&temp_dir());
+    let cases = [
+        ("/hostile/loop", "ran past its CPU limit (100ms)"),
+        ("/hostile/regex", "ran past its CPU limit (100ms)"),
+        ("/hostile/array", "ran out of memory"),
+        ("/hostile/string", "failed: "),
+        ("/hostile/deep", "RangeError: Maximum call stack size exceeded"),
+        ("/hostile/never", "returned a promise that never settles"),
+        ("/hostile/throw", "failed: TypeError: thrown on purpose (at fetch ("),
+        ("/hostile/nothing", "not a Response"),
+    ];
+    for (path, reason) in cases {
+        let started = Instant::now();
+        let r = Conn::open(p.addr).get(path, "");
+        assert_eq!(r.status, 500, "{path}: {}", r.text());
+        assert!(r.text().contains(reason), "{path}: {}", r.text());
+        assert!(started.elapsed() < Duration::from_secs(5), "{path} took {:?}", started.elapsed());
+        // The same function serves its next request (on a new runtime when the old one hit a limit), and so
+        // do the others.
+        assert_eq!(Conn::open(p.addr).get("/hostile/fine", "").text(), "still here\n", "after {path}");
+        assert_eq!(Conn::open(p.addr).get("/hello", "").status, 201, "after {path}");
+    }
+    // A body larger than the function's max_request: 413.
+    let (text, _) = raw_exchange(p.addr, b"POST /legacy HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n");
+    assert!(text.starts_with("HTTP/1.1 413 "), "{text}");
+}
+
+#[test]
+fn functions_are_isolated_and_keep_their_state_between_requests() {
+    let p = start(&temp_dir());
+    // `hostile` sets a global: `legacy` never sees it.
+    assert_eq!(Conn::open(p.addr).get("/hostile/fine", "").status, 200);
+    let first = Conn::open(p.addr).get("/legacy", "");
+    assert_eq!(first.text(), "legacy GET undefined\n");
+    // Within one function, module state persists between requests on a worker (as in workerd and Deno).
+    let second = Conn::open(p.addr).get("/legacy", "");
+    let count = |r: &Resp| r.header("x-count").unwrap().parse::<u32>().unwrap();
+    assert_eq!(count(&second), count(&first) + 1);
+}
+
+#[test]
+fn a_function_that_does_not_compile_is_refused_at_its_position_and_a_reload_keeps_the_old_one() {
+    let dir = temp_dir();
+    let p = start(&dir);
+    assert_eq!(Conn::open(p.addr).get("/legacy", "").text(), "legacy GET undefined\n");
+    // A new version is served after a reload.
+    write(&dir, "legacy.js", &LEGACY.replace("legacy ${", "renewed ${"));
+    p.signal(libc::SIGHUP);
+    wait_until("the new version", Duration::from_secs(10), || {
+        Conn::open(p.addr).get("/legacy", "").text().starts_with("renewed")
+    });
+    // A broken one is refused, and the running version stays.
+    write(&dir, "legacy.js", "function handler(request) {\n  return new Response(;\n}\n");
+    p.signal(libc::SIGHUP);
+    wait_until("the refused reload", Duration::from_secs(10), || p.metric("portico_reload_failures_total") == 1.0);
+    let status = p.admin_get("/admin/reload").text();
+    assert!(status.contains("legacy.js:2:"), "{status}");
+    assert!(Conn::open(p.addr).get("/legacy", "").text().starts_with("renewed"));
+    // `portico check` says where.
+    let yaml = "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nfunctions:\n  broken: { source: broken.js }\nroutes:\n  - { function: broken }\n";
+    let check_dir = temp_dir();
+    write(&check_dir, "broken.js", "export default {\n  fetch(request) { return new Response( }\n};\n");
+    let file = check_dir.join("portico.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(portico_bin()).args(["check", "-c"]).arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("broken.js:2:"), "{text}");
+    check_fails_at(
+        "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nroutes:\n  - { function: nowhere }\n",
+        3..=3,
+        "unknown function \"nowhere\"",
+    );
+}
