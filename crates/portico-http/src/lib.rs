@@ -22,6 +22,7 @@ mod h2_response;
 pub mod handler;
 pub mod health;
 mod http2;
+mod intake;
 pub mod message;
 pub mod metrics;
 mod outcome;
