@@ -2,6 +2,7 @@
 //! runtime for this version of the function.
 
 use crate::instance::{CallError, CallInput, Instance, Shape};
+use crate::stats::{Ending, FunctionStats};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use portico_http::handler::{full, Handler, HandlerFuture, Request};
@@ -26,6 +27,7 @@ pub struct Compiled {
     memory: usize,
     max_request: usize,
     max_response: usize,
+    stats: Arc<FunctionStats>,
 }
 
 static VERSIONS: AtomicU64 = AtomicU64::new(1);
@@ -49,6 +51,7 @@ impl Compiled {
             memory: function.limits.memory.as_usize(),
             max_request: function.limits.max_request.as_usize(),
             max_response: function.limits.max_response.as_usize(),
+            stats: crate::stats::stats_for(name),
         };
         compiled.instance()?;
         Ok(compiled)
@@ -71,8 +74,8 @@ impl FunctionHandler {
 }
 
 thread_local! {
-    /// This worker's runtimes, by function version.
-    static INSTANCES: RefCell<HashMap<u64, Instance>> = RefCell::new(HashMap::new());
+    /// This worker's runtimes, by function name, each for one version of the function.
+    static INSTANCES: RefCell<HashMap<String, (u64, Instance)>> = RefCell::new(HashMap::new());
 }
 
 impl Handler for FunctionHandler {
@@ -110,18 +113,29 @@ impl Handler for FunctionHandler {
 /// into a response.
 fn run(compiled: &Compiled, input: CallInput) -> portico_http::handler::Response<'static> {
     let outcome = INSTANCES.with_borrow_mut(|instances| {
-        if !instances.contains_key(&compiled.version) {
-            // Runtimes of versions a reload replaced go once their worker has moved on to the new one.
-            instances.retain(|_, _| false);
+        let current = instances.get(&compiled.name).is_some_and(|(version, _)| *version == compiled.version);
+        if !current {
+            // A version a reload replaced is dropped once this worker serves the new one.
             let instance = compiled.instance().map_err(CallError::Exception)?;
-            instances.insert(compiled.version, instance);
+            compiled.stats.runtime_created();
+            instances.insert(compiled.name.clone(), (compiled.version, instance));
         }
-        let Some(instance) = instances.get(&compiled.version) else {
+        let Some((_, instance)) = instances.get(&compiled.name) else {
             return Err(CallError::Exception("no runtime".into()));
         };
+        let started = std::time::Instant::now();
         let outcome = instance.call(input, compiled.cpu);
+        let ending = match &outcome {
+            Ok(out) if out.body.len() > compiled.max_response => Ending::ResponseTooLarge,
+            Ok(_) => Ending::Answered,
+            Err(CallError::Cpu) => Ending::CpuLimit,
+            Err(CallError::Memory) => Ending::MemoryLimit,
+            Err(CallError::Unsettled) => Ending::Unsettled,
+            Err(CallError::Exception(_)) => Ending::Exception,
+        };
+        compiled.stats.record(ending, started.elapsed());
         if outcome.as_ref().is_err_and(CallError::damages_runtime) {
-            instances.remove(&compiled.version);
+            instances.remove(&compiled.name);
         }
         outcome
     });

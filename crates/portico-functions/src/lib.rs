@@ -12,6 +12,9 @@
 
 mod handler;
 mod instance;
+mod stats;
+
+pub use stats::FunctionsView;
 
 use portico_config::{Function, LoadedConfig};
 use portico_http::handler::{FunctionPlane, Handler};

@@ -342,6 +342,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
     let http_view: Arc<dyn portico_core::view::PlaneView> =
         Arc::new(portico_http::plane::HttpView { snapshot: shared.clone(), registry: registry.clone() });
+    // Every plane's metrics: HTTP's, then the functions' (for the functions the running configuration has).
+    let views: Vec<Arc<dyn portico_core::view::PlaneView>> =
+        vec![http_view.clone(), Arc::new(portico_functions::FunctionsView { running: http_view.clone() })];
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // Reloads change the listeners of worker threads; a worker process's come from its master.
     let worker_sockets = (!master).then(|| {
@@ -387,7 +390,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                 f
             });
             let state = Arc::new(AdminState {
-                planes: vec![http_view.clone()],
+                planes: views.clone(),
                 global: registry.global.clone(),
                 ready: AtomicBool::new(false),
                 reload,
@@ -461,9 +464,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             lock(&table).change(0, &stop, add);
             Ok(())
         };
-        let (view, global) = (http_view.clone(), registry.global.clone());
+        let (view, all, global) = (http_view.clone(), views.clone(), registry.global.clone());
         let answer = move |verb: &str| match verb {
-            "metrics" => portico_admin::render_metrics(std::slice::from_ref(&view), &global, true),
+            "metrics" => portico_admin::render_metrics(&all, &global, true),
             "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
             _ => String::new(),
         };

@@ -119,6 +119,15 @@ fn hostile_code_is_stopped_at_its_limits_and_the_worker_serves_on() {
         assert_eq!(Conn::open(p.addr).get("/hostile/fine", "").text(), "still here\n", "after {path}");
         assert_eq!(Conn::open(p.addr).get("/hello", "").status, 201, "after {path}");
     }
+    // Each kind counted; a runtime made anew after each CPU or memory limit (3), besides the first.
+    let metric =
+        |kind: &str| p.metric(&format!("portico_function_errors_total{{function=\"hostile\",kind=\"{kind}\"}}"));
+    assert_eq!(metric("cpu_limit"), 2.0);
+    assert_eq!(metric("memory_limit"), 1.0);
+    assert_eq!(metric("unsettled"), 1.0);
+    assert_eq!(metric("exception"), 4.0, "string, deep, throw, nothing");
+    assert_eq!(p.metric("portico_function_runtimes_created_total{function=\"hostile\"}"), 4.0);
+    assert_eq!(p.metric("portico_function_invocations_total{function=\"hostile\"}"), 16.0);
     // A body larger than the function's max_request: 413.
     let (text, _) = raw_exchange(p.addr, b"POST /legacy HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n");
     assert!(text.starts_with("HTTP/1.1 413 "), "{text}");

@@ -303,6 +303,13 @@ impl RawH2 {
                                     match refusal {
                                         Refusal::GoAway => {
                                             let _ = conn.write_all(&frame(7, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0]));
+                                            // Close gently: unread bytes (the request's frames) at close
+                                            // make the kernel send a reset, which can discard the GOAWAY
+                                            // before Portico reads it (a flaky 502 on a loaded machine).
+                                            let _ = conn.shutdown(std::net::Shutdown::Write);
+                                            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                                            let mut sink = [0u8; 4096];
+                                            while matches!(std::io::Read::read(&mut conn, &mut sink), Ok(n) if n > 0) {}
                                             return;
                                         }
                                         Refusal::Refused => {

@@ -1,0 +1,124 @@
+//! Per-function counters, kept across reloads by name (a function a reload brings back goes on counting), and
+//! their Prometheus exposition for the functions in the running configuration.
+
+use portico_core::view::PlaneView;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a call ended in, for the counters.
+#[derive(Debug, Clone, Copy)]
+pub enum Ending {
+    Answered,
+    Exception,
+    CpuLimit,
+    MemoryLimit,
+    Unsettled,
+    ResponseTooLarge,
+}
+
+#[derive(Debug, Default)]
+pub struct FunctionStats {
+    invocations: AtomicU64,
+    errors: [AtomicU64; 5],
+    runtimes_created: AtomicU64,
+    run_nanos: AtomicU64,
+}
+
+const ERROR_KINDS: [&str; 5] = ["exception", "cpu_limit", "memory_limit", "unsettled", "response_too_large"];
+
+impl FunctionStats {
+    pub fn record(&self, ending: Ending, ran: std::time::Duration) {
+        self.invocations.fetch_add(1, Ordering::Relaxed);
+        self.run_nanos.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
+        let kind = match ending {
+            Ending::Answered => return,
+            Ending::Exception => 0,
+            Ending::CpuLimit => 1,
+            Ending::MemoryLimit => 2,
+            Ending::Unsettled => 3,
+            Ending::ResponseTooLarge => 4,
+        };
+        self.errors[kind].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn runtime_created(&self) {
+        self.runtimes_created.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+static ALL: Mutex<BTreeMap<String, Arc<FunctionStats>>> = Mutex::new(BTreeMap::new());
+
+/// The counters of function `name` (made on first use).
+pub fn stats_for(name: &str) -> Arc<FunctionStats> {
+    let mut all = ALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    all.entry(name.to_string()).or_default().clone()
+}
+
+/// What the functions plane shows the admin server: its metrics, for the functions the running configuration
+/// has (taken from the HTTP plane's, which holds them).
+pub struct FunctionsView {
+    pub running: Arc<dyn PlaneView>,
+}
+
+impl PlaneView for FunctionsView {
+    fn render_metrics(&self, out: &mut String) {
+        let config = self.running.running_config();
+        let names: Vec<&String> = config.config.functions.keys().collect();
+        if names.is_empty() {
+            return;
+        }
+        let all = ALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let running: Vec<(&String, &Arc<FunctionStats>)> =
+            names.iter().filter_map(|n| all.get_key_value(n.as_str())).collect();
+        let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(out, "portico_function_invocations_total", "counter", "Calls of a function, however they ended.");
+        for (name, s) in &running {
+            let n = s.invocations.load(Ordering::Relaxed);
+            let _ = writeln!(out, "portico_function_invocations_total{{function=\"{}\"}} {n}", escape(name));
+        }
+        family(
+            out,
+            "portico_function_errors_total",
+            "counter",
+            "Calls that gave no response, by kind: exception, cpu_limit, memory_limit, unsettled, response_too_large.",
+        );
+        for (name, s) in &running {
+            for (kind, count) in ERROR_KINDS.iter().zip(&s.errors) {
+                let n = count.load(Ordering::Relaxed);
+                let _ =
+                    writeln!(out, "portico_function_errors_total{{function=\"{}\",kind=\"{kind}\"}} {n}", escape(name));
+            }
+        }
+        family(out, "portico_function_run_seconds_total", "counter", "Time spent running a function's calls.");
+        for (name, s) in &running {
+            let seconds = s.run_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(out, "portico_function_run_seconds_total{{function=\"{}\"}} {seconds}", escape(name));
+        }
+        family(
+            out,
+            "portico_function_runtimes_created_total",
+            "counter",
+            "Runtimes made for a function: one per worker per version, and again after a CPU or memory limit.",
+        );
+        for (name, s) in &running {
+            let n = s.runtimes_created.load(Ordering::Relaxed);
+            let _ = writeln!(out, "portico_function_runtimes_created_total{{function=\"{}\"}} {n}", escape(name));
+        }
+    }
+
+    fn admin_view(&self, _name: &str) -> Option<serde_json::Value> {
+        None
+    }
+
+    fn running_config(&self) -> Arc<portico_config::LoadedConfig> {
+        self.running.running_config()
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
