@@ -180,3 +180,96 @@ fn a_function_that_does_not_compile_is_refused_at_its_position_and_a_reload_keep
         "unknown function \"nowhere\"",
     );
 }
+
+/// A handler that reports what the Web APIs give on fixed inputs and on the request: run by Portico and by
+/// Deno (`deno serve`), the two answers must be the same.
+const REFERENCE: &str = r#"export default {
+  async fetch(request) {
+    const url = new URL(request.url);
+    const out = {};
+    out.method = request.method;
+    out.path = url.pathname;
+    out.search = url.search;
+    out.params = [...url.searchParams];
+    out.getAll = url.searchParams.getAll("a");
+    out.header = request.headers.get("x-test");
+    out.body = await request.text();
+    const urls = ["http://example.com", "https://example.com:443/a/b/../c?x=1#frag", "http://EXAMPLE.com:8080/%7Euser",
+      "http://u:p@example.com/p?q", "http://example.com/a/./b/"];
+    out.urls = urls.map((u) => { const p = new URL(u);
+      return [p.href, p.protocol, p.host, p.hostname, p.port, p.pathname, p.search, p.hash, p.origin]; });
+    out.relative = [new URL("/x?y=1", "http://example.com/a/b").href, new URL("c", "http://example.com/a/b").href,
+      new URL("../d", "http://example.com/a/b/c").href, new URL("?z", "http://example.com/a?b").href];
+    out.invalid = (() => { try { new URL("not a url"); return "parsed"; } catch (e) { return e.constructor.name; } })();
+    const sp = new URLSearchParams("b=2&a=1&a=3&c=%20x+y");
+    sp.append("d", "é &=");
+    sp.sort();
+    out.searchParams = [sp.toString(), sp.get("c"), sp.has("a"), sp.size];
+    const h = new Headers({ "Content-Type": "text/plain", "X-B": "1" });
+    h.append("x-b", "2");
+    h.set("X-A", " padded ");
+    out.headers = [...h];
+    out.headerGet = [h.get("x-b"), h.get("missing"), h.has("CONTENT-TYPE")];
+    out.encoded = [...new TextEncoder().encode("aé€😀")];
+    out.decoded = new TextDecoder().decode(new Uint8Array([0x61, 0xc3, 0xa9, 0xff, 0xe2, 0x82, 0xac]));
+    out.base64 = [btoa("hello"), atob("aGVsbG8="), btoa(""), atob("YQ")];
+    const r = Response.json({ a: 1 }, { status: 202, headers: { "x-r": "1" } });
+    out.response = [r.status, r.ok, r.headers.get("content-type"), await r.text()];
+    const t = new Response("text");
+    out.textResponse = [t.status, t.headers.get("content-type"), t.statusText];
+    const redirect = Response.redirect("http://example.com/next", 307);
+    out.redirect = [redirect.status, redirect.headers.get("location")];
+    return Response.json(out);
+  },
+};
+"#;
+
+/// Deno from the PATH or where `.ci/install-test-deps` puts it.
+fn deno() -> Option<std::path::PathBuf> {
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-tools/node_modules/.bin/deno");
+    if local.exists() {
+        return Some(local);
+    }
+    tool_exists("deno").then(|| "deno".into())
+}
+
+#[test]
+fn the_web_apis_answer_as_deno_does() {
+    let Some(deno) = deno() else {
+        skip_outside_ci("the_web_apis_answer_as_deno_does", "Deno is not installed (`bash .ci/test` installs it)");
+        return;
+    };
+    let dir = temp_dir();
+    write(&dir, "reference.js", REFERENCE);
+    let p = Portico::start_in(
+        &dir,
+        "workers: 1\nlisteners: [ { name: web, address: \"{listen}\" } ]\nfunctions:\n  reference: { source: reference.js }\nroutes:\n  - { function: reference }\n",
+    );
+    let port = free_port();
+    let mut child = std::process::Command::new(deno)
+        .args(["serve", "--quiet", "--no-prompt", "--port", &port.to_string()])
+        .arg(dir.join("reference.js"))
+        .env("DENO_DIR", dir.join("deno-cache"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("deno");
+    let deno_addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until("deno serves", Duration::from_secs(30), || std::net::TcpStream::connect(deno_addr).is_ok());
+    let request =
+        b"POST /path/x?a=1&b=two&a=3 HTTP/1.1\r\nHost: test\r\nX-Test: value\r\nContent-Length: 4\r\n\r\nbody";
+    let ask = |addr| {
+        let mut conn = Conn::open(addr);
+        conn.send(request);
+        let r = conn.read_response(false);
+        (r.status, serde_json::from_slice::<serde_json::Value>(&r.body).unwrap_or_else(|_| r.text().into()))
+    };
+    let (ours, theirs) = (ask(p.addr), ask(deno_addr));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(theirs.0, 200, "deno: {}", theirs.1);
+    let (ours, theirs) = (ours.1, theirs.1);
+    for key in theirs.as_object().unwrap().keys() {
+        assert_eq!(ours[key], theirs[key], "`{key}` differs from Deno's");
+    }
+}
