@@ -1,0 +1,8 @@
+// The handler bench/functions.py serves with Portico and with `deno serve`.
+export default {
+  fetch(request, env) {
+    const url = new URL(request.url);
+    const name = url.searchParams.get("name") || "world";
+    return Response.json({ message: `${env?.GREETING ?? "Hello"}, ${name}!`, path: url.pathname });
+  },
+};
