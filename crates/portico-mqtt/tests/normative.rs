@@ -418,6 +418,18 @@ fn publish_subscription_identifiers_may_repeat() {
 }
 
 #[test]
+fn publish_payload_format_is_checked_on_request() {
+    // 5.0 section 3.3.2.3.2: a receiver MAY check a payload that claims to be UTF-8 (and answer 0x99).
+    let claims_utf8 = |payload: &[u8]| frame(0x30, &cat(&[&s("t"), &[2, 0x01, 1], payload]));
+    let Packet::Publish(publish) = decode(claims_utf8(b"caf\xc3\xa9"), V5).unwrap() else { panic!() };
+    assert!(publish.payload_matches_format());
+    let Packet::Publish(publish) = decode(claims_utf8(&[0xc3, 0x28]), V5).unwrap() else { panic!() };
+    assert!(!publish.payload_matches_format(), "decoding itself does not check");
+    let Packet::Publish(publish) = decode(frame(0x30, &cat(&[&s("t"), &[0], &[0xff]])), V5).unwrap() else { panic!() };
+    assert!(publish.payload_matches_format(), "no claim, nothing to check");
+}
+
+#[test]
 fn publish_payload_format_2_is_a_protocol_error() {
     assert_refused(frame(0x30, &cat(&[&s("t"), &[2, 0x01, 2]])), V5, ReasonCode::ProtocolError);
 }

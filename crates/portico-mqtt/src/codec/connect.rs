@@ -6,6 +6,7 @@ use bytestring::ByteString;
 
 use super::error::{DecodeError, EncodeError};
 use super::properties::{ConnectProperties, WillProperties};
+use super::publish::payload_matches_format;
 use super::qos::QoS;
 use super::topic::is_valid_topic_name;
 use super::version::ProtocolVersion;
@@ -44,6 +45,14 @@ pub struct Will {
     pub qos: QoS,
     pub retain: bool,
     pub properties: WillProperties,
+}
+
+impl Will {
+    /// Whether the payload is UTF-8 when the will's Payload Format Indicator says so (3.1.3.2.3; see
+    /// [`super::Publish::payload_matches_format`]).
+    pub fn payload_matches_format(&self) -> bool {
+        payload_matches_format(self.properties.payload_format, &self.payload)
+    }
 }
 
 impl Connect {
