@@ -158,7 +158,7 @@ impl PropertyValue for SubscriptionId {
         var_int_len(self.get())
     }
     fn check(&self) -> Result<(), EncodeError> {
-        // Unreachable through `new`, kept so a future constructor cannot write a sixth byte.
+        // Unreachable through `new`; kept so that no future constructor can make a fifth length byte.
         if self.get() > MAX_VAR_INT {
             return Err(EncodeError::VarIntTooLarge(self.get()));
         }
