@@ -52,7 +52,8 @@ def load(port, requests):
     ok = re.search(r"requests: .* (\d+) succeeded", out.stdout)
     if not ok or int(ok.group(1)) != requests:
         raise SystemExit(f"h2load did not complete every request:\n{out.stdout}")
-    seconds = float(re.search(r"finished in ([\d.]+)s", out.stdout).group(1))
+    finished = re.search(r"finished in ([\d.]+)(ms|s)", out.stdout)
+    seconds = float(finished.group(1)) / (1000 if finished.group(2) == "ms" else 1)
     # "time for request:  min  max  mean  sd  +/- sd": h2load gives no percentiles; mean and max instead.
     times = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", out.stdout)
     to_ms = lambda t: float(t[:-2]) / 1000 if t.endswith("us") else float(t[:-2]) if t.endswith("ms") else float(t[:-1]) * 1000  # noqa: E731

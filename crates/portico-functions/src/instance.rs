@@ -109,6 +109,9 @@ impl Instance {
             let globals = ctx.globals();
             let log = Func::from(|level: String, text: String| log_line(&level, &text));
             globals.set("__portico_log", log).map_err(|e| describe(&ctx, e))?;
+            // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
+            globals.set("__portico_utf8_encode", Func::from(utf8_encode)).map_err(|e| describe(&ctx, e))?;
+            globals.set("__portico_utf8_decode", Func::from(utf8_decode)).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
             let (target, handler): (Value, Function) = match shape {
                 Shape::Module => {
@@ -196,9 +199,13 @@ impl Instance {
         let parts: rquickjs::Array = take.call((settled,)).map_err(exception)?;
         let status: u16 = parts.get(0).map_err(exception)?;
         let headers: Vec<Vec<String>> = parts.get(1).map_err(exception)?;
-        let body: Option<ArrayBuffer> = parts.get(2).map_err(exception)?;
-        // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
-        let body = body.and_then(|b| unsafe { b.as_bytes() }.map(<[u8]>::to_vec)).unwrap_or_default();
+        let body: Value = parts.get(2).map_err(exception)?;
+        let body = match (body.as_string(), ArrayBuffer::from_value(body.clone())) {
+            (Some(text), _) => text.to_string().map_err(exception)?.into_bytes(),
+            // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
+            (None, Some(buffer)) => unsafe { buffer.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default(),
+            (None, None) => Vec::new(),
+        };
         let headers = headers.into_iter().filter_map(|mut pair| Some((pair.remove(0), pair.pop()?))).collect();
         Ok(CallOutput { status, headers, body })
     }
@@ -223,6 +230,18 @@ impl Instance {
         }
         CallError::Exception(text)
     }
+}
+
+fn utf8_encode<'js>(ctx: Ctx<'js>, text: String) -> rquickjs::Result<ArrayBuffer<'js>> {
+    ArrayBuffer::new(ctx, text.into_bytes())
+}
+
+/// `length` bytes of `buffer` from `offset` as text, each ill-formed sequence a U+FFFD (as TextDecoder does).
+fn utf8_decode(buffer: ArrayBuffer<'_>, offset: usize, length: usize) -> String {
+    // SAFETY: the bytes are copied into the string at once; no JavaScript runs meanwhile.
+    let bytes = unsafe { buffer.as_bytes() }.unwrap_or_default();
+    let end = offset.saturating_add(length).min(bytes.len());
+    String::from_utf8_lossy(&bytes[offset.min(end)..end]).into_owned()
 }
 
 /// The text of an error, with the exception's message and where it was thrown.

@@ -4,6 +4,7 @@
 // responses out; `__portico_log` is native.
 (() => {
   "use strict";
+  const TRUSTED = Symbol("trusted by Portico");
   const define = (name, value) =>
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
 
@@ -45,33 +46,51 @@
     return out;
   };
 
+  // Native when the text is well-formed (QuickJS hands Rust its strings as UTF-8), which is nearly always.
+  const jsUtf8Encode = utf8Encode;
+  const fastEncode = (text) => {
+    try { return new Uint8Array(__portico_utf8_encode(String(text))); } catch { return jsUtf8Encode(text); }
+  };
+  const fastDecode = (bytes) => __portico_utf8_decode(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+
   const toBytes = (body) => {
     if (body === null || body === undefined) return new Uint8Array(0);
-    if (typeof body === "string") return utf8Encode(body);
+    if (typeof body === "string") return fastEncode(body);
     if (body instanceof ArrayBuffer) return new Uint8Array(body);
     if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
-    if (body instanceof URLSearchParams) return utf8Encode(body.toString());
-    return utf8Encode(String(body));
+    if (body instanceof URLSearchParams) return fastEncode(body.toString());
+    return fastEncode(String(body));
   };
 
   class TextEncoder {
     get encoding() { return "utf-8"; }
-    encode(text = "") { return utf8Encode(text); }
+    encode(text = "") { return fastEncode(text); }
   }
   class TextDecoder {
     constructor(label = "utf-8") {
       if (!/^(utf-?8|unicode-1-1-utf-8)$/i.test(String(label).trim())) throw new RangeError(`unsupported encoding ${label}`);
     }
     get encoding() { return "utf-8"; }
-    decode(input) { return input === undefined ? "" : utf8Decode(toBytes(input)); }
+    decode(input) { return input === undefined ? "" : fastDecode(toBytes(input)); }
   }
 
+  // Names seen before are looked up, not checked again: the same few names come with every request.
+  const knownNames = new Map();
   const normalizeName = (name) => {
-    name = String(name).toLowerCase();
-    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(name)) throw new TypeError(`invalid header name ${name}`);
-    return name;
+    name = String(name);
+    const known = knownNames.get(name);
+    if (known !== undefined) return known;
+    const lower = name.toLowerCase();
+    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(lower)) throw new TypeError(`invalid header name ${name}`);
+    if (knownNames.size < 512) knownNames.set(name, lower);
+    return lower;
   };
-  const normalizeValue = (value) => String(value).replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+  const normalizeValue = (value) => {
+    value = String(value);
+    const first = value.charCodeAt(0), last = value.charCodeAt(value.length - 1);
+    if (first > 32 && last > 32) return value; // nothing to trim (most values)
+    return value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+  };
 
   class Headers {
     #list = [];
@@ -111,22 +130,32 @@
     __pairs() { return this.#list.map(([k, v]) => [k, v]); }
   }
 
+  // A body is kept as it was given (a string stays a string) and turned into bytes only when asked.
   class Body {
-    #bytes; #used = false;
-    constructor(body) { this.#bytes = body === null || body === undefined ? null : toBytes(body); }
-    get body() { return this.#bytes; }
+    #source; #bytes; #used = false;
+    constructor(body) {
+      this.#source = body === null || body === undefined ? null : typeof body === "string" ? body : toBytes(body);
+    }
+    get body() { return this.__bytes(); }
     get bodyUsed() { return this.#used; }
-    #take() {
+    #use() {
       if (this.#used) throw new TypeError("body already used");
       this.#used = true;
-      return this.#bytes || new Uint8Array(0);
     }
-    async arrayBuffer() { const b = this.#take(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
+    async arrayBuffer() { this.#use(); const b = this.__bytes() || new Uint8Array(0); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
     async bytes() { return new Uint8Array(await this.arrayBuffer()); }
-    async text() { return utf8Decode(this.#take()); }
+    async text() {
+      this.#use();
+      if (typeof this.#source === "string") return this.#source;
+      return this.#source === null ? "" : fastDecode(this.#source);
+    }
     async json() { return JSON.parse(await this.text()); }
     async formData() { throw new TypeError("formData() is not supported"); }
-    __bytes() { return this.#bytes; }
+    __bytes() {
+      if (this.#bytes === undefined) this.#bytes = typeof this.#source === "string" ? toBytes(this.#source) : this.#source;
+      return this.#bytes;
+    }
+    __source() { return this.#source; }
   }
 
   class Request extends Body {
@@ -134,7 +163,7 @@
     constructor(input, init = {}) {
       const from = input instanceof Request ? input : null;
       super(init.body !== undefined ? init.body : from ? from.__bytes() : null);
-      this.#url = from ? from.url : new URL(String(input)).href;
+      this.#url = from ? from.url : init[TRUSTED] ? input : new URL(String(input)).href;
       this.#method = String(init.method || (from ? from.method : "GET")).toUpperCase();
       this.#headers = new Headers(init.headers || (from ? from.headers : undefined));
     }
@@ -334,14 +363,16 @@
   })) define(name, value);
 
   // Portico's side: a request in, a response out.
+  // Portico's URL is absolute and already normalised: not parsed again.
   define("__portico_request", (method, url, pairs, body) =>
-    new Request(url, { method, headers: pairs, body: method === "GET" || method === "HEAD" ? null : body }));
+    new Request(url, { method, headers: pairs, body: method === "GET" || method === "HEAD" ? null : body, [TRUSTED]: true }));
   define("__portico_response", (value) => {
     if (!(value instanceof Response)) {
       throw new TypeError(`the handler returned ${value === undefined ? "nothing" : Object.prototype.toString.call(value)}, not a Response`);
     }
-    const bytes = value.__bytes();
+    const source = value.__source();
+    if (typeof source === "string") return [value.status, value.headers.__pairs(), source];
     return [value.status, value.headers.__pairs(),
-      bytes === null ? null : bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)];
+      source === null ? null : source.buffer.slice(source.byteOffset, source.byteOffset + source.byteLength)];
   });
 })();
