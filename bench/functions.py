@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,17 +27,6 @@ import run  # noqa: E402  (/proc readings)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANDLER = os.path.join(ROOT, "bench", "functions", "hello.js")
 PORTICO_PORT, DENO_PORT = 18701, 18702
-
-
-def wait_port(port, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def deno_binary():
@@ -104,7 +92,7 @@ routes:
                 proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         env={**os.environ, "DENO_DIR": os.path.join(work, "deno")})
                 try:
-                    wait_port(port)
+                    run.wait_port(port, timeout=30)
                     r = measure(proc, port, a.requests)
                     run.log(f"{name}: {r['rps']:.0f} req/s, {r['cpu_us']:.1f} µs CPU per request")
                     results[name].append(r)

@@ -22,7 +22,6 @@ The backend's `/upload` reads the whole body before it answers, as an applicatio
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (the harness: backends, proxies, /proc readings)
+from burst import each_proxy  # noqa: E402  (each proxy in turn, at its stock settings)
 
 HEAD = b"POST /upload HTTP/1.1\r\nHost: slow\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
 
@@ -103,20 +103,6 @@ async def trickle(port, n, seconds):
     held = backend_active()
     await asyncio.gather(*tasks)
     return held, results
-
-
-def each_proxy(bench, names):
-    eps = bench.endpoints(2, False)
-    try:
-        bench.start_backend(eps)
-        for name in names.split(","):
-            proc = bench.start_proxy(name, eps, stock=True)
-            yield name, proc, run.PROXY_PORTS[name]
-            bench.stop_all()
-            bench.start_backend(eps)
-    finally:
-        bench.stop_all()
-        shutil.rmtree(bench.work, ignore_errors=True)
 
 
 def main():
