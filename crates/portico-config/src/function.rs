@@ -16,6 +16,37 @@ pub struct Function {
     /// Variables handed to the handler as `env`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Secrets handed to the handler in `env` too, read from an environment variable or a file when the
+    /// configuration is loaded; their values are never logged nor shown by the admin API.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SecretSource>,
+}
+
+/// Where a secret's value comes from: exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    /// An environment variable of the Portico process.
+    #[serde(default)]
+    pub env: Option<String>,
+    /// A file (relative to the configuration file); one trailing newline is dropped.
+    #[serde(default)]
+    pub file: Option<String>,
+}
+
+impl SecretSource {
+    /// The secret's value, read now; `Err` says why there is none.
+    pub fn read(&self, loaded: &crate::LoadedConfig) -> Result<String, String> {
+        match (&self.env, &self.file) {
+            (Some(var), None) => std::env::var(var).map_err(|_| format!("the environment variable {var} is not set")),
+            (None, Some(file)) => {
+                let text =
+                    std::fs::read_to_string(loaded.resolve(file)).map_err(|e| format!("cannot read {file}: {e}"))?;
+                Ok(text.strip_suffix('\n').map(str::to_string).unwrap_or(text))
+            }
+            _ => Err("a secret comes from exactly one of `env: VARIABLE` or `file: PATH`".into()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

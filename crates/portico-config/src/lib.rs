@@ -11,7 +11,7 @@ mod units;
 mod validate;
 
 pub use diff::{diff, Change};
-pub use function::{Function, FunctionLimits};
+pub use function::{Function, FunctionLimits, SecretSource};
 pub use read::LeftOut;
 pub use route::*;
 pub use schema::*;

@@ -412,6 +412,18 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
                 Some("a path relative to the configuration file's directory, to a .js file"),
             );
         }
+        for (key, source) in &f.secrets {
+            if f.env.contains_key(key) {
+                err(&format!("{base}.secrets.{key}"), format!("{key:?} is in `env` too"), Some("give it one place"));
+            }
+            if let Err(message) = source.read(loaded) {
+                err(
+                    &format!("{base}.secrets.{key}"),
+                    message,
+                    Some("set it for the Portico process, or name another source"),
+                );
+            }
+        }
         if f.limits.cpu.0.is_zero() {
             err(&format!("{base}.limits.cpu"), "cpu must be above 0".into(), Some("for example 50ms"));
         }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A function's code and settings, checked when the configuration was loaded.
-#[derive(Debug)]
 pub struct Compiled {
     /// Unique per load: a reload that changes the code makes a new version, whose requests get new runtimes.
     version: u64,
@@ -30,6 +29,17 @@ pub struct Compiled {
     stats: Arc<FunctionStats>,
 }
 
+/// Shown without `env`, which holds the secrets.
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("name", &self.name)
+            .field("file", &self.file)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
 static VERSIONS: AtomicU64 = AtomicU64::new(1);
 
 impl Compiled {
@@ -38,6 +48,7 @@ impl Compiled {
         name: &str,
         path: &Path,
         source: String,
+        env: Vec<(String, String)>,
         function: &portico_config::Function,
     ) -> Result<Compiled, String> {
         let compiled = Compiled {
@@ -46,7 +57,7 @@ impl Compiled {
             file: path.display().to_string(),
             shape: Shape::of(&source),
             source,
-            env: function.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            env,
             cpu: function.limits.cpu.0,
             memory: function.limits.memory.as_usize(),
             max_request: function.limits.max_request.as_usize(),

@@ -27,7 +27,12 @@ impl FunctionPlane for Plane {
     fn compile(&self, name: &str, function: &Function, loaded: &LoadedConfig) -> Result<Arc<dyn Handler>, String> {
         let path = loaded.resolve(&function.source);
         let source = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let compiled = handler::Compiled::new(name, &path, source, function)?;
+        let mut env: Vec<(String, String)> = function.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (key, secret) in &function.secrets {
+            let value = secret.read(loaded).map_err(|e| format!("secret {key}: {e}"))?;
+            env.push((key.clone(), value));
+        }
+        let compiled = handler::Compiled::new(name, &path, source, env, function)?;
         Ok(Arc::new(handler::FunctionHandler::new(compiled)))
     }
 }

@@ -273,3 +273,35 @@ fn the_web_apis_answer_as_deno_does() {
         assert_eq!(ours[key], theirs[key], "`{key}` differs from Deno's");
     }
 }
+
+#[test]
+fn secrets_reach_the_handler_and_nothing_else() {
+    let dir = temp_dir();
+    write(&dir, "secret.txt", "from-a-file\n");
+    write(
+        &dir,
+        "secrets.js",
+        "export default { fetch(request, env) { return Response.json({ key: env.API_KEY, file: env.FILE_SECRET, plain: env.PLAIN }); } };\n",
+    );
+    // SAFETY of the test: the variable's name is this test's own.
+    std::env::set_var("PORTICO_TEST_SECRET_API_KEY", "from-the-environment");
+    let p = Portico::start_in(
+        &dir,
+        "workers: 1\nadmin: { address: \"{admin}\" }\nlisteners: [ { name: web, address: \"{listen}\" } ]\n\
+         functions:\n  s:\n    source: secrets.js\n    env: { PLAIN: visible }\n\
+         \x20   secrets: { API_KEY: { env: PORTICO_TEST_SECRET_API_KEY }, FILE_SECRET: { file: secret.txt } }\n\
+         routes:\n  - { function: s }\n",
+    );
+    let json: serde_json::Value = serde_json::from_slice(&Conn::open(p.addr).get("/", "").body).unwrap();
+    assert_eq!(json, serde_json::json!({ "key": "from-the-environment", "file": "from-a-file", "plain": "visible" }));
+    let config = p.admin_get("/admin/config").text();
+    assert!(!config.contains("from-the-environment") && !config.contains("from-a-file"), "{config}");
+    // A secret whose source is missing is a configuration error at its key.
+    let yaml = "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nfunctions:\n  s:\n    source: secrets.js\n    secrets: { API_KEY: { env: PORTICO_TEST_SECRET_NOT_SET } }\nroutes:\n  - { function: s }\n";
+    let file = dir.join("missing.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(portico_bin()).args(["check", "-c"]).arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("missing.yaml:5:") && text.contains("PORTICO_TEST_SECRET_NOT_SET is not set"), "{text}");
+}
