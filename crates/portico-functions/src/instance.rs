@@ -112,6 +112,9 @@ impl Instance {
             // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
             globals.set("__portico_utf8_encode", Func::from(utf8_encode)).map_err(|e| describe(&ctx, e))?;
             globals.set("__portico_utf8_decode", Func::from(utf8_decode)).map_err(|e| describe(&ctx, e))?;
+            globals.set("__portico_random", Func::from(crate::crypto::random)).map_err(|e| describe(&ctx, e))?;
+            globals.set("__portico_digest", Func::from(crate::crypto::digest)).map_err(|e| describe(&ctx, e))?;
+            globals.set("__portico_hmac", Func::from(crate::crypto::hmac)).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
             let (target, handler): (Value, Function) = match shape {
                 Shape::Module => {

@@ -219,6 +219,16 @@ const REFERENCE: &str = r#"export default {
     out.textResponse = [t.status, t.headers.get("content-type"), t.statusText];
     const redirect = Response.redirect("http://example.com/next", 307);
     out.redirect = [redirect.status, redirect.headers.get("location")];
+    const hex = (buffer) => [...new Uint8Array(buffer)].map((b) => b.toString(16).padStart(2, "0")).join("");
+    const enc = new TextEncoder();
+    const digests = [];
+    for (const name of ["SHA-1", "SHA-256", "SHA-384", "SHA-512"]) digests.push(hex(await crypto.subtle.digest(name, enc.encode("abc"))));
+    const key = await crypto.subtle.importKey("raw", enc.encode("key"), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+    const tag = await crypto.subtle.sign("HMAC", key, enc.encode("The quick brown fox jumps over the lazy dog"));
+    out.crypto = [digests, hex(tag), await crypto.subtle.verify("HMAC", key, tag, enc.encode("The quick brown fox jumps over the lazy dog")),
+      await crypto.subtle.verify("HMAC", key, tag, enc.encode("another message")), key.algorithm,
+      /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(crypto.randomUUID()),
+      crypto.getRandomValues(new Uint8Array(16)).length, crypto.randomUUID() !== crypto.randomUUID()];
     return Response.json(out);
   },
 };
