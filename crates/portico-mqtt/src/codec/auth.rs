@@ -3,7 +3,7 @@
 use bytes::{BufMut, BytesMut};
 
 use super::error::{DecodeError, EncodeError};
-use super::fixed_header::PacketType;
+use super::packet_type::PacketType;
 use super::properties::AuthProperties;
 use super::reason::ReasonCode;
 use super::wire::Reader;

@@ -4,7 +4,7 @@
 use bytes::{BufMut, BytesMut};
 
 use super::error::{DecodeError, EncodeError};
-use super::fixed_header::PacketType;
+use super::packet_type::PacketType;
 use super::properties::DisconnectProperties;
 use super::reason::ReasonCode;
 use super::version::ProtocolVersion;

@@ -1,6 +1,6 @@
 //! What the codec refuses, and the v5 reason code each refusal closes the connection with.
 
-use super::fixed_header::PacketType;
+use super::packet_type::PacketType;
 use super::reason::ReasonCode;
 
 /// A packet the decoder refuses. The connection must be closed: with a v5 client, after a DISCONNECT (or,

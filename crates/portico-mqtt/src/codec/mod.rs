@@ -16,6 +16,7 @@ mod connect;
 mod disconnect;
 mod error;
 mod fixed_header;
+mod packet_type;
 mod properties;
 mod property;
 mod publish;
@@ -39,7 +40,7 @@ pub use connack::ConnAck;
 pub use connect::{Connect, Will};
 pub use disconnect::Disconnect;
 pub use error::{DecodeError, EncodeError};
-pub use fixed_header::PacketType;
+pub use packet_type::PacketType;
 pub use properties::{
     AckProperties, AuthProperties, ConnAckProperties, ConnectProperties, DisconnectProperties, PublishProperties,
     SubscribeProperties, UnsubscribeProperties, WillProperties,

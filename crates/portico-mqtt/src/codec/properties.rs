@@ -192,7 +192,7 @@ property_set! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::fixed_header::PacketType;
+    use crate::codec::packet_type::PacketType;
 
     fn decode<T>(bytes: &[u8], read: fn(&mut Reader) -> Result<T, DecodeError>) -> Result<T, DecodeError> {
         let mut reader = Reader::new(Bytes::copy_from_slice(bytes), PacketType::Publish);

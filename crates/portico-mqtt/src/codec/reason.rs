@@ -1,7 +1,7 @@
 //! MQTT 5.0 reason codes (specification 2.4), which packet may carry which, and how they map onto the return
 //! codes of 3.1 and 3.1.1 (CONNACK and SUBACK are the only v3 packets with one).
 
-use super::fixed_header::PacketType;
+use super::packet_type::PacketType;
 
 /// A v5 reason code. 0x00 has three names in the specification (Success, Normal disconnection, Granted QoS
 /// 0); here it is `Success`, with the other two as constants.

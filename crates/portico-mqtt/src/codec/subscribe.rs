@@ -4,7 +4,7 @@ use bytes::{BufMut, BytesMut};
 use bytestring::ByteString;
 
 use super::error::{DecodeError, EncodeError};
-use super::fixed_header::PacketType;
+use super::packet_type::PacketType;
 use super::properties::SubscribeProperties;
 use super::qos::QoS;
 use super::topic::{is_valid_topic_filter, split_shared};

@@ -7,7 +7,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 
 use super::error::{DecodeError, EncodeError};
-use super::fixed_header::PacketType;
+use super::packet_type::PacketType;
 
 /// The largest value a Variable Byte Integer holds (four bytes of seven bits).
 pub const MAX_VAR_INT: u32 = 268_435_455;
