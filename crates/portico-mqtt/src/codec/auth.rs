@@ -6,7 +6,7 @@ use super::error::{DecodeError, EncodeError};
 use super::packet_type::PacketType;
 use super::properties::AuthProperties;
 use super::reason::ReasonCode;
-use super::wire::Reader;
+use super::wire::{reason_code, Reader};
 
 /// An AUTH packet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,9 +21,7 @@ impl Auth {
         // 3.15.2.1: a Remaining Length of 0 means Success without properties.
         if !r.is_empty() {
             let code = r.u8()?;
-            auth.reason = ReasonCode::from_value(code)
-                .filter(|reason| reason.allowed_in(PacketType::Auth))
-                .ok_or(DecodeError::InvalidReasonCode { code, packet: PacketType::Auth })?;
+            auth.reason = reason_code(code, PacketType::Auth)?;
         }
         if !r.is_empty() {
             auth.properties = AuthProperties::decode(r)?;

@@ -8,7 +8,7 @@ use super::packet_type::PacketType;
 use super::properties::DisconnectProperties;
 use super::reason::ReasonCode;
 use super::version::ProtocolVersion;
-use super::wire::Reader;
+use super::wire::{reason_code, Reader};
 
 /// A DISCONNECT packet. `reason` and `properties` are v5's; before v5 nothing of them is on the wire.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,9 +29,7 @@ impl Disconnect {
             // 3.14.2.1: no reason means Normal disconnection; 3.14.2.2: below 2 bytes, no properties.
             if !r.is_empty() {
                 let code = r.u8()?;
-                disconnect.reason = ReasonCode::from_value(code)
-                    .filter(|reason| reason.allowed_in(PacketType::Disconnect))
-                    .ok_or(DecodeError::InvalidReasonCode { code, packet: PacketType::Disconnect })?;
+                disconnect.reason = reason_code(code, PacketType::Disconnect)?;
             }
             if !r.is_empty() {
                 disconnect.properties = DisconnectProperties::decode(r)?;

@@ -7,7 +7,7 @@ use super::error::{DecodeError, EncodeError};
 use super::properties::AckProperties;
 use super::reason::ReasonCode;
 use super::version::ProtocolVersion;
-use super::wire::Reader;
+use super::wire::{reason_code, Reader};
 use super::PacketId;
 
 /// The body of a PUBACK, PUBREC, PUBREL or PUBCOMP. Before v5 only `packet_id` is on the wire.
@@ -32,9 +32,7 @@ impl PublishAck {
             // 3.4.2.1: with a Remaining Length of 2 the reason is Success; below 4, there are no properties.
             if !r.is_empty() {
                 let code = r.u8()?;
-                ack.reason = ReasonCode::from_value(code)
-                    .filter(|reason| reason.allowed_in(packet))
-                    .ok_or(DecodeError::InvalidReasonCode { code, packet })?;
+                ack.reason = reason_code(code, packet)?;
             }
             if !r.is_empty() {
                 ack.properties = AckProperties::decode(r)?;

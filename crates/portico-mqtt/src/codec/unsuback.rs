@@ -8,7 +8,7 @@ use super::packet_type::PacketType;
 use super::properties::AckProperties;
 use super::reason::ReasonCode;
 use super::version::ProtocolVersion;
-use super::wire::Reader;
+use super::wire::{reason_code, Reader};
 use super::PacketId;
 
 /// An UNSUBACK packet. `reasons` and `properties` are v5's; before v5 they are empty and not written.
@@ -29,9 +29,7 @@ impl UnsubAck {
             ack.reasons.reserve(r.remaining());
             while !r.is_empty() {
                 let code = r.u8()?;
-                let reason = ReasonCode::from_value(code)
-                    .filter(|reason| reason.allowed_in(PacketType::UnsubAck))
-                    .ok_or(DecodeError::InvalidReasonCode { code, packet: PacketType::UnsubAck })?;
+                let reason = reason_code(code, PacketType::UnsubAck)?;
                 ack.reasons.push(reason);
             }
         }

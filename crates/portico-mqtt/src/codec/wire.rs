@@ -8,6 +8,7 @@ use bytestring::ByteString;
 
 use super::error::{DecodeError, EncodeError};
 use super::packet_type::PacketType;
+use super::reason::ReasonCode;
 
 /// The largest value a Variable Byte Integer holds (four bytes of seven bits).
 pub const MAX_VAR_INT: u32 = 268_435_455;
@@ -174,6 +175,13 @@ impl Reader {
         }
         Ok(())
     }
+}
+
+/// A v5 reason code read for `packet`: one the specification lets that packet carry, else the error that says so.
+pub(crate) fn reason_code(code: u8, packet: PacketType) -> Result<ReasonCode, DecodeError> {
+    ReasonCode::from_value(code)
+        .filter(|reason| reason.allowed_in(packet))
+        .ok_or(DecodeError::InvalidReasonCode { code, packet })
 }
 
 #[cfg(test)]
