@@ -506,9 +506,6 @@ async fn take_body(
 
 /// Answers a request whose body failed as `fault` said (nothing, when the client left), and closes.
 async fn refuse_body(client: &mut Client, fault: BufferFault) -> Outcome {
-    if let BufferFault::Disk(e) = &fault {
-        disk_trouble(e);
-    }
     match fault.answer() {
         None => Outcome::local(Next::Close, 499, 0),
         Some((status, reason)) => {
@@ -516,20 +513,6 @@ async fn refuse_body(client: &mut Client, fault: BufferFault) -> Outcome {
             Outcome::local(Next::Close, status, bytes.unwrap_or(0))
         }
     }
-}
-
-/// Says in the log that request bodies cannot be buffered, at most once a minute per worker: a full disk
-/// fails every buffered request.
-fn disk_trouble(e: &std::io::Error) {
-    thread_local! {
-        static LAST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
-    }
-    let now = Instant::now();
-    if LAST.get().is_some_and(|last| now < last + Duration::from_secs(60)) {
-        return;
-    }
-    LAST.set(Some(now));
-    tracing::warn!("a request body could not be buffered to a temporary file (answered 500): {e}");
 }
 
 /// Skips a body already received in full so the connection can serve the next request; otherwise the

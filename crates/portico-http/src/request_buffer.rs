@@ -62,8 +62,8 @@ pub(crate) enum BufferFault {
     /// Above the route's `max_size`.
     TooLarge,
     Source(SourceFault),
-    /// The temporary file could not be made or written.
-    Disk(io::Error),
+    /// The temporary file could not be made or written (logged where it happened).
+    Disk,
 }
 
 impl BufferFault {
@@ -72,7 +72,7 @@ impl BufferFault {
         match self {
             BufferFault::TooLarge => Some((413, "request body larger than the route's request_buffering.max_size")),
             BufferFault::Source(fault) => fault.answer(),
-            BufferFault::Disk(_) => Some((500, "request body could not be buffered to a temporary file")),
+            BufferFault::Disk => Some((500, "request body could not be buffered to a temporary file")),
         }
     }
 }
@@ -178,13 +178,22 @@ impl Spool<'_> {
     /// After bytes went into `mem` (and `len`): writes it out when it is full.
     async fn written_to_mem(&mut self) -> Result<(), BufferFault> {
         if self.room() == 0 {
-            self.write_out().await.map_err(BufferFault::Disk)?;
+            self.write_out().await.map_err(|_| BufferFault::Disk)?;
         }
         Ok(())
     }
 
-    /// Moves what is in memory to the file, making the file first.
+    /// Moves what is in memory to the file, making the file first; a failure is logged (`disk_trouble`),
+    /// whichever protocol the client speaks.
     async fn write_out(&mut self) -> io::Result<()> {
+        let written = self.write_out_once().await;
+        if let Err(e) = &written {
+            disk_trouble(e);
+        }
+        written
+    }
+
+    async fn write_out_once(&mut self) -> io::Result<()> {
         let file = match &self.file {
             Some(file) => file.clone(),
             None => {
@@ -213,11 +222,25 @@ impl Spool<'_> {
             return Ok(Buffered::Memory(self.mem.freeze()));
         }
         if !self.mem.is_empty() {
-            self.write_out().await.map_err(BufferFault::Disk)?;
+            self.write_out().await.map_err(|_| BufferFault::Disk)?;
         }
-        let file = self.file.take().ok_or(BufferFault::Disk(io::ErrorKind::NotFound.into()))?;
+        let file = self.file.take().ok_or(BufferFault::Disk)?;
         Ok(Buffered::File(SpooledBody { file, len: self.len }))
     }
+}
+
+/// Says in the log that request bodies cannot be buffered, at most once a minute per worker: a full disk
+/// fails every buffered request.
+fn disk_trouble(e: &std::io::Error) {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+    }
+    let now = std::time::Instant::now();
+    if LAST.get().is_some_and(|last| now < last + Duration::from_secs(60)) {
+        return;
+    }
+    LAST.set(Some(now));
+    tracing::warn!("a request body could not be buffered to a temporary file (answered 500): {e}");
 }
 
 /// Most of a spooled body read back at once.
