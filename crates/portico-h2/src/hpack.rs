@@ -1,0 +1,1 @@
+//! HPACK (RFC 7541): to be written.

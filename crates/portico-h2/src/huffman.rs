@@ -1,0 +1,1 @@
+//! HPACK's Huffman code (RFC 7541 Appendix B): to be written.
