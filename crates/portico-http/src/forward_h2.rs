@@ -43,21 +43,16 @@ use std::time::Instant;
 /// The request head as the HTTP/1 side sees it (for routing, balancing and the log): the same checks and
 /// limits as the HTTP/1 parser, built straight from the HTTP/2 request's fields. `:authority` is the host;
 /// without it, the first `host` field; `host` fields are not kept beside it.
-pub(crate) fn head_of<B>(req: &Request<B>, limits: &codec::HeadLimits) -> Result<RequestHead, &'static str> {
-    let host = match req.uri().authority() {
-        Some(a) => a.as_str().as_bytes(),
-        None => match req.headers().get(header::HOST) {
-            Some(h) => h.as_bytes(),
+pub(crate) fn head_of(req: &portico_h2::RequestHead, limits: &codec::HeadLimits) -> Result<RequestHead, &'static str> {
+    let host = match req.authority() {
+        Some(a) => a,
+        None => match req.fields().find(|(name, _)| *name == b"host") {
+            Some((_, h)) => h,
             None => return Err("request without :authority or host"),
         },
     };
-    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let fields = || {
-        req.headers()
-            .iter()
-            .filter(|(name, _)| *name != header::HOST)
-            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
-    };
+    let target = std::str::from_utf8(req.path().unwrap_or(b"/")).map_err(|_| "invalid request target")?;
+    let fields = || req.fields().filter(|(name, _)| *name != b"host");
     codec::request_from_fields(req.method().as_str(), target, host, fields, limits).map_err(|e| e.reason)
 }
 
@@ -237,7 +232,7 @@ impl<'s> Exchange<'s> for H2Exchange<'_, 's> {
                 // The response-head timeout starts when the request body has been sent (a client-streaming call
                 // may send for a long time first).
                 let done = Arc::new(tokio::sync::Notify::new());
-                let body: UpBody = Watched { body, sent: Some(done.clone()) }.boxed_unsync();
+                let body: UpBody = relayed(body, done.clone()).boxed_unsync();
                 crate::upstream_h2::send(sender, Request::from_parts(parts, body), cluster, endpoint, Some(&done)).await
             }
             H2Body::Connection { client, framing, settings } => {
@@ -403,33 +398,49 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// A request body that says when it has been sent in full.
-struct Watched {
-    body: ClientBody,
+/// An HTTP/2 client's streaming body as the upstream connection (another task, which needs `Send`) takes it:
+/// a task of the worker reads the client's stream (whose handle lives on this thread) and passes its frames
+/// through a small channel, so both directions of a full-duplex call (gRPC streaming) flow independently, and
+/// a client that sends faster than the upstream reads is held back by the channel and then its window.
+fn relayed(mut body: ClientBody, sent: Arc<tokio::sync::Notify>) -> Relayed {
+    let hint = body.size_hint();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::task::spawn_local(async move {
+        while let Some(frame) = body.frame().await {
+            let failed = frame.is_err();
+            if tx.send(frame.map_err(BoxError::from)).await.is_err() || failed {
+                // The upstream stopped reading: dropping the body tells the client to stop sending.
+                break;
+            }
+        }
+    });
+    Relayed { rx, hint, sent: Some(sent) }
+}
+
+/// The receiving end of `relayed`, which says when the body has been sent in full.
+struct Relayed {
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+    hint: SizeHint,
     sent: Option<Arc<tokio::sync::Notify>>,
 }
 
-impl Body for Watched {
+impl Body for Relayed {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let polled = this.rx.poll_recv(cx);
         if let Poll::Ready(None) = polled {
             if let Some(sent) = this.sent.take() {
                 sent.notify_one();
             }
         }
-        polled.map_err(Into::into)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        polled
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.hint
     }
 }
 

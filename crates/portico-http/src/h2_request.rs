@@ -1,18 +1,16 @@
-//! An HTTP/2 client's request as the `h2` crate hands it over: its body (`ClientBody`, an `http_body::Body`
-//! that gives flow-control credit back as it is read) and the stream's response side (`Interim`), shared with
+//! An HTTP/2 client's request as `portico_h2` hands it over: its body (`ClientBody`, an `http_body::Body`;
+//! what it reads goes back to the client's flow-control window) and the stream's response side (`Interim`), shared with
 //! what answers the request so that a 1xx can go out before the final response.
 
 use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::RecvStream;
 use hyper::body::{Body, Frame, SizeHint};
-use hyper::header::{self, HeaderMap};
+use portico_h2::{RecvStream, SendResponse};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 /// The stream's response side, shared with what answers it so that an upstream's 1xx can go out before the
 /// final response (everything runs on the connection's task; each borrow is momentary).
-pub(crate) type Interim = std::cell::RefCell<SendResponse<Bytes>>;
+pub(crate) type Interim = std::cell::RefCell<SendResponse>;
 
 /// An HTTP/2 client's request body: DATA frames in order, then its trailers, if any.
 pub(crate) struct ClientBody {
@@ -23,24 +21,22 @@ pub(crate) struct ClientBody {
 }
 
 impl ClientBody {
-    pub fn new(recv: RecvStream, headers: &HeaderMap) -> ClientBody {
-        // h2 itself refuses DATA that disagrees with `content-length`; here it only sizes the body.
-        let left = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-        ClientBody { recv, left, data_done: false }
+    /// `content_length`: the request's, if any (portico_h2 refuses DATA that disagrees with it; here it only
+    /// sizes the body).
+    pub fn new(recv: RecvStream, content_length: Option<u64>) -> ClientBody {
+        ClientBody { recv, left: content_length, data_done: false }
     }
 }
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = h2::Error;
+    type Error = portico_h2::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, portico_h2::Error>>> {
         let this = self.get_mut();
         if !this.data_done {
             match ready!(this.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
-                    // The bytes are ours now: the client may send as many more.
-                    let _ = this.recv.flow_control().release_capacity(data.len());
                     if let Some(left) = &mut this.left {
                         *left = left.saturating_sub(data.len() as u64);
                     }

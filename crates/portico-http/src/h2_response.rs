@@ -1,4 +1,4 @@
-//! The response sent to an HTTP/2 client's stream, as the `h2` crate takes it: the head (with the fields
+//! The response sent to an HTTP/2 client's stream, as `portico_h2` takes it: the head (with the fields
 //! HTTP/2 forbids removed, `date` and `content-length` added when missing), then the body's frames as the
 //! stream's send window allows, the client's reset ending it early. hyper's server did this before; serving
 //! `h2` directly saves its per-stream task and the checks it repeated.
@@ -6,10 +6,10 @@
 use crate::h2_request::Interim;
 use crate::response_body::ProxyBody;
 use bytes::Bytes;
-use h2::{Reason, SendStream};
 use hyper::body::Body;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::Response;
+use portico_h2::{Reason, SendStream};
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -50,23 +50,15 @@ pub(crate) async fn respond(reply: &Interim, response: Response<ProxyBody>) {
 
 /// Moves the body's frames to the stream, taking more from the body only while the stream can carry them.
 fn pipe(
-    send: &mut SendStream<Bytes>,
+    send: &mut SendStream,
     mut body: Pin<&mut ProxyBody>,
     cx: &mut Context<'_>,
-) -> Poll<Result<(), h2::Error>> {
+) -> Poll<Result<(), portico_h2::Error>> {
     loop {
-        send.reserve_capacity(1);
-        if send.capacity() == 0 {
-            loop {
-                match ready!(send.poll_capacity(cx)) {
-                    Some(Ok(0)) => {}
-                    Some(Ok(_)) => break,
-                    Some(Err(e)) => return Poll::Ready(Err(e)),
-                    // The stream is gone (reset by the client).
-                    None => return Poll::Ready(Ok(())),
-                }
-            }
-        } else if let Poll::Ready(reset) = send.poll_reset(cx) {
+        // Waits for room; a reset (or a closed connection) ends the response here.
+        ready!(send.poll_capacity(cx))?;
+        // Registered to hear of a reset while the body has nothing yet.
+        if let Poll::Ready(reset) = send.poll_reset(cx) {
             return Poll::Ready(reset.map(drop));
         }
         match ready!(body.as_mut().poll_frame(cx)) {
@@ -79,7 +71,6 @@ fn pipe(
                     }
                 }
                 Err(frame) => {
-                    send.reserve_capacity(0);
                     if let Ok(trailers) = frame.into_trailers() {
                         send.send_trailers(trailers)?;
                         return Poll::Ready(Ok(()));
@@ -92,15 +83,12 @@ fn pipe(
                 send.send_reset(Reason::INTERNAL_ERROR);
                 return Poll::Ready(Ok(()));
             }
-            None => {
-                send.reserve_capacity(0);
-                return Poll::Ready(send.send_data(Bytes::new(), true));
-            }
+            None => return Poll::Ready(send.send_data(Bytes::new(), true)),
         }
     }
 }
 
-/// A field HTTP/2 forbids (RFC 9113 8.2.2), which h2 would refuse the whole head for.
+/// A field HTTP/2 forbids (RFC 9113 8.2.2).
 fn connection_field(name: &header::HeaderName) -> bool {
     name == header::CONNECTION
         || name == header::TRANSFER_ENCODING

@@ -1,5 +1,5 @@
 //! HTTP/2 from clients: over TLS when ALPN picks `h2`, on plain listeners when a connection opens with the
-//! HTTP/2 preface (prior knowledge, "h2c"). The `h2` crate does the framing, flow control and HPACK; this
+//! HTTP/2 preface (prior knowledge, "h2c"). `portico_h2` does the framing, flow control and HPACK; this
 //! module runs the connection: it accepts streams, runs each one's request through the phases
 //! (`serve_h2::serve`) on the connection's own task, sends keep-alive PINGs, closes an idle connection and
 //! says GOAWAY at shutdown. Streams are polled before the connection, so what they answer in one wake-up
@@ -12,18 +12,16 @@ use crate::h2_request::{ClientBody, Interim};
 use crate::h2_response::respond;
 use crate::response_body::{local, ProxyBody};
 use crate::snapshot::Http2Settings;
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::task::AtomicWaker;
 use futures_util::{FutureExt, StreamExt};
-use h2::server::SendResponse;
-use h2::{Ping, RecvStream};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Response, StatusCode};
 use portico_core::idle::IdleTicket;
 use portico_core::io::Stream;
+use portico_h2::{RecvStream, RequestHead, SendResponse, Server};
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
-use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
@@ -32,7 +30,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 /// How long a connection closed for idleness waits for the client to acknowledge the GOAWAY before it is
@@ -40,7 +37,7 @@ use tokio::time::{Instant, Sleep};
 const CLOSE_AFTER_GOAWAY: Duration = Duration::from_secs(10);
 
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
-pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = portico_h2::PREFACE;
 
 /// Serves one HTTP/2 connection until the client closes it, it idles for the listener's keep-alive timeout,
 /// a keep-alive PING goes unanswered, or the process shuts down (then with a GOAWAY that lets open streams
@@ -59,15 +56,8 @@ pub(crate) async fn serve(
         let Some(settings) = l.http2.clone() else { return };
         (settings, l.keepalive_timeout)
     };
-    let handshake = builder(&settings).handshake::<_, Bytes>(Rewind { preread, io });
-    let mut conn = match tokio::time::timeout(keepalive, handshake).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
-            tracing::debug!(client = %peer, "HTTP/2 handshake failed: {e}");
-            return;
-        }
-        Err(_) => return,
-    };
+    // A client that never sends its preface is closed by the idle timer below.
+    let mut conn = Server::new(io, preread, server_settings(&settings));
     let mut shutdown = ctx.shutdown.clone();
     let state = Rc::new(Connection {
         peer,
@@ -77,10 +67,7 @@ pub(crate) async fn serve(
         last_request: Cell::new(Instant::now()),
         active: Cell::new(0),
     });
-    let mut pinger = settings.keepalive_interval.and_then(|every| {
-        let pong = conn.ping_pong()?;
-        Some(Pinger { pong, every, waiting: false })
-    });
+    let mut pinger = settings.keepalive_interval.map(|every| Pinger { every, waiting: false });
     let mut streams = FuturesUnordered::new();
     let mut shutting_down = pin!(shutdown.changed());
     let mut idle = pin!(tokio::time::sleep(keepalive));
@@ -107,9 +94,9 @@ pub(crate) async fn serve(
                 while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
                 if conn_flag.woken.swap(false, Ordering::SeqCst) {
                     match conn.poll_accept(&mut Context::from_waker(&conn_waker)) {
-                        Poll::Ready(Some(Ok((req, reply)))) => {
+                        Poll::Ready(Some(Ok((head, body, reply)))) => {
                             // Boxed once here: the queue moves what it is given several times.
-                            streams.push(Box::pin(guarded(req, reply, state.clone())));
+                            streams.push(Box::pin(guarded(head, body, reply, state.clone())));
                             // More may be ready.
                             conn_flag.woken.store(true, Ordering::SeqCst);
                             continue;
@@ -133,7 +120,7 @@ pub(crate) async fn serve(
                         &mut Context::from_waker(&timers_waker),
                         closing,
                         (shutting_down.as_mut(), idle.as_mut(), ping_timer.as_mut()),
-                        (pinger.as_mut(), idle_place.as_ref()),
+                        (pinger.as_mut(), idle_place.as_ref(), &mut conn),
                     );
                     if polled.is_ready() {
                         // Polled again next time: the event's handling resets them.
@@ -203,17 +190,14 @@ pub(crate) async fn serve(
                     tracing::debug!(client = %peer, "HTTP/2 keep-alive PING not answered: closing");
                     break;
                 }
-                if p.pong.send_ping(Ping::opaque()).is_err() {
+                if !conn.send_ping(*b"portico!") {
                     break;
                 }
                 p.waiting = true;
                 ping_timer.as_mut().reset(Instant::now() + p.every);
             }
-            Event::Pong(ok) => {
+            Event::Pong => {
                 let Some(p) = &mut pinger else { continue };
-                if !ok {
-                    break;
-                }
                 p.waiting = false;
                 ping_timer.as_mut().reset(Instant::now() + p.every);
             }
@@ -226,7 +210,7 @@ fn poll_timers(
     cx: &mut Context<'_>,
     closing: bool,
     (shutting_down, idle, ping_timer): (Pin<&mut impl Future>, Pin<&mut Sleep>, Pin<&mut Sleep>),
-    (pinger, idle_place): (Option<&mut Pinger>, Option<&IdleTicket<'_>>),
+    (pinger, idle_place, conn): (Option<&mut Pinger>, Option<&IdleTicket<'_>>, &mut Server<Stream>),
 ) -> Poll<Event> {
     if idle_place.is_some_and(|place| place.poll_evicted(cx).is_ready()) {
         return Poll::Ready(Event::Evicted);
@@ -238,10 +222,8 @@ fn poll_timers(
         return Poll::Ready(Event::IdleTimer);
     }
     if let Some(pinger) = pinger {
-        if pinger.waiting {
-            if let Poll::Ready(pong) = pinger.pong.poll_pong(cx) {
-                return Poll::Ready(Event::Pong(pong.is_ok()));
-            }
+        if pinger.waiting && conn.poll_pong(cx).is_ready() {
+            return Poll::Ready(Event::Pong);
         }
         if ping_timer.poll(cx).is_ready() {
             return Poll::Ready(Event::PingTimer);
@@ -279,31 +261,29 @@ impl Wake for Flag {
 
 /// What the connection's loop has to handle.
 enum Event {
-    Closed(Option<h2::Error>),
+    Closed(Option<portico_h2::Error>),
     Shutdown,
     IdleTimer,
     /// The worker needs this idle connection's place for a new client.
     Evicted,
     PingTimer,
-    Pong(bool),
+    Pong,
 }
 
 /// The keep-alive PINGs (`http2.keepalive_interval`): one in flight at a time, answered within the interval.
 struct Pinger {
-    pong: h2::PingPong,
     every: Duration,
     waiting: bool,
 }
 
-fn builder(settings: &Http2Settings) -> h2::server::Builder {
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(settings.max_concurrent_streams)
-        .initial_window_size(settings.initial_stream_window)
-        .initial_connection_window_size(settings.initial_connection_window)
-        .max_header_list_size(settings.max_header_list_size)
-        .max_frame_size(settings.max_frame_size);
-    builder
+fn server_settings(settings: &Http2Settings) -> portico_h2::Settings {
+    portico_h2::Settings {
+        max_concurrent_streams: settings.max_concurrent_streams,
+        initial_stream_window: settings.initial_stream_window,
+        initial_connection_window: settings.initial_connection_window,
+        max_header_list_size: settings.max_header_list_size,
+        max_frame_size: settings.max_frame_size,
+    }
 }
 
 /// Counts a request as being answered while it lives.
@@ -317,9 +297,9 @@ impl Drop for Active<'_> {
 }
 
 /// Answers one stream; a panic while its response is sent (in a filter's or handler's body) costs this
-/// stream (dropped: h2 resets it), not the connection's other streams, which share its task.
-async fn guarded(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<Connection>) {
-    let served = AssertUnwindSafe(stream(req, reply, conn.clone())).catch_unwind().await;
+/// stream (dropped: it is reset), not the connection's other streams, which share its task.
+async fn guarded(head: RequestHead, body: RecvStream, reply: SendResponse, conn: Rc<Connection>) {
+    let served = AssertUnwindSafe(stream(head, body, reply, conn.clone())).catch_unwind().await;
     if let Err(panic) = served {
         count_panic(&conn, panic.as_ref());
     }
@@ -341,18 +321,16 @@ fn count_panic(conn: &Connection, panic: &(dyn std::any::Any + Send)) {
 
 /// Answers one stream, on the connection's task. A client that resets the stream before the answer is ready
 /// drops the work under way (an upstream exchange is abandoned, the request logged as 499).
-async fn stream(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<Connection>) {
+async fn stream(head: RequestHead, recv: RecvStream, reply: SendResponse, conn: Rc<Connection>) {
     conn.last_request.set(Instant::now());
     conn.active.set(conn.active.get() + 1);
     let _active = Active(&conn);
-    let (parts, recv) = req.into_parts();
-    let body = ClientBody::new(recv, &parts.headers);
-    let req = Request::from_parts(parts, body);
+    let body = ClientBody::new(recv, head.content_length());
     let reply: Interim = RefCell::new(reply);
-    let response = if req.method() == Method::CONNECT {
+    let response = if head.method() == Method::CONNECT {
         local(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported")
     } else {
-        let mut served = pin!(answer(req, &conn, &reply));
+        let mut served = pin!(answer(head, body, &conn, &reply));
         let answered = poll_fn(|cx| match served.as_mut().poll(cx) {
             Poll::Ready(response) => Poll::Ready(Some(response)),
             Poll::Pending => reply.borrow_mut().poll_reset(cx).map(|_| None),
@@ -367,56 +345,10 @@ async fn stream(req: Request<RecvStream>, reply: SendResponse<Bytes>, conn: Rc<C
 }
 
 /// The stream's answer. A panic (a bug) while it is made costs this stream, answered 500.
-async fn answer(req: Request<ClientBody>, conn: &Rc<Connection>, interim: &Interim) -> Response<ProxyBody> {
-    let served = AssertUnwindSafe(crate::serve_h2::serve(req, conn, interim)).catch_unwind().await;
+async fn answer(head: RequestHead, body: ClientBody, conn: &Rc<Connection>, interim: &Interim) -> Response<ProxyBody> {
+    let served = AssertUnwindSafe(crate::serve_h2::serve(head, body, conn, interim)).catch_unwind().await;
     served.unwrap_or_else(|panic| {
         count_panic(conn, panic.as_ref());
         local(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     })
-}
-
-/// A stream with bytes already read from it put back in front: the preface read while telling h2c from
-/// HTTP/1.
-struct Rewind {
-    preread: Bytes,
-    io: Stream,
-}
-
-impl AsyncRead for Rewind {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.preread.is_empty() {
-            let n = this.preread.len().min(buf.remaining());
-            buf.put_slice(&this.preread[..n]);
-            this.preread.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Rewind {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
 }

@@ -28,13 +28,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Serves one stream's request.
-pub(crate) async fn serve(req: Request<ClientBody>, conn: &Rc<Connection>, interim: &Interim) -> Response<ProxyBody> {
+pub(crate) async fn serve(
+    h2head: portico_h2::RequestHead,
+    body: ClientBody,
+    conn: &Rc<Connection>,
+    interim: &Interim,
+) -> Response<ProxyBody> {
     let started = Instant::now();
     let snapshot = conn.ctx.snapshot.load_full();
     let Some(settings) = snapshot.listener(&conn.listener) else {
         return local(StatusCode::SERVICE_UNAVAILABLE, "listener removed");
     };
-    let mut head = match crate::forward_h2::head_of(&req, &settings.limits) {
+    let mut head = match crate::forward_h2::head_of(&h2head, &settings.limits) {
         Ok(head) => head,
         Err(reason) => {
             // Counted and logged as a refused head, as an HTTP/1 one is.
@@ -49,16 +54,21 @@ pub(crate) async fn serve(req: Request<ClientBody>, conn: &Rc<Connection>, inter
     let reply = Reply { snapshot: &snapshot, conn, started, interim };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
+            let parts = match h2head.into_parts() {
+                Ok(parts) => parts,
+                Err(reason) => return reply.local(Some(route), &head, &LocalResponse::text(400, reason), |_| {}),
+            };
+            let req = Request::from_parts(parts, body);
             // Boxed: this rarer path's future would otherwise make every stream's future larger.
             Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await
         }
-        Front::Cluster { route, cluster } => to_cluster(req, head, route, cluster, settings, &reply).await,
+        Front::Cluster { route, cluster } => to_cluster(body, head, route, cluster, settings, &reply).await,
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
         Front::NoRoute => reply.local(None, &head, &LocalResponse::text(404, "no route matches this request"), |_| {}),
         Front::BadPath(e) => reply.local(None, &head, &LocalResponse::text(e.status, e.reason), |_| {}),
         Front::Handler { route, handler, params } => {
             let target = (route, handler, params);
-            crate::serve_handler::serve_h2(req, head, target, &snapshot, conn, started).await
+            crate::serve_handler::serve_h2(body, head, target, &snapshot, conn, started).await
         }
     }
 }
@@ -108,7 +118,7 @@ impl Reply<'_> {
 
 /// A request for an HTTP/1 cluster.
 async fn to_cluster(
-    req: Request<ClientBody>,
+    incoming: ClientBody,
     mut head: RequestHead,
     route: usize,
     cluster_index: usize,
@@ -118,7 +128,6 @@ async fn to_cluster(
     let (snapshot, conn) = (reply.snapshot, reply.conn);
     let ctx = &conn.ctx;
     let cluster = &snapshot.clusters[cluster_index];
-    let incoming = req.into_body();
     if !incoming.is_end_stream() && head.body == BodyFraming::None {
         // A body without a declared length: chunked to the upstream.
         head.body = BodyFraming::Chunked;

@@ -244,7 +244,7 @@ pub(crate) fn wrap_h2(
 /// A handler target for an HTTP/2 stream. The request body is the stream's; the response body goes to hyper
 /// and the request is counted and logged when it ends or is dropped (the client reset the stream).
 pub(crate) async fn serve_h2(
-    req: hyper::Request<crate::h2_request::ClientBody>,
+    body: crate::h2_request::ClientBody,
     head: RequestHead,
     (route, handler, params): (usize, Arc<dyn Handler>, Vec<(String, String)>),
     snapshot: &Arc<Snapshot>,
@@ -252,7 +252,7 @@ pub(crate) async fn serve_h2(
     started: Instant,
 ) -> hyper::Response<ProxyBody> {
     let info = ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
-    let request = Request { head: head.clone(), client: info, params, body: RequestBody::frames(req.into_body()) };
+    let request = Request { head: head.clone(), client: info, params, body: RequestBody::frames(body) };
     let (status, mut headers, body) = answer_of(handler.handle(request).await);
     let chain = snapshot.router.get(route).and_then(|r| r.filters.clone());
     let body = through_filters(chain.as_deref(), &head, status, &mut headers, body);

@@ -1,0 +1,208 @@
+//! portico-h2's server against the `h2` crate's client, over real TCP connections: requests and bodies in
+//! both directions, trailers, flow control with small windows on either side, many concurrent streams,
+//! resets, large header blocks and graceful shutdown.
+
+use bytes::Bytes;
+use h2::client;
+use http::{HeaderMap, Request, Response, StatusCode};
+use portico_h2::{RecvStream, RequestHead, SendResponse, Server, Settings};
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the test server does with a request, by path.
+async fn handle(head: RequestHead, mut body: RecvStream, mut respond: SendResponse) {
+    let path = String::from_utf8(head.path().unwrap().to_vec()).unwrap();
+    match path.as_str() {
+        // Echoes the body, and the request's trailers as the response's.
+        "/echo" => {
+            let mut send = respond.send_response(Response::new(()), false).unwrap();
+            while let Some(data) = poll_fn(|cx| body.poll_data(cx)).await {
+                let Ok(data) = data else { return };
+                poll_fn(|cx| send.poll_capacity(cx)).await.unwrap();
+                send.send_data(data, false).unwrap();
+            }
+            match poll_fn(|cx| body.poll_trailers(cx)).await.unwrap() {
+                Some(trailers) => send.send_trailers(trailers).unwrap(),
+                None => send.send_data(Bytes::new(), true).unwrap(),
+            }
+        }
+        // `n` bytes of a repeating pattern.
+        path if path.starts_with("/bytes/") => {
+            let n: usize = path[7..].parse().unwrap();
+            let pattern: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let mut pattern = Bytes::from(pattern);
+            let mut send = respond.send_response(Response::new(()), n == 0).unwrap();
+            while !pattern.is_empty() {
+                let Ok(room) = poll_fn(|cx| send.poll_capacity(cx)).await else { return };
+                let piece = pattern.split_to(room.min(pattern.len()).min(10_000));
+                send.send_data(piece, pattern.is_empty()).unwrap();
+            }
+        }
+        // A head with `n` bytes of fields.
+        path if path.starts_with("/fields/") => {
+            let n: usize = path[8..].parse().unwrap();
+            let mut response = Response::new(());
+            for i in 0..n / 1000 {
+                response.headers_mut().insert(
+                    format!("x-field-{i}").parse::<http::HeaderName>().unwrap(),
+                    "v".repeat(990).parse().unwrap(),
+                );
+            }
+            respond.send_response(response, true).unwrap();
+        }
+        // Never answers until the client resets the stream, then says so on a side channel (the status).
+        "/wait" => {
+            let reason = poll_fn(|cx| respond.poll_reset(cx)).await.unwrap();
+            assert_eq!(reason, portico_h2::Reason::CANCEL);
+        }
+        _ => {
+            let mut response = Response::new(());
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            respond.send_response(response, true).unwrap();
+        }
+    }
+}
+
+/// A server on a local port, each connection on a task of one thread, as Portico's workers run them.
+fn start(settings: Settings) -> SocketAddr {
+    let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = std.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            std.set_nonblocking(true).unwrap();
+            let listener = TcpListener::from_std(std).unwrap();
+            loop {
+                let (io, _) = listener.accept().await.unwrap();
+                let settings = settings.clone();
+                tokio::task::spawn_local(async move {
+                    let mut server = Server::new(io, Bytes::new(), settings);
+                    while let Some(Ok((head, body, respond))) = poll_fn(|cx| server.poll_accept(cx)).await {
+                        tokio::task::spawn_local(handle(head, body, respond));
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+async fn connect(addr: SocketAddr, builder: client::Builder) -> client::SendRequest<Bytes> {
+    let io = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = builder.handshake(io).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send.ready().await.unwrap()
+}
+
+fn get(path: &str) -> Request<()> {
+    Request::get(format!("http://test{path}")).body(()).unwrap()
+}
+
+async fn read_all(mut body: h2::RecvStream) -> (Vec<u8>, Option<HeaderMap>) {
+    let mut all = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.unwrap();
+        let _ = body.flow_control().release_capacity(data.len());
+        all.extend_from_slice(&data);
+    }
+    (all, body.trailers().await.unwrap())
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+#[tokio::test]
+async fn answers_a_get() {
+    let addr = start(Settings::default());
+    let mut send = connect(addr, client::Builder::new()).await;
+    let (resp, _) = send.send_request(get("/bytes/5"), true).unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(read_all(resp.into_body()).await.0, pattern(5));
+    let (resp, _) = send.send_request(get("/nothing"), true).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 404);
+}
+
+#[tokio::test]
+async fn echoes_a_large_body_with_trailers_through_small_windows() {
+    // Small windows on both sides: every byte waits for WINDOW_UPDATEs in both directions.
+    let settings = Settings { initial_stream_window: 16_384, initial_connection_window: 65_535, ..Settings::default() };
+    let addr = start(settings);
+    let mut builder = client::Builder::new();
+    builder.initial_window_size(5_000).initial_connection_window_size(20_000);
+    let mut send = connect(addr, builder).await;
+    let req = Request::post("http://test/echo").body(()).unwrap();
+    let (resp, mut up) = send.send_request(req, false).unwrap();
+    let body = pattern(1 << 20);
+    let writer = tokio::spawn(async move {
+        let mut rest = Bytes::from(body);
+        while !rest.is_empty() {
+            up.reserve_capacity(rest.len().min(50_000));
+            let n = poll_fn(|cx| up.poll_capacity(cx)).await.unwrap().unwrap();
+            up.send_data(rest.split_to(n.min(rest.len())), false).unwrap();
+        }
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        up.send_trailers(trailers).unwrap();
+    });
+    let resp = resp.await.unwrap();
+    let (echoed, trailers) = read_all(resp.into_body()).await;
+    writer.await.unwrap();
+    assert_eq!(echoed.len(), 1 << 20);
+    assert!(echoed == pattern(1 << 20), "the echoed body differs");
+    assert_eq!(trailers.unwrap()["grpc-status"], "0");
+}
+
+#[tokio::test]
+async fn serves_many_streams_at_once() {
+    let addr = start(Settings::default());
+    let mut send = connect(addr, client::Builder::new()).await;
+    // One request first: by its answer the client has the server's SETTINGS (100 streams at most), and
+    // queues what is over the limit instead of having it refused.
+    let (resp, _) = send.send_request(get("/bytes/1"), true).unwrap();
+    resp.await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..200usize {
+        let send = send.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut send = send.ready().await.unwrap();
+            let n = (i * 997) % 70_000;
+            let (resp, _) = send.send_request(get(&format!("/bytes/{n}")), true).unwrap();
+            let resp = resp.await.unwrap();
+            assert_eq!(read_all(resp.into_body()).await.0, pattern(n));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_large_head_goes_out_in_continuation_frames() {
+    let addr = start(Settings::default());
+    let mut builder = client::Builder::new();
+    builder.max_header_list_size(1 << 20);
+    let mut send = connect(addr, builder).await;
+    let (resp, _) = send.send_request(get("/fields/40000"), true).unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.headers().len(), 40);
+    assert_eq!(resp.headers()["x-field-39"].len(), 990);
+}
+
+#[tokio::test]
+async fn a_reset_reaches_the_handler() {
+    let addr = start(Settings::default());
+    let mut send = connect(addr, client::Builder::new()).await;
+    let (resp, mut stream) = send.send_request(get("/wait"), false).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    stream.send_reset(h2::Reason::CANCEL);
+    drop(resp);
+    // The connection still serves.
+    let (resp, _) = send.send_request(get("/bytes/3"), true).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 200);
+}
