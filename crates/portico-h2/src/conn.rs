@@ -847,7 +847,7 @@ impl Shared {
         let existing = self.streams.get(&id).map(|s| (s.recv, s.reset));
         let trailers = existing.is_some();
         let max_list = self.settings.max_header_list_size as usize;
-        let mut fields = Fields::new(trailers);
+        let mut fields = Fields::new(trailers, block.len());
         if let Err(e) = self.decoder.decode(block, |name, value| fields.add(name, value, max_list)) {
             let _ = e;
             return Err(ConnError(Reason::COMPRESSION_ERROR, "invalid header block (HPACK)"));
