@@ -1027,14 +1027,14 @@ impl Shared {
                         }
                     }
                 }
+                frame::SETTINGS_HEADER_TABLE_SIZE => self.encoder.set_peer_limit(value as usize),
                 frame::SETTINGS_MAX_FRAME_SIZE => {
                     if !(frame::DEFAULT_MAX_FRAME_SIZE..=frame::MAX_FRAME_SIZE_LIMIT).contains(&value) {
                         return Err(ConnError(Reason::PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of range"));
                     }
                     self.peer_max_frame = value;
                 }
-                // The encoder never uses its dynamic table, so the client's table size does not matter;
-                // concurrent streams limit pushes, which this server does not make; the client's header list
+                // Concurrent streams limit pushes, which this server does not make; the client's header list
                 // size is advisory.
                 _ => {}
             }
@@ -1091,6 +1091,7 @@ impl Shared {
         let at = self.out.len();
         let flags = frame::END_HEADERS | if end_stream { frame::END_STREAM } else { 0 };
         frame::put_head(&mut self.out, 0, frame::HEADERS, flags, id);
+        self.encoder.begin_block(&mut self.out);
         if let Some(status) = status {
             self.encoder.status(status, &mut self.out);
         }

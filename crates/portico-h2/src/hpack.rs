@@ -484,19 +484,37 @@ fn static_name_index(name: &[u8]) -> Option<usize> {
     }
 }
 
+/// The most this side's encoder keeps in its dynamic table (never more than the peer allows): room for the
+/// dozen or so fields that repeat on every response of a connection (`server`, `content-type`, `date`...).
+pub const ENCODER_TABLE_SIZE: usize = 1024;
+
+/// A dynamic table entry the encoder made: name and value.
+type EncoderEntry = (Box<[u8]>, Box<[u8]>);
+
 /// Encodes the header blocks Portico sends on one connection.
 ///
-/// It never inserts into its dynamic table (every field is a literal "without indexing" or "never indexed", or
-/// a static index), so the peer's decoder never holds anything for us and the table's size never matters,
-/// except for one thing: the very first block on the connection starts with a dynamic table size update to 0.
-/// A peer whose SETTINGS_HEADER_TABLE_SIZE goes below the size in force (4096 initially) is owed a size update
-/// at the start of the next block (RFC 9113 4.3.1), and decoders such as nghttp2's (curl, nghttp) refuse the
-/// block without one (COMPRESSION_ERROR); declaring 0 once puts our table below any value the peer can set, at
-/// any time, so no update is ever owed again. One byte per connection.
-#[derive(Debug, Default)]
+/// Fields that repeat from response to response (`server`, `content-type`, `date`, `cache-control`... the
+/// `indexed_name` list) go into the dynamic table the first time and are then sent as a one-byte index, as
+/// nginx and h2 do: on a small response that is most of its head. Everything else is a literal "without
+/// indexing" (or "never indexed" when sensitive). The table's size is `ENCODER_TABLE_SIZE` or the peer's
+/// SETTINGS_HEADER_TABLE_SIZE if lower; the first block announces it with a size update, and so does the
+/// first block after the peer changes its setting (RFC 9113 4.3.1: decoders such as nghttp2's refuse a block
+/// without one after lowering the size).
+#[derive(Debug)]
 pub struct Encoder {
-    /// The size update to 0 has been written (at the start of the first block).
-    table_zeroed: bool,
+    /// The size last announced to the peer (`None` before the first block).
+    announced: Option<usize>,
+    /// The peer's SETTINGS_HEADER_TABLE_SIZE.
+    peer_limit: usize,
+    /// Newest first, as the indices count.
+    entries: std::collections::VecDeque<EncoderEntry>,
+    size: usize,
+}
+
+impl Default for Encoder {
+    fn default() -> Encoder {
+        Encoder { announced: None, peer_limit: 4096, entries: Default::default(), size: 0 }
+    }
 }
 
 impl Encoder {
@@ -504,18 +522,34 @@ impl Encoder {
         Encoder::default()
     }
 
-    /// Writes the size update to 0 before the first field of the connection (see the type's docs).
-    #[inline]
-    fn start(&mut self, dst: &mut BytesMut) {
-        if !self.table_zeroed {
-            self.table_zeroed = true;
-            dst.put_u8(0x20);
+    /// The peer's SETTINGS_HEADER_TABLE_SIZE changed: the next block announces the new size.
+    pub fn set_peer_limit(&mut self, limit: usize) {
+        self.peer_limit = limit;
+    }
+
+    fn limit(&self) -> usize {
+        ENCODER_TABLE_SIZE.min(self.peer_limit)
+    }
+
+    /// Starts a header block: writes the table size update owed, if any. Call before the block's fields.
+    pub fn begin_block(&mut self, dst: &mut BytesMut) {
+        let limit = self.limit();
+        if self.announced != Some(limit) {
+            self.announced = Some(limit);
+            self.evict_to(limit);
+            write_int(limit, 5, 0x20, dst);
+        }
+    }
+
+    fn evict_to(&mut self, limit: usize) {
+        while self.size > limit {
+            let Some((name, value)) = self.entries.pop_back() else { break };
+            self.size -= 32 + name.len() + value.len();
         }
     }
 
     /// Appends `:status` (indexed static entry for 200, 204, 206, 304, 400, 404, 500; otherwise a literal with name index 8).
     pub fn status(&mut self, status: u16, dst: &mut BytesMut) {
-        self.start(dst);
         let index = match status {
             200 => 8,
             204 => 9,
@@ -549,25 +583,66 @@ impl Encoder {
         dst.put_slice(value);
     }
 
-    /// Appends one field as "literal without indexing" (RFC 7541 6.2.2): the name by its static-table index when the
-    /// name is in the static table (names must be lower-case, as HTTP/2 requires: matched as given), else a
-    /// literal name; the value as a raw (non-Huffman) string literal.
-    /// `sensitive`: "never indexed" form (6.2.3) instead, for authorization / cookie values, so that
-    /// intermediaries re-encoding the field do not index it either.
+    /// Appends one field: an index when it is in the dynamic table, a literal with incremental indexing when its
+    /// name is one that repeats (`indexed_name`), else a literal without indexing (RFC 7541 6.2.2), or "never
+    /// indexed" (6.2.3) when `sensitive`. The name by its static-table index when it has one (names must be
+    /// lower-case, as HTTP/2 requires: matched as given); values as raw (non-Huffman) strings.
     pub fn field(&mut self, name: &[u8], value: &[u8], sensitive: bool, dst: &mut BytesMut) {
-        self.start(dst);
-        let flags = if sensitive { 0x10 } else { 0x00 };
+        let entry_size = 32 + name.len() + value.len();
+        let indexed = !sensitive && indexed_name(name) && entry_size <= self.limit() / 4;
+        if indexed {
+            if let Some(at) = self.entries.iter().position(|(n, v)| **n == *name && **v == *value) {
+                write_int(62 + at, 7, 0x80, dst);
+                return;
+            }
+        }
         // Each integer takes at most 1 + 5 octets.
         dst.reserve(name.len() + value.len() + 3 * 6);
+        let (prefix, flags) = match (indexed, sensitive) {
+            (true, _) => (6, 0x40),
+            (false, true) => (4, 0x10),
+            (false, false) => (4, 0x00),
+        };
         match static_name_index(name) {
-            Some(index) => write_int(index, 4, flags, dst),
+            Some(index) => write_int(index, prefix, flags, dst),
             None => {
                 dst.put_u8(flags);
                 write_raw_string(name, dst);
             }
         }
         write_raw_string(value, dst);
+        if indexed {
+            self.entries.push_front((name.into(), value.into()));
+            self.size += entry_size;
+            let limit = self.limit();
+            self.evict_to(limit);
+        }
     }
+}
+
+/// Response fields whose values usually repeat on a connection: worth a place in the dynamic table.
+fn indexed_name(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"server"
+            | b"content-type"
+            | b"date"
+            | b"cache-control"
+            | b"vary"
+            | b"via"
+            | b"accept-ranges"
+            | b"content-encoding"
+            | b"content-language"
+            | b"x-content-type-options"
+            | b"x-frame-options"
+            | b"strict-transport-security"
+            | b"access-control-allow-origin"
+            | b"access-control-allow-credentials"
+            | b"alt-svc"
+            | b"referrer-policy"
+            | b"grpc-encoding"
+            | b"grpc-accept-encoding"
+    )
 }
 
 #[cfg(test)]
@@ -949,11 +1024,74 @@ mod tests {
     fn encoded(f: impl FnOnce(&mut Encoder, &mut BytesMut)) -> Vec<u8> {
         let mut e = Encoder::new();
         let mut first = BytesMut::new();
+        e.begin_block(&mut first);
         e.status(200, &mut first);
-        assert_eq!(&first[..], [0x20, 0x88], "the first block starts with a size update to 0");
+        // A size update to 1024 (31 + 993 in 5-bit-prefix form), then the status.
+        assert_eq!(&first[..], [0x3f, 0xe1, 0x07, 0x88], "the first block starts with a size update");
         let mut dst = BytesMut::new();
+        e.begin_block(&mut dst);
         f(&mut e, &mut dst);
         dst.to_vec()
+    }
+
+    #[test]
+    fn repeated_fields_become_indices() {
+        let mut e = Encoder::new();
+        let mut d = Decoder::new(4096);
+        let mut sizes = Vec::new();
+        for _ in 0..3 {
+            let mut block = BytesMut::new();
+            e.begin_block(&mut block);
+            e.status(200, &mut block);
+            e.field(b"server", b"portico", false, &mut block);
+            e.field(b"content-type", b"text/plain", false, &mut block);
+            e.field(b"x-request-id", b"abc", false, &mut block);
+            let fields = decode(&mut d, &block).unwrap();
+            assert_eq!(
+                fields,
+                owned(&[
+                    (":status", "200"),
+                    ("server", "portico"),
+                    ("content-type", "text/plain"),
+                    ("x-request-id", "abc")
+                ])
+            );
+            sizes.push(block.len());
+        }
+        // The second block: status, two one-byte indices, the unindexed literal.
+        assert_eq!(sizes[1], 1 + 1 + 1 + (1 + 1 + 12 + 1 + 3));
+        assert_eq!(sizes[1], sizes[2]);
+    }
+
+    #[test]
+    fn a_lower_peer_limit_is_announced_and_honoured() {
+        let mut e = Encoder::new();
+        let mut d = Decoder::new(4096);
+        let mut block = BytesMut::new();
+        e.begin_block(&mut block);
+        e.field(b"server", b"portico", false, &mut block);
+        decode(&mut d, &block).unwrap();
+        // The peer says 0: the next block announces it, and nothing is indexed any more.
+        e.set_peer_limit(0);
+        for _ in 0..2 {
+            let mut block = BytesMut::new();
+            e.begin_block(&mut block);
+            e.field(b"server", b"portico", false, &mut block);
+            assert_eq!(decode(&mut d, &block).unwrap(), owned(&[("server", "portico")]));
+        }
+        assert_eq!(d.dynamic_table().1, 0);
+        // A decoder that allows only 100 bytes never sees more.
+        let mut e = Encoder::new();
+        e.set_peer_limit(100);
+        let mut d = Decoder::new(100);
+        for i in 0..20 {
+            let mut block = BytesMut::new();
+            e.begin_block(&mut block);
+            e.field(b"date", format!("day {i}").as_bytes(), false, &mut block);
+            e.field(b"server", b"portico", false, &mut block);
+            decode(&mut d, &block).unwrap();
+            assert!(d.dynamic_table().1 <= 100);
+        }
     }
 
     #[test]
@@ -968,8 +1106,10 @@ mod tests {
 
     #[test]
     fn encoder_fields() {
-        // content-type is static index 31: 15 in the prefix, then 16.
-        assert_eq!(encoded(|e, d| e.field(b"content-type", b"text/html", false, d)), b"\x0f\x10\x09text/html");
+        // content-type is static index 31, indexed incrementally: 0x40 | 31.
+        assert_eq!(encoded(|e, d| e.field(b"content-type", b"text/html", false, d)), b"\x5f\x09text/html");
+        // A name that is not worth indexing: content-length (28) without indexing: 15 in the prefix, then 13.
+        assert_eq!(encoded(|e, d| e.field(b"content-length", b"12", false, d)), b"\x0f\x0d\x0212");
         // :authority is index 1.
         assert_eq!(encoded(|e, d| e.field(b":authority", b"a", false, d)), b"\x01\x01a");
         // Never indexed: authorization (23).
@@ -1026,6 +1166,11 @@ mod tests {
         for _ in 0..500 {
             let mut dst = BytesMut::new();
             let mut want = Vec::new();
+            if rng.below(20) == 0 {
+                // The peer changes its table size now and then.
+                encoder.set_peer_limit([0, 64, 300, 4096][rng.below(4)]);
+            }
+            encoder.begin_block(&mut dst);
             if rng.below(4) != 0 {
                 let status = [200, 204, 206, 304, 400, 404, 500, 100, 101, 302, 429, 503, 999][rng.below(13)];
                 encoder.status(status, &mut dst);
@@ -1040,8 +1185,10 @@ mod tests {
                 want.push((name, value));
             }
             assert_eq!(decode(&mut decoder, &dst).unwrap(), want);
-            // Nothing was ever inserted.
-            assert_eq!(decoder.dynamic_table(), (vec![], 0));
+            // Both tables agree.
+            let theirs = decoder.dynamic_table();
+            assert_eq!(theirs.1, encoder.size);
+            assert!(theirs.1 <= encoder.limit());
         }
     }
 
