@@ -85,13 +85,19 @@ struct ConnError(Reason, &'static str);
 /// whatever window the client grants), and how much the connection buffers before it waits for the socket.
 const MAX_QUEUED: i64 = 64 * 1024;
 const OUT_HIGH: usize = 64 * 1024;
+/// DATA frames are cut at 16 KiB whatever the client allows: the streams take turns at that grain, and the
+/// output stays bounded.
+const MAX_DATA_FRAME: u32 = 16 * 1024;
 /// Control frames (PING and SETTINGS acknowledgements, resets) a client that does not read may pile up
 /// before it is disconnected.
 const OUT_LIMIT: usize = 1024 * 1024;
 /// How many streams the client may reset while they are being answered, net of those answered: a client
 /// that opens and resets streams in a loop (CVE-2023-44487) is disconnected with ENHANCE_YOUR_CALM.
 const RESET_BUDGET: u32 = 200;
-/// The recently opened and recently reset stream ids kept to tell a closed stream from one never opened.
+/// The recently opened and recently closed (by both END_STREAMs, or the client's reset) stream ids kept: a frame on a stream closed
+/// that way is the client's error (STREAM_CLOSED), one on a stream never opened too (PROTOCOL_ERROR); frames
+/// on any other stream this side has forgotten (reset here, refused, or after our GOAWAY) are ignored, as
+/// frames in flight when a stream is reset may be.
 const HISTORY: usize = 128;
 
 /// Streams by id: ids are distinct odd numbers, so a multiplication spreads them well enough.
@@ -232,7 +238,7 @@ struct Shared {
     /// Streams with DATA queued, in turn.
     ready: VecDeque<u32>,
     opened: VecDeque<u32>,
-    local_resets: VecDeque<u32>,
+    closed_cleanly: VecDeque<u32>,
     /// The last stream id our GOAWAY announced, once sent.
     goaway: Option<u32>,
     failed: Option<Error>,
@@ -297,7 +303,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
             active: 0,
             ready: VecDeque::new(),
             opened: VecDeque::new(),
-            local_resets: VecDeque::new(),
+            closed_cleanly: VecDeque::new(),
             goaway: None,
             failed: None,
             conn_task: None,
@@ -331,7 +337,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
             }
         }
         loop {
-            if let Some((head, id)) = self.shared.borrow_mut().accepted.pop_front() {
+            let next = self.shared.borrow_mut().accepted.pop_front();
+            if let Some((head, id)) = next {
+                let gone = self.shared.borrow().streams.get(&id).is_none_or(|s| s.reset.is_some());
+                if gone {
+                    // Reset before it was handed out: nothing to answer. Its handles never existed.
+                    let mut s = self.shared.borrow_mut();
+                    if let Some(stream) = s.streams.get_mut(&id) {
+                        stream.handles = 0;
+                    }
+                    s.closed(id);
+                    continue;
+                }
                 let body = RecvStream { id, shared: self.shared.clone() };
                 let respond = SendResponse { id, shared: self.shared.clone() };
                 return Poll::Ready(Some(Ok((head, body, respond))));
@@ -345,14 +362,20 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
                     continue;
                 }
             }
-            if let Poll::Ready(Err(e)) = self.poll_write(cx) {
-                self.shared.borrow_mut().close(Error::Io(e.kind(), e.to_string()));
-                return Poll::Ready(Some(Err(Error::Io(e.kind(), e.to_string()))));
-            }
+            // Written and flushed: TLS holds records until flushed, so "the buffer is empty" is not enough to
+            // close on.
+            let flushed = match self.poll_write(cx) {
+                Poll::Ready(Err(e)) => {
+                    self.shared.borrow_mut().close(Error::Io(e.kind(), e.to_string()));
+                    return Poll::Ready(Some(Err(Error::Io(e.kind(), e.to_string()))));
+                }
+                Poll::Ready(Ok(())) => true,
+                Poll::Pending => false,
+            };
             {
                 let s = self.shared.borrow();
                 if let Some(failed) = &s.failed {
-                    if s.out.is_empty() || self.eof {
+                    if flushed || self.eof {
                         let failed = failed.clone();
                         drop(s);
                         self.shared.borrow_mut().close(failed.clone());
@@ -362,7 +385,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
                         });
                     }
                     // The GOAWAY is still being written; reading goes on only to see the socket close.
-                } else if s.goaway.is_some() && s.active == 0 && s.out.is_empty() {
+                } else if s.goaway.is_some() && s.active == 0 && flushed {
                     drop(s);
                     self.shared.borrow_mut().close(Error::Closed);
                     return Poll::Ready(None);
@@ -541,7 +564,8 @@ impl Shared {
         if self.failed.is_some() {
             return;
         }
-        let last = self.last_stream;
+        // RFC 9113 6.8: a second GOAWAY never names a higher stream than the first.
+        let last = self.goaway.map_or(self.last_stream, |g| g.min(self.last_stream));
         frame::put_goaway(&mut self.out, last, reason, detail.as_bytes());
         self.failed = Some(Error::GoAway { reason, remote: false, detail });
         self.wake_streams();
@@ -571,10 +595,23 @@ impl Shared {
         list.push_back(id);
     }
 
+    /// A stream error the client caused (a bad frame on the stream): the stream is reset, and it counts
+    /// against the reset budget as a client's own RST_STREAM does, so a client cannot make the server open and
+    /// reset streams without limit either (CVE-2025-8671, "MadeYouReset").
+    fn stream_error(&mut self, id: u32, reason: Reason) -> Result<(), ConnError> {
+        if self.streams.get(&id).is_some_and(|s| s.counted && s.send != Send::Done) {
+            self.reset_budget = self.reset_budget.saturating_sub(1);
+        }
+        self.reset(id, reason);
+        if self.reset_budget == 0 {
+            return Err(ConnError(Reason::ENHANCE_YOUR_CALM, "too many stream errors"));
+        }
+        Ok(())
+    }
+
     /// Resets stream `id` from this side.
     fn reset(&mut self, id: u32, reason: Reason) {
         frame::put_rst_stream(&mut self.out, id, reason);
-        Shared::remember(&mut self.local_resets, id);
         if let Some(stream) = self.streams.get_mut(&id) {
             if stream.reset.is_none() {
                 stream.reset = Some((reason, false));
@@ -599,6 +636,11 @@ impl Shared {
             self.active -= 1;
             if stream.reset.is_none() {
                 self.reset_budget = (self.reset_budget + 1).min(RESET_BUDGET);
+            }
+            // Closed by the client (its END_STREAM and ours, or its RST_STREAM): its frames after that are
+            // its error. Streams reset here are not remembered: the client may still have frames in flight.
+            if !matches!(stream.reset, Some((_, false))) {
+                Shared::remember(&mut self.closed_cleanly, id);
             }
         }
         if stream.handles == 0 {
@@ -630,9 +672,11 @@ impl Shared {
     /// A stream id the client used before: opened (then closed) or skipped (never opened)?
     fn was_opened(&self, id: u32) -> bool {
         match self.opened.front() {
-            Some(&oldest) if id >= oldest => self.opened.binary_search(&id).is_ok(),
+            // Nothing forgotten yet, or within what is remembered: known exactly.
+            Some(&oldest) if id >= oldest || self.opened.len() < HISTORY => self.opened.binary_search(&id).is_ok(),
+            None => false,
             // Older than what is remembered: assume it was.
-            _ => true,
+            Some(_) => true,
         }
     }
 
@@ -656,11 +700,11 @@ impl Shared {
         }
         let Some(stream) = self.streams.get_mut(&id) else {
             self.release_connection(length);
-            if self.local_resets.contains(&id) {
-                // Frames in flight when we reset it (RFC 9113 5.1): ignored.
-                return Ok(());
+            if self.closed_cleanly.contains(&id) {
+                return Err(ConnError(Reason::STREAM_CLOSED, "DATA on a closed stream"));
             }
-            return Err(ConnError(Reason::STREAM_CLOSED, "DATA on a closed stream"));
+            // Reset or refused here, or after our GOAWAY: frames in flight are ignored (RFC 9113 5.1, 6.8).
+            return Ok(());
         };
         match stream.reset {
             // Reset here: frames in flight are ignored.
@@ -682,10 +726,11 @@ impl Shared {
         stream.recv_window -= i64::from(length);
         if stream.recv_window < 0 {
             self.release_connection(length);
-            self.reset(id, Reason::FLOW_CONTROL_ERROR);
-            return Ok(());
+            return self.stream_error(id, Reason::FLOW_CONTROL_ERROR);
         }
-        let data = payload.slice(start..end);
+        // A small piece is copied: a slice would keep the whole read buffer it came from alive.
+        let data =
+            if end - start < 1024 { Bytes::copy_from_slice(&payload[start..end]) } else { payload.slice(start..end) };
         stream.received += data.len() as u64;
         let end_stream = head.flags & frame::END_STREAM != 0;
         let length_mismatch = match stream.content_length {
@@ -694,8 +739,7 @@ impl Shared {
         };
         if length_mismatch {
             self.release_connection(length);
-            self.reset(id, Reason::PROTOCOL_ERROR);
-            return Ok(());
+            return self.stream_error(id, Reason::PROTOCOL_ERROR);
         }
         let padding = length - data.len() as u32;
         let kept = stream.handles & RECV_HANDLE != 0;
@@ -752,9 +796,10 @@ impl Shared {
                     return Err(ConnError(Reason::PROTOCOL_ERROR, "PRIORITY on stream 0"));
                 }
                 if payload.len() != 5 {
-                    self.reset(head.stream, Reason::FRAME_SIZE_ERROR);
-                } else if depends_on_itself(head.stream, payload) {
-                    self.reset(head.stream, Reason::PROTOCOL_ERROR);
+                    return self.stream_error(head.stream, Reason::FRAME_SIZE_ERROR);
+                }
+                if depends_on_itself(head.stream, payload) {
+                    return self.stream_error(head.stream, Reason::PROTOCOL_ERROR);
                 }
                 Ok(())
             }
@@ -862,8 +907,7 @@ impl Shared {
                 (Recv::Ended, None) => Err(ConnError(Reason::STREAM_CLOSED, "HEADERS after END_STREAM")),
                 (Recv::Open, None) => {
                     if !end_stream || fields.malformed.is_some() || fields.list_size > max_list {
-                        self.reset(id, Reason::PROTOCOL_ERROR);
-                        return Ok(());
+                        return self.stream_error(id, Reason::PROTOCOL_ERROR);
                     }
                     self.trailers(id, fields.into_trailers());
                     Ok(())
@@ -871,13 +915,14 @@ impl Shared {
             };
         }
         if id <= self.last_stream {
-            if self.local_resets.contains(&id) {
-                return Ok(());
-            }
-            if self.was_opened(id) {
+            if self.closed_cleanly.contains(&id) {
                 return Err(ConnError(Reason::STREAM_CLOSED, "HEADERS on a closed stream"));
             }
-            return Err(ConnError(Reason::PROTOCOL_ERROR, "a new stream's id is not above the last one"));
+            if !self.was_opened(id) {
+                return Err(ConnError(Reason::PROTOCOL_ERROR, "a new stream's id is not above the last one"));
+            }
+            // Reset or refused here, or after our GOAWAY: ignored.
+            return Ok(());
         }
         self.last_stream = id;
         Shared::remember(&mut self.opened, id);
@@ -929,7 +974,7 @@ impl Shared {
     fn trailers(&mut self, id: u32, headers: HeaderMap) {
         let Some(stream) = self.streams.get_mut(&id) else { return };
         if stream.content_length.is_some_and(|n| n != stream.received) {
-            self.reset(id, Reason::PROTOCOL_ERROR);
+            let _ = self.stream_error(id, Reason::PROTOCOL_ERROR);
             return;
         }
         stream.recv = Recv::Ended;
@@ -1067,13 +1112,11 @@ impl Shared {
             return Ok(());
         }
         if increment == 0 {
-            self.reset(id, Reason::PROTOCOL_ERROR);
-            return Ok(());
+            return self.stream_error(id, Reason::PROTOCOL_ERROR);
         }
         stream.send_window += increment;
         if stream.send_window > frame::MAX_WINDOW {
-            self.reset(id, Reason::FLOW_CONTROL_ERROR);
-            return Ok(());
+            return self.stream_error(id, Reason::FLOW_CONTROL_ERROR);
         }
         if !stream.queue.is_empty() && !stream.in_ready {
             stream.in_ready = true;
@@ -1152,7 +1195,7 @@ impl Shared {
             let n = (front.len() as i64)
                 .min(stream.send_window)
                 .min(self.send_window)
-                .min(i64::from(self.peer_max_frame))
+                .min(i64::from(self.peer_max_frame.min(MAX_DATA_FRAME)))
                 .max(0) as usize;
             if n == 0 {
                 if self.send_window <= 0 && stream.send_window > 0 {
@@ -1279,8 +1322,7 @@ impl Drop for RecvStream {
         stream.trailers = None;
         let reset_now = stream.recv == Recv::Open && stream.send == Send::Done && stream.reset.is_none();
         if left > 0 {
-            stream.unreleased += left as u32;
-            s.release_connection(left as u32);
+            s.release_stream(self.id, left as u32);
         }
         if reset_now {
             s.reset(self.id, Reason::NO_ERROR);
@@ -1301,7 +1343,8 @@ impl SendResponse {
     pub fn send_informational(&mut self, response: Response<()>) -> Result<(), Error> {
         let mut s = self.shared.borrow_mut();
         let stream = s.usable(self.id)?;
-        if stream.send != Send::Idle || !response.status().is_informational() {
+        let status = response.status();
+        if stream.send != Send::Idle || !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS {
             return Err(Error::Closed);
         }
         s.write_headers(self.id, Some(response.status().as_u16()), response.headers(), false);

@@ -506,6 +506,8 @@ pub struct Encoder {
     announced: Option<usize>,
     /// The peer's SETTINGS_HEADER_TABLE_SIZE.
     peer_limit: usize,
+    /// The lowest value it took since the last block began.
+    lowest: Option<usize>,
     /// Newest first, as the indices count.
     entries: std::collections::VecDeque<EncoderEntry>,
     size: usize,
@@ -513,7 +515,7 @@ pub struct Encoder {
 
 impl Default for Encoder {
     fn default() -> Encoder {
-        Encoder { announced: None, peer_limit: 4096, entries: Default::default(), size: 0 }
+        Encoder { announced: None, peer_limit: 4096, lowest: None, entries: Default::default(), size: 0 }
     }
 }
 
@@ -525,6 +527,7 @@ impl Encoder {
     /// The peer's SETTINGS_HEADER_TABLE_SIZE changed: the next block announces the new size.
     pub fn set_peer_limit(&mut self, limit: usize) {
         self.peer_limit = limit;
+        self.lowest = Some(self.lowest.map_or(limit, |low| low.min(limit)));
     }
 
     fn limit(&self) -> usize {
@@ -534,6 +537,15 @@ impl Encoder {
     /// Starts a header block: writes the table size update owed, if any. Call before the block's fields.
     pub fn begin_block(&mut self, dst: &mut BytesMut) {
         let limit = self.limit();
+        // RFC 7541 4.2: when the peer's limit went lower in between, the lowest is announced first (its decoder
+        // has evicted down to it), then the final one.
+        if let Some(low) = self.lowest.take().map(|low| low.min(ENCODER_TABLE_SIZE)) {
+            if low < limit && self.announced.is_some_and(|announced| low < announced) {
+                self.announced = Some(low);
+                self.evict_to(low);
+                write_int(low, 5, 0x20, dst);
+            }
+        }
         if self.announced != Some(limit) {
             self.announced = Some(limit);
             self.evict_to(limit);
@@ -1080,6 +1092,21 @@ mod tests {
             assert_eq!(decode(&mut d, &block).unwrap(), owned(&[("server", "portico")]));
         }
         assert_eq!(d.dynamic_table().1, 0);
+        // Down to 0 and back up between two blocks: the decoder evicted everything at 0, so 0 is announced
+        // first, then the new size, and nothing old is referred to.
+        let mut e = Encoder::new();
+        let mut d = Decoder::new(4096);
+        let mut block = BytesMut::new();
+        e.begin_block(&mut block);
+        e.field(b"server", b"portico", false, &mut block);
+        decode(&mut d, &block).unwrap();
+        e.set_peer_limit(0);
+        e.set_peer_limit(4096);
+        let mut block = BytesMut::new();
+        e.begin_block(&mut block);
+        e.field(b"server", b"portico", false, &mut block);
+        assert_eq!(&block[..2], [0x20, 0x3f], "size updates to 0, then to 1024");
+        assert_eq!(decode(&mut d, &block).unwrap(), owned(&[("server", "portico")]));
         // A decoder that allows only 100 bytes never sees more.
         let mut e = Encoder::new();
         e.set_peer_limit(100);

@@ -206,3 +206,107 @@ async fn a_reset_reaches_the_handler() {
     let (resp, _) = send.send_request(get("/bytes/3"), true).unwrap();
     assert_eq!(resp.await.unwrap().status(), 200);
 }
+
+/// Raw frames, for what a well-behaved client library cannot be made to send.
+mod raw {
+    use super::*;
+    use bytes::{BufMut, BytesMut};
+    use std::io::{Read, Write};
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        let len = (payload.len() as u32).to_be_bytes();
+        out.put_slice(&[len[1], len[2], len[3], kind, flags]);
+        out.put_u32(stream);
+        out.put_slice(payload);
+        out.to_vec()
+    }
+
+    fn get_block() -> Vec<u8> {
+        let mut e = portico_h2::hpack::Encoder::new();
+        let mut block = BytesMut::new();
+        for (n, v) in [(":method", "GET"), (":scheme", "http"), (":path", "/bytes/1"), (":authority", "t")] {
+            e.field(n.as_bytes(), v.as_bytes(), false, &mut block);
+        }
+        block.to_vec()
+    }
+
+    /// Reads frames until the server closes; returns the GOAWAY's error code if one came.
+    fn goaway_code(s: &mut std::net::TcpStream) -> Option<u32> {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut code = None;
+        loop {
+            let mut head = [0u8; 9];
+            if s.read_exact(&mut head).is_err() {
+                return code;
+            }
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0; len];
+            if s.read_exact(&mut payload).is_err() {
+                return code;
+            }
+            if head[3] == 7 {
+                code = Some(u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]));
+            }
+        }
+    }
+
+    fn open(addr: SocketAddr) -> std::net::TcpStream {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(portico_h2::PREFACE).unwrap();
+        s.write_all(&frame(4, 0, 0, &[])).unwrap();
+        s
+    }
+
+    /// Streams the client makes the server reset (here with WINDOW_UPDATEs of 0) count against the same
+    /// budget as streams it resets itself (CVE-2025-8671): the connection ends with ENHANCE_YOUR_CALM.
+    #[test]
+    fn streams_reset_for_the_clients_errors_are_limited() {
+        let addr = start(Settings::default());
+        let mut s = open(addr);
+        let block = get_block();
+        let mut burst = Vec::new();
+        for i in 0..1000u32 {
+            let id = 2 * i + 1;
+            burst.extend(frame(1, 0x4, id, &block)); // HEADERS, END_HEADERS, no END_STREAM
+            burst.extend(frame(8, 0, id, &[0, 0, 0, 0])); // WINDOW_UPDATE 0: a stream error
+        }
+        let _ = s.write_all(&burst);
+        assert_eq!(goaway_code(&mut s), Some(0xb), "no ENHANCE_YOUR_CALM");
+    }
+
+    /// After the server's GOAWAY, frames the client had in flight for streams above its last id are ignored:
+    /// the streams below it finish, and the connection is not failed.
+    #[test]
+    fn frames_after_a_goaway_for_unprocessed_streams_are_ignored() {
+        let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                std.set_nonblocking(true).unwrap();
+                let listener = TcpListener::from_std(std).unwrap();
+                let (io, _) = listener.accept().await.unwrap();
+                let mut server = Server::new(io, Bytes::new(), Settings::default());
+                // The first request is accepted, then the server shuts down gracefully before answering it.
+                let Some(Ok((head, body, respond))) = poll_fn(|cx| server.poll_accept(cx)).await else { return };
+                server.graceful_shutdown();
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    handle(head, body, respond).await;
+                });
+                while let Some(Ok(_)) = poll_fn(|cx| server.poll_accept(cx)).await {}
+            });
+        });
+        let mut s = open(addr);
+        s.write_all(&frame(1, 0x5, 1, &get_block())).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Stream 3, sent as if before the GOAWAY arrived: HEADERS then DATA.
+        let mut late = frame(1, 0x4, 3, &get_block());
+        late.extend(frame(0, 0x1, 3, b"late"));
+        s.write_all(&late).unwrap();
+        // The connection ends cleanly (GOAWAY NO_ERROR only) once stream 1 is answered.
+        assert_eq!(goaway_code(&mut s), Some(0));
+    }
+}

@@ -10,14 +10,18 @@ use hyper::body::Body;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::Response;
 use portico_h2::{Reason, SendStream};
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
+use tokio::time::Sleep;
 
 /// Sends `response` on the stream: its head (with `date` and, for a body of known size, `content-length`
 /// added when missing), then its body until it ends, fails (the stream is reset) or the client resets the
-/// stream (the body is dropped, which ends what produces it).
-pub(crate) async fn respond(reply: &Interim, response: Response<ProxyBody>) {
+/// stream (the body is dropped, which ends what produces it). A client that gives the stream no window for
+/// `send_timeout` (it stopped reading) has the stream reset, as an HTTP/1 client that stops reading is
+/// disconnected.
+pub(crate) async fn respond(reply: &Interim, response: Response<ProxyBody>, send_timeout: Duration) {
     let (mut parts, mut body) = response.into_parts();
     // One pass over the names (standard names compare as small integers) instead of a lookup for each.
     let (mut forbidden, mut dated, mut sized) = (false, false, false);
@@ -44,19 +48,35 @@ pub(crate) async fn respond(reply: &Interim, response: Response<ProxyBody>) {
     }
     let Ok(mut send) = reply.borrow_mut().send_response(Response::from_parts(parts, ()), end) else { return };
     if !end {
-        let _ = poll_fn(|cx| pipe(&mut send, Pin::new(&mut body), cx)).await;
+        let mut stalled = None;
+        let _ = poll_fn(|cx| pipe(&mut send, Pin::new(&mut body), (&mut stalled, send_timeout), cx)).await;
     }
 }
 
 /// Moves the body's frames to the stream, taking more from the body only while the stream can carry them.
+/// `stalled`: the timer that runs while the stream has no room (made the first time it has none).
 fn pipe(
     send: &mut SendStream,
     mut body: Pin<&mut ProxyBody>,
+    (stalled, send_timeout): (&mut Option<Pin<Box<Sleep>>>, Duration),
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), portico_h2::Error>> {
     loop {
         // Waits for room; a reset (or a closed connection) ends the response here.
-        ready!(send.poll_capacity(cx))?;
+        match send.poll_capacity(cx) {
+            Poll::Ready(room) => {
+                room?;
+                *stalled = None;
+            }
+            Poll::Pending => {
+                let timer = stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(send_timeout)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    send.send_reset(Reason::CANCEL);
+                    return Poll::Ready(Ok(()));
+                }
+                return Poll::Pending;
+            }
+        }
         // Registered to hear of a reset while the body has nothing yet.
         if let Poll::Ready(reset) = send.poll_reset(cx) {
             return Poll::Ready(reset.map(drop));

@@ -36,6 +36,9 @@ use tokio::time::{Instant, Sleep};
 /// dropped.
 const CLOSE_AFTER_GOAWAY: Duration = Duration::from_secs(10);
 
+/// How long a stream may wait for the client's window when its listener is gone (a reload removed it).
+const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
 pub(crate) const PREFACE: &[u8] = portico_h2::PREFACE;
 
@@ -341,7 +344,8 @@ async fn stream(head: RequestHead, recv: RecvStream, reply: SendResponse, conn: 
             None => return,
         }
     };
-    respond(&reply, response).await;
+    let send_timeout = conn.ctx.snapshot.load().listener(&conn.listener).map_or(SEND_TIMEOUT, |l| l.send_timeout);
+    respond(&reply, response, send_timeout).await;
 }
 
 /// The stream's answer. A panic (a bug) while it is made costs this stream, answered 500.

@@ -393,3 +393,42 @@ fn at_the_connection_limit_an_idle_http2_connection_makes_room_too() {
         assert_eq!(p.metric("portico_connections_evicted_total{listener=\"web\"}"), 1.0);
     });
 }
+
+/// A client that stops giving the stream window (it stopped reading) has the stream reset after the
+/// listener's `timeouts.send`, as an HTTP/1 client that stops reading is disconnected: the upstream connection
+/// and the stream are not held for ever.
+#[test]
+fn a_stream_without_window_is_reset_after_the_send_timeout() {
+    let b = Backend::start("b0").unwrap();
+    let p = Portico::start(&yaml(b.addr, "    timeouts: { send: 1s }\n"));
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        // 100 bytes of window: the first DATA frame and no more until the client reads, which it never does.
+        let (client, conn) =
+            h2::client::Builder::new().initial_window_size(100).handshake::<_, Bytes>(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut client = client.ready().await.unwrap();
+        let req = hyper::Request::get("http://localhost/bytes/1000000").body(()).unwrap();
+        let (response, _) = client.send_request(req, true).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        let started = std::time::Instant::now();
+        let mut body = response.into_body();
+        let mut received = 0;
+        let ended = loop {
+            match tokio::time::timeout(Duration::from_secs(10), body.data()).await {
+                Ok(Some(Ok(data))) => received += data.len(), // never released: the window stays shut
+                Ok(Some(Err(e))) => break Some(e),
+                Ok(None) => break None,
+                Err(_) => panic!("the stalled stream was not reset within 10 s"),
+            }
+        };
+        let e = ended.expect("the body ended cleanly");
+        assert_eq!(e.reason(), Some(h2::Reason::CANCEL), "{e}");
+        assert_eq!(received, 100);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(5), "{waited:?}");
+    });
+}
