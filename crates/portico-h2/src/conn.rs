@@ -94,6 +94,10 @@ const OUT_LIMIT: usize = 1024 * 1024;
 /// How many streams the client may reset while they are being answered, net of those answered: a client
 /// that opens and resets streams in a loop (CVE-2023-44487) is disconnected with ENHANCE_YOUR_CALM.
 const RESET_BUDGET: u32 = 200;
+/// How many frames in a row may do nothing (empty DATA or CONTINUATION, PRIORITY, PING, SETTINGS, window
+/// updates for streams that are gone) before the client is taken for one that only wants to make the server
+/// work (CVE-2019-9518, "empty frames flood"). Any request or request body byte starts the count again.
+const IDLE_FRAMES: u32 = 10_000;
 /// The recently opened and recently closed (by both END_STREAMs, or the client's reset) stream ids kept: a frame on a stream closed
 /// that way is the client's error (STREAM_CLOSED), one on a stream never opened too (PROTOCOL_ERROR); frames
 /// on any other stream this side has forgotten (reset here, refused, or after our GOAWAY) are ignored, as
@@ -247,6 +251,8 @@ struct Shared {
     pong: bool,
     pong_task: Option<Waker>,
     reset_budget: u32,
+    /// Frames in a row that did nothing (see `IDLE_FRAMES`).
+    idle_frames: u32,
 }
 
 /// The server side of one HTTP/2 connection. Poll `poll_accept` for requests (each a head, the body's reader
@@ -311,6 +317,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
             pong: false,
             pong_task: None,
             reset_budget: RESET_BUDGET,
+            idle_frames: 0,
         };
         Server {
             io,
@@ -533,6 +540,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
                 payload.advance(frame::HEADER_LEN);
                 s.data(head, payload.freeze())?;
             } else {
+                s.count_idle(head)?;
                 s.frame(head, &self.read[frame::HEADER_LEN..total])?;
                 self.read.advance(total);
             }
@@ -685,11 +693,18 @@ impl Shared {
             return Err(ConnError(Reason::PROTOCOL_ERROR, "DATA inside a header block"));
         }
         let id = head.stream;
-        if id == 0 {
-            return Err(ConnError(Reason::PROTOCOL_ERROR, "DATA on stream 0"));
+        if id == 0 || id.is_multiple_of(2) {
+            // Stream 0 is the connection; even ids are the server's, which opens none.
+            return Err(ConnError(Reason::PROTOCOL_ERROR, "DATA on stream 0 or an even-numbered stream"));
         }
         let length = payload.len() as u32;
         let (start, end) = unpad(head, &payload)?;
+        if end > start {
+            self.idle_frames = 0;
+        } else if head.flags & frame::END_STREAM == 0 {
+            // No data and no end: a frame that does nothing (padding alone included).
+            self.idle_frame()?;
+        }
         // Flow control counts the whole payload, padding included.
         self.recv_window -= i64::from(length);
         if self.recv_window < 0 {
@@ -779,6 +794,35 @@ impl Shared {
             stream.unreleased = 0;
             self.wake_conn();
         }
+    }
+
+    /// Counts a frame other than DATA towards `IDLE_FRAMES` (or starts the count again: HEADERS).
+    fn count_idle(&mut self, head: Head) -> Result<(), ConnError> {
+        let idle = match head.kind {
+            frame::HEADERS => {
+                self.idle_frames = 0;
+                return Ok(());
+            }
+            frame::CONTINUATION => head.length == 0 && head.flags & frame::END_HEADERS == 0,
+            frame::PING | frame::SETTINGS => head.flags & frame::ACK == 0,
+            // A stream's end, flow control and the connection's end are part of normal traffic: a download
+            // sends WINDOW_UPDATEs and nothing else for as long as it lasts.
+            frame::RST_STREAM | frame::WINDOW_UPDATE | frame::GOAWAY => false,
+            // PRIORITY, PUSH_PROMISE (an error anyway) and unknown types.
+            _ => true,
+        };
+        if idle {
+            self.idle_frame()?;
+        }
+        Ok(())
+    }
+
+    fn idle_frame(&mut self) -> Result<(), ConnError> {
+        self.idle_frames += 1;
+        if self.idle_frames > IDLE_FRAMES {
+            return Err(ConnError(Reason::ENHANCE_YOUR_CALM, "too many frames that do nothing"));
+        }
+        Ok(())
     }
 
     /// Every frame but DATA.
@@ -995,7 +1039,7 @@ impl Shared {
         let Ok(code) = <[u8; 4]>::try_from(payload) else {
             return Err(ConnError(Reason::FRAME_SIZE_ERROR, "RST_STREAM not 4 bytes long"));
         };
-        if id > self.last_stream {
+        if id > self.last_stream || id.is_multiple_of(2) {
             return Err(ConnError(Reason::PROTOCOL_ERROR, "RST_STREAM on an idle stream"));
         }
         let Some(stream) = self.streams.get_mut(&id) else { return Ok(()) };
@@ -1104,7 +1148,7 @@ impl Shared {
             }
             return Ok(());
         }
-        if id > self.last_stream {
+        if id > self.last_stream || id.is_multiple_of(2) {
             return Err(ConnError(Reason::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream"));
         }
         let Some(stream) = self.streams.get_mut(&id) else { return Ok(()) };

@@ -64,8 +64,13 @@ async fn handle(head: RequestHead, mut body: RecvStream, mut respond: SendRespon
     }
 }
 
-/// A server on a local port, each connection on a task of one thread, as Portico's workers run them.
-fn start(settings: Settings) -> SocketAddr {
+/// Runs `serve` with a listener on a local port, on a thread of its own with a one-thread runtime and its
+/// tasks, as Portico's workers run connections.
+fn spawn_server<F, Fut>(serve: F) -> SocketAddr
+where
+    F: FnOnce(TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
     let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = std.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -73,20 +78,26 @@ fn start(settings: Settings) -> SocketAddr {
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async move {
             std.set_nonblocking(true).unwrap();
-            let listener = TcpListener::from_std(std).unwrap();
-            loop {
-                let (io, _) = listener.accept().await.unwrap();
-                let settings = settings.clone();
-                tokio::task::spawn_local(async move {
-                    let mut server = Server::new(io, Bytes::new(), settings);
-                    while let Some(Ok((head, body, respond))) = poll_fn(|cx| server.poll_accept(cx)).await {
-                        tokio::task::spawn_local(handle(head, body, respond));
-                    }
-                });
-            }
+            serve(TcpListener::from_std(std).unwrap()).await;
         });
     });
     addr
+}
+
+/// A server on a local port that answers every connection's requests with `handle`.
+fn start(settings: Settings) -> SocketAddr {
+    spawn_server(|listener| async move {
+        loop {
+            let (io, _) = listener.accept().await.unwrap();
+            let settings = settings.clone();
+            tokio::task::spawn_local(async move {
+                let mut server = Server::new(io, Bytes::new(), settings);
+                while let Some(Ok((head, body, respond))) = poll_fn(|cx| server.poll_accept(cx)).await {
+                    tokio::task::spawn_local(handle(head, body, respond));
+                }
+            });
+        }
+    })
 }
 
 async fn connect(addr: SocketAddr, builder: client::Builder) -> client::SendRequest<Bytes> {
@@ -213,7 +224,7 @@ mod raw {
     use bytes::{BufMut, BytesMut};
     use std::io::{Read, Write};
 
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let mut out = BytesMut::new();
         let len = (payload.len() as u32).to_be_bytes();
         out.put_slice(&[len[1], len[2], len[3], kind, flags]);
@@ -222,7 +233,7 @@ mod raw {
         out.to_vec()
     }
 
-    fn get_block() -> Vec<u8> {
+    pub fn get_block() -> Vec<u8> {
         let mut e = portico_h2::hpack::Encoder::new();
         let mut block = BytesMut::new();
         for (n, v) in [(":method", "GET"), (":scheme", "http"), (":path", "/bytes/1"), (":authority", "t")] {
@@ -232,7 +243,7 @@ mod raw {
     }
 
     /// Reads frames until the server closes; returns the GOAWAY's error code if one came.
-    fn goaway_code(s: &mut std::net::TcpStream) -> Option<u32> {
+    pub fn goaway_code(s: &mut std::net::TcpStream) -> Option<u32> {
         s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
         let mut code = None;
         loop {
@@ -251,7 +262,7 @@ mod raw {
         }
     }
 
-    fn open(addr: SocketAddr) -> std::net::TcpStream {
+    pub fn open(addr: SocketAddr) -> std::net::TcpStream {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         s.write_all(portico_h2::PREFACE).unwrap();
         s.write_all(&frame(4, 0, 0, &[])).unwrap();
@@ -279,25 +290,17 @@ mod raw {
     /// the streams below it finish, and the connection is not failed.
     #[test]
     fn frames_after_a_goaway_for_unprocessed_streams_are_ignored() {
-        let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = std.local_addr().unwrap();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, async move {
-                std.set_nonblocking(true).unwrap();
-                let listener = TcpListener::from_std(std).unwrap();
-                let (io, _) = listener.accept().await.unwrap();
-                let mut server = Server::new(io, Bytes::new(), Settings::default());
-                // The first request is accepted, then the server shuts down gracefully before answering it.
-                let Some(Ok((head, body, respond))) = poll_fn(|cx| server.poll_accept(cx)).await else { return };
-                server.graceful_shutdown();
-                tokio::task::spawn_local(async move {
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    handle(head, body, respond).await;
-                });
-                while let Some(Ok(_)) = poll_fn(|cx| server.poll_accept(cx)).await {}
+        let addr = spawn_server(|listener| async move {
+            let (io, _) = listener.accept().await.unwrap();
+            let mut server = Server::new(io, Bytes::new(), Settings::default());
+            // The first request is accepted, then the server shuts down gracefully before answering it.
+            let Some(Ok((head, body, respond))) = poll_fn(|cx| server.poll_accept(cx)).await else { return };
+            server.graceful_shutdown();
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                handle(head, body, respond).await;
             });
+            while let Some(Ok(_)) = poll_fn(|cx| server.poll_accept(cx)).await {}
         });
         let mut s = open(addr);
         s.write_all(&frame(1, 0x5, 1, &get_block())).unwrap();
@@ -308,5 +311,38 @@ mod raw {
         s.write_all(&late).unwrap();
         // The connection ends cleanly (GOAWAY NO_ERROR only) once stream 1 is answered.
         assert_eq!(goaway_code(&mut s), Some(0));
+    }
+}
+
+mod floods {
+    use super::raw::*;
+    use super::*;
+    use std::io::Write;
+
+    /// A client that sends only frames that do nothing (here PINGs) is disconnected with ENHANCE_YOUR_CALM
+    /// (CVE-2019-9518).
+    #[test]
+    fn frames_that_do_nothing_are_limited() {
+        let addr = start(Settings::default());
+        let mut s = open(addr);
+        let mut burst = Vec::new();
+        for i in 0..10_050u64 {
+            burst.extend(frame(6, 0, 0, &i.to_be_bytes()));
+        }
+        let _ = s.write_all(&burst);
+        assert_eq!(goaway_code(&mut s), Some(0xb), "no ENHANCE_YOUR_CALM");
+    }
+
+    /// Even stream ids are the server's, which opens none: DATA on one is a connection error.
+    #[test]
+    fn data_on_an_even_stream_is_a_protocol_error() {
+        let addr = start(Settings::default());
+        let mut s = open(addr);
+        // Streams 1 and 3 first, so that 2 is below the last stream the client opened.
+        let mut frames = frame(1, 0x5, 1, &get_block());
+        frames.extend(frame(1, 0x5, 3, &get_block()));
+        frames.extend(frame(0, 0, 2, b"x"));
+        s.write_all(&frames).unwrap();
+        assert_eq!(goaway_code(&mut s), Some(0x1));
     }
 }
