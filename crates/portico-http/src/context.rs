@@ -50,4 +50,7 @@ pub(crate) struct Connection {
     /// When the last request arrived, and how many are being answered: for the idle timeout.
     pub last_request: Cell<tokio::time::Instant>,
     pub active: Cell<usize>,
+    /// How long a stream may wait for the client's flow-control window (the listener's `timeouts.send` when
+    /// the connection opened).
+    pub send_timeout: std::time::Duration,
 }

@@ -36,9 +36,6 @@ use tokio::time::{Instant, Sleep};
 /// dropped.
 const CLOSE_AFTER_GOAWAY: Duration = Duration::from_secs(10);
 
-/// How long a stream may wait for the client's window when its listener is gone (a reload removed it).
-const SEND_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// What a client sends first on an HTTP/2 connection (RFC 9113 3.4).
 pub(crate) const PREFACE: &[u8] = portico_h2::PREFACE;
 
@@ -53,11 +50,11 @@ pub(crate) async fn serve(
     listener: Arc<str>,
     ctx: Rc<WorkerCtx>,
 ) {
-    let (settings, keepalive) = {
+    let (settings, keepalive, send_timeout) = {
         let snapshot = ctx.snapshot.load();
         let Some(l) = snapshot.listener(&listener) else { return };
         let Some(settings) = l.http2.clone() else { return };
-        (settings, l.keepalive_timeout)
+        (settings, l.keepalive_timeout, l.send_timeout)
     };
     // A client that never sends its preface is closed by the idle timer below.
     let mut conn = Server::new(io, preread, server_settings(&settings));
@@ -69,6 +66,7 @@ pub(crate) async fn serve(
         ctx,
         last_request: Cell::new(Instant::now()),
         active: Cell::new(0),
+        send_timeout,
     });
     let mut pinger = settings.keepalive_interval.map(|every| Pinger { every, waiting: false });
     let mut streams = FuturesUnordered::new();
@@ -344,8 +342,7 @@ async fn stream(head: RequestHead, recv: RecvStream, reply: SendResponse, conn: 
             None => return,
         }
     };
-    let send_timeout = conn.ctx.snapshot.load().listener(&conn.listener).map_or(SEND_TIMEOUT, |l| l.send_timeout);
-    respond(&reply, response, send_timeout).await;
+    respond(&reply, response, conn.send_timeout).await;
 }
 
 /// The stream's answer. A panic (a bug) while it is made costs this stream, answered 500.
