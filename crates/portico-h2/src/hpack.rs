@@ -180,6 +180,16 @@ impl Table {
     }
 }
 
+impl From<crate::huffman::HuffmanError> for DecodeError {
+    fn from(e: crate::huffman::HuffmanError) -> DecodeError {
+        match e {
+            crate::huffman::HuffmanError::Eos => DecodeError::HuffmanEos,
+            crate::huffman::HuffmanError::PaddingTooLong => DecodeError::HuffmanPaddingTooLong,
+            crate::huffman::HuffmanError::PaddingNotOnes => DecodeError::HuffmanPaddingNotOnes,
+        }
+    }
+}
+
 /// Decodes the header blocks of one connection (one direction): the dynamic table lives across blocks.
 pub struct Decoder {
     table: Table,

@@ -6,7 +6,16 @@
 //! Portico's encoder never Huffman-codes (it writes raw literals: cheaper in CPU, and responses are mostly
 //! values the peer cannot compress much); `encode` exists for the tests.
 
-use crate::hpack::DecodeError;
+/// Why a Huffman-coded string is invalid (RFC 7541 5.2); HPACK turns it into its own error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HuffmanError {
+    /// The string contains the EOS symbol.
+    Eos,
+    /// More than 7 bits of padding.
+    PaddingTooLong,
+    /// Padding that is not the most significant bits of EOS (all ones).
+    PaddingNotOnes,
+}
 
 /// RFC 7541 Appendix B: (code, length in bits) for symbols 0..=255 and EOS (256), codes right-aligned.
 /// The tests check the table is a complete canonical code, which pins every code down by its length.
@@ -177,7 +186,7 @@ const fn build() -> [[Step; 16]; 256] {
 }
 
 /// Appends the decoding of the Huffman-coded string `src` to `dst`.
-pub(crate) fn decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), DecodeError> {
+pub(crate) fn decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), HuffmanError> {
     // Each symbol takes at least 5 bits: one reservation, no growth inside the loop.
     dst.reserve(src.len() * 8 / 5);
     let mut state = 0u8;
@@ -187,7 +196,7 @@ pub(crate) fn decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), DecodeError> {
         for nibble in [byte >> 4, byte & 0x0f] {
             let step = TABLE[state as usize][nibble as usize];
             if step.flags & FAIL != 0 {
-                return Err(DecodeError::HuffmanEos);
+                return Err(HuffmanError::Eos);
             }
             if step.flags & EMIT != 0 {
                 dst.push(step.sym);
@@ -199,9 +208,9 @@ pub(crate) fn decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), DecodeError> {
     if flags & ACCEPT != 0 {
         Ok(())
     } else if flags & ONES != 0 {
-        Err(DecodeError::HuffmanPaddingTooLong)
+        Err(HuffmanError::PaddingTooLong)
     } else {
-        Err(DecodeError::HuffmanPaddingNotOnes)
+        Err(HuffmanError::PaddingNotOnes)
     }
 }
 
@@ -233,7 +242,7 @@ mod tests {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
-    fn dec(src: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    fn dec(src: &[u8]) -> Result<Vec<u8>, HuffmanError> {
         let mut out = Vec::new();
         decode(src, &mut out).map(|()| out)
     }
@@ -311,29 +320,29 @@ mod tests {
     #[test]
     fn eos_in_a_string_is_an_error() {
         // EOS alone (30 ones) padded with two ones, and after a symbol.
-        assert_eq!(dec(&[0xff, 0xff, 0xff, 0xff]), Err(DecodeError::HuffmanEos));
+        assert_eq!(dec(&[0xff, 0xff, 0xff, 0xff]), Err(HuffmanError::Eos));
         // '0' (00000) then EOS: 00000111 11111111 11111111 11111111 111(padding: 1111 1)
-        assert_eq!(dec(&[0x07, 0xff, 0xff, 0xff, 0xff]), Err(DecodeError::HuffmanEos));
+        assert_eq!(dec(&[0x07, 0xff, 0xff, 0xff, 0xff]), Err(HuffmanError::Eos));
     }
 
     #[test]
     fn padding_longer_than_seven_bits_is_an_error() {
         // 'a' (00011) then 11 ones of padding.
-        assert_eq!(dec(&[0x1f, 0xff]), Err(DecodeError::HuffmanPaddingTooLong));
+        assert_eq!(dec(&[0x1f, 0xff]), Err(HuffmanError::PaddingTooLong));
         assert_eq!(dec(&[0x1f]).unwrap(), b"a");
         // A whole byte of ones is 8 bits of padding even with no symbol.
-        assert_eq!(dec(&[0xff]), Err(DecodeError::HuffmanPaddingTooLong));
+        assert_eq!(dec(&[0xff]), Err(HuffmanError::PaddingTooLong));
         // Seven is fine: '0' (00000) then 111, or '0' then '0' (10 bits) then 111111.
         assert_eq!(dec(&[0x07]).unwrap(), b"0");
         assert_eq!(dec(&[0x00, 0x3f]).unwrap(), b"00");
-        assert_eq!(dec(&[0x07, 0xff]), Err(DecodeError::HuffmanPaddingTooLong));
+        assert_eq!(dec(&[0x07, 0xff]), Err(HuffmanError::PaddingTooLong));
     }
 
     #[test]
     fn padding_with_a_zero_is_an_error() {
         // 'a' (00011) then 110: not a prefix of EOS.
-        assert_eq!(dec(&[0x1e]), Err(DecodeError::HuffmanPaddingNotOnes));
+        assert_eq!(dec(&[0x1e]), Err(HuffmanError::PaddingNotOnes));
         // 'a' then 000: the start of '0', cut short.
-        assert_eq!(dec(&[0x18]), Err(DecodeError::HuffmanPaddingNotOnes));
+        assert_eq!(dec(&[0x18]), Err(HuffmanError::PaddingNotOnes));
     }
 }
