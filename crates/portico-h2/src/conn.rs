@@ -399,8 +399,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
                 }
             }
             if self.eof {
-                self.shared.borrow_mut().close(Error::Closed);
-                return Poll::Ready(None);
+                // The client sends no more (a half-close, or it is gone): what it asked for is still answered,
+                // then the connection ends. A client that is gone makes the writes fail.
+                let done = self.shared.borrow().active == 0 && flushed;
+                if done {
+                    self.shared.borrow_mut().close(Error::Closed);
+                    return Poll::Ready(None);
+                }
+                return Poll::Pending;
             }
             if failing {
                 // Only the end of the connection is awaited now.
@@ -470,8 +476,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
             self.read.reserve(32 * 1024);
         }
         let n = std::task::ready!(tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read))?;
-        if n == 0 {
+        if n == 0 && !self.eof {
             self.eof = true;
+            self.shared.borrow_mut().client_closed();
         }
         Poll::Ready(Ok(()))
     }
@@ -482,11 +489,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
             let mut s = self.shared.borrow_mut();
             s.flush_data();
             if s.out.is_empty() {
-                break;
-            }
-            if self.eof {
-                // Nobody reads any more.
-                s.out.clear();
                 break;
             }
             self.unflushed = true;
@@ -577,6 +579,23 @@ impl Shared {
         frame::put_goaway(&mut self.out, last, reason, detail.as_bytes());
         self.failed = Some(Error::GoAway { reason, remote: false, detail });
         self.wake_streams();
+    }
+
+    /// The client closed its side: requests whose bodies were still coming will not get the rest (their
+    /// streams end as if the client reset them); requests it sent whole are still answered.
+    fn client_closed(&mut self) {
+        for stream in self.streams.values_mut() {
+            if stream.recv == Recv::Open && stream.reset.is_none() {
+                stream.reset = Some((Reason::CANCEL, true));
+                stream.queue.clear();
+                stream.queued = 0;
+                stream.wake();
+            }
+        }
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.closed(id);
+        }
     }
 
     /// The connection is over: every handle sees `error` from now on.

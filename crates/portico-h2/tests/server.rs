@@ -346,3 +346,34 @@ mod floods {
         assert_eq!(goaway_code(&mut s), Some(0x1));
     }
 }
+
+mod half_close {
+    use super::raw::*;
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A client that sends its request and then closes its sending side still gets the answer, then the
+    /// connection ends.
+    #[test]
+    fn a_request_sent_before_a_half_close_is_answered() {
+        let addr = start(Settings::default());
+        let mut s = open(addr);
+        s.write_all(&frame(1, 0x5, 1, &get_block())).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        // Frames: SETTINGS..., then HEADERS and DATA with END_STREAM for stream 1.
+        let (mut at, mut ended) = (0, false);
+        while at + 9 <= all.len() {
+            let len = u32::from_be_bytes([0, all[at], all[at + 1], all[at + 2]]) as usize;
+            let (kind, flags) = (all[at + 3], all[at + 4]);
+            let stream = u32::from_be_bytes([all[at + 5], all[at + 6], all[at + 7], all[at + 8]]);
+            if kind == 0 && stream == 1 && flags & 1 != 0 {
+                ended = true;
+            }
+            at += 9 + len;
+        }
+        assert!(ended, "no complete answer before the close: {all:?}");
+    }
+}
