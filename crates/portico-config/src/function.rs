@@ -54,6 +54,12 @@ impl SecretSource {
 pub struct FunctionLimits {
     /// CPU time one request may spend running JavaScript; past it: 500.
     pub cpu: HumanDuration,
+    /// Time from the request reaching the function to its response (waiting for timers, fetches, or a turn
+    /// under the concurrency limit included); past it: 504 (503 while still waiting for a turn).
+    pub wall: HumanDuration,
+    /// Calls of the function one worker runs at once (each waiting for timers or fetches between its slices);
+    /// more wait for a turn.
+    pub concurrency: usize,
     /// Heap of one runtime (each worker runs its own); past it: 500, and the runtime is made anew.
     pub memory: ByteSize,
     /// Largest response body; past it: 500.
@@ -66,6 +72,8 @@ impl Default for FunctionLimits {
     fn default() -> Self {
         FunctionLimits {
             cpu: HumanDuration(std::time::Duration::from_millis(50)),
+            wall: HumanDuration(std::time::Duration::from_secs(30)),
+            concurrency: 64,
             memory: ByteSize(32 << 20),
             max_response: ByteSize(16 << 20),
             max_request: ByteSize(16 << 20),

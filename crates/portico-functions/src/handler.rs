@@ -1,7 +1,8 @@
 //! A function as a route target: `portico_http::handler::Handler`, running the call on the worker's own
 //! runtime for this version of the function.
 
-use crate::instance::{CallError, CallInput, Instance, Shape};
+use crate::event_loop::CallError;
+use crate::instance::{CallInput, Instance, Shape};
 use crate::stats::{Ending, FunctionStats};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -9,9 +10,11 @@ use portico_http::handler::{full, Handler, HandlerFuture, Request};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// A function's code and settings, checked when the configuration was loaded.
 pub struct Compiled {
@@ -23,6 +26,8 @@ pub struct Compiled {
     shape: Shape,
     env: Vec<(String, String)>,
     cpu: Duration,
+    wall: Duration,
+    concurrency: usize,
     memory: usize,
     max_request: usize,
     max_response: usize,
@@ -59,6 +64,8 @@ impl Compiled {
             source,
             env,
             cpu: function.limits.cpu.0,
+            wall: function.limits.wall.0,
+            concurrency: function.limits.concurrency.max(1),
             memory: function.limits.memory.as_usize(),
             max_request: function.limits.max_request.as_usize(),
             max_response: function.limits.max_response.as_usize(),
@@ -68,7 +75,7 @@ impl Compiled {
         Ok(compiled)
     }
 
-    fn instance(&self) -> Result<Instance, String> {
+    fn instance(&self) -> Result<Rc<Instance>, String> {
         Instance::new(&self.file, &self.source, self.shape, &self.env, self.memory)
     }
 }
@@ -82,11 +89,6 @@ impl FunctionHandler {
     pub fn new(compiled: Compiled) -> FunctionHandler {
         FunctionHandler { compiled: Arc::new(compiled) }
     }
-}
-
-thread_local! {
-    /// This worker's runtimes, by function name, each for one version of the function.
-    static INSTANCES: RefCell<HashMap<String, (u64, Instance)>> = RefCell::new(HashMap::new());
 }
 
 impl Handler for FunctionHandler {
@@ -115,47 +117,95 @@ impl Handler for FunctionHandler {
                 Err(e) => return Err(e),
             };
             let input = CallInput { method, url, headers, body };
-            Ok(run(&compiled, input))
+            Ok(run(&compiled, input).await)
         })
     }
 }
 
-/// Calls the function on this worker's runtime for its version (made on first use), and turns the outcome
-/// into a response.
-fn run(compiled: &Compiled, input: CallInput) -> portico_http::handler::Response<'static> {
-    let outcome = INSTANCES.with_borrow_mut(|instances| {
-        let current = instances.get(&compiled.name).is_some_and(|(version, _)| *version == compiled.version);
-        if !current {
-            // A version a reload replaced is dropped once this worker serves the new one.
-            let instance = compiled.instance().map_err(CallError::Exception)?;
+/// This worker's runtime for one version of a function, and the calls it may run at once.
+struct Slot {
+    version: u64,
+    instance: Rc<Instance>,
+    permits: Arc<Semaphore>,
+}
+
+thread_local! {
+    /// This worker's runtimes, by function name.
+    static SLOTS: RefCell<HashMap<String, Slot>> = RefCell::new(HashMap::new());
+}
+
+/// This worker's runtime for `compiled` (made on first use, and again after one was retired) and its
+/// concurrency permits.
+fn slot_for(compiled: &Compiled) -> Result<(Rc<Instance>, Arc<Semaphore>), String> {
+    SLOTS.with_borrow_mut(|slots| {
+        let slot = slots.get_mut(&compiled.name).filter(|s| s.version == compiled.version);
+        if let Some(slot) = slot {
+            if !slot.instance.is_retired() {
+                return Ok((slot.instance.clone(), slot.permits.clone()));
+            }
+            // A call hit a limit on it: calls in flight finish there, new ones get a new runtime.
+            slot.instance = compiled.instance()?;
             compiled.stats.runtime_created();
-            instances.insert(compiled.name.clone(), (compiled.version, instance));
+            return Ok((slot.instance.clone(), slot.permits.clone()));
         }
-        let Some((_, instance)) = instances.get(&compiled.name) else {
-            return Err(CallError::Exception("no runtime".into()));
-        };
-        let started = std::time::Instant::now();
-        let outcome = instance.call(input, compiled.cpu);
-        let ending = match &outcome {
-            Ok(out) if out.body.len() > compiled.max_response => Ending::ResponseTooLarge,
-            Ok(_) => Ending::Answered,
-            Err(CallError::Cpu) => Ending::CpuLimit,
-            Err(CallError::Memory) => Ending::MemoryLimit,
-            Err(CallError::Unsettled) => Ending::Unsettled,
-            Err(CallError::Exception(_)) => Ending::Exception,
-        };
-        compiled.stats.record(ending, started.elapsed());
-        if outcome.as_ref().is_err_and(CallError::damages_runtime) {
-            instances.remove(&compiled.name);
-        }
-        outcome
-    });
+        // A version a reload replaced is dropped once this worker's calls on it have finished.
+        let instance = compiled.instance()?;
+        compiled.stats.runtime_created();
+        let permits = Arc::new(Semaphore::new(compiled.concurrency));
+        let slot = Slot { version: compiled.version, instance: instance.clone(), permits: permits.clone() };
+        slots.insert(compiled.name.clone(), slot);
+        Ok((instance, permits))
+    })
+}
+
+/// Calls the function on this worker's runtime for its version, within its limits, and turns the outcome
+/// into a response.
+async fn run(compiled: &Arc<Compiled>, input: CallInput) -> portico_http::handler::Response<'static> {
     let name = &compiled.name;
+    let deadline = tokio::time::Instant::now() + compiled.wall;
+    let (instance, permits) = match slot_for(compiled) {
+        Ok(slot) => slot,
+        Err(e) => {
+            compiled.stats.record(Ending::Exception, Duration::ZERO);
+            return answer(500, format!("function {name} failed: {e}"));
+        }
+    };
+    // Past the concurrency limit, calls wait their turn (within the wall limit) rather than being refused.
+    let permit = match tokio::time::timeout_at(deadline, permits.acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            compiled.stats.record(Ending::ConcurrencyLimit, Duration::ZERO);
+            let limit = compiled.concurrency;
+            return answer(503, format!("function {name} is at its concurrency limit ({limit} calls per worker)"));
+        }
+    };
+    let call = instance.open_call(compiled.cpu);
+    let outcome = tokio::time::timeout_at(deadline, call.respond(input)).await.ok();
+    let ending = match &outcome {
+        None => Ending::WallLimit,
+        Some(Ok(out)) if out.body.len() > compiled.max_response => Ending::ResponseTooLarge,
+        Some(Ok(_)) => Ending::Answered,
+        Some(Err(CallError::Cpu)) => Ending::CpuLimit,
+        Some(Err(CallError::Memory)) => Ending::MemoryLimit,
+        Some(Err(CallError::Unsettled)) => Ending::Unsettled,
+        Some(Err(CallError::Exception(_))) => Ending::Exception,
+    };
+    compiled.stats.record(ending, call.cpu_used());
+    if outcome.as_ref().is_some_and(|o| o.as_ref().is_ok()) && call.has_work_left() {
+        // `ctx.waitUntil`: the call goes on after its response, within the wall limit, holding its permit.
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout_at(deadline, call.linger()).await;
+            drop(permit);
+        });
+    } else {
+        drop((call, permit));
+    }
     match outcome {
-        Ok(out) if out.body.len() > compiled.max_response => {
+        None => answer(504, format!("function {name} did not answer within its wall limit ({:?})", compiled.wall)),
+        Some(Ok(out)) if out.body.len() > compiled.max_response => {
             answer(500, format!("function {name}'s response is larger than its max_response"))
         }
-        Ok(out) => {
+        Some(Ok(out)) => {
             let mut response = hyper::Response::new(full(Bytes::from(out.body)));
             *response.status_mut() = hyper::StatusCode::from_u16(out.status).unwrap_or(hyper::StatusCode::OK);
             for (k, v) in out.headers {
@@ -167,10 +217,14 @@ fn run(compiled: &Compiled, input: CallInput) -> portico_http::handler::Response
             }
             response
         }
-        Err(CallError::Cpu) => answer(500, format!("function {name} ran past its CPU limit ({:?})", compiled.cpu)),
-        Err(CallError::Memory) => answer(500, format!("function {name} ran out of memory (its limit)")),
-        Err(CallError::Unsettled) => answer(500, format!("function {name} returned a promise that never settles")),
-        Err(CallError::Exception(text)) => answer(500, format!("function {name} failed: {text}")),
+        Some(Err(CallError::Cpu)) => {
+            answer(500, format!("function {name} ran past its CPU limit ({:?})", compiled.cpu))
+        }
+        Some(Err(CallError::Memory)) => answer(500, format!("function {name} ran out of memory (its limit)")),
+        Some(Err(CallError::Unsettled)) => {
+            answer(500, format!("function {name} returned a promise that never settles"))
+        }
+        Some(Err(CallError::Exception(text))) => answer(500, format!("function {name} failed: {text}")),
     }
 }
 

@@ -1,10 +1,13 @@
 //! One function's QuickJS runtime on one worker thread: the prelude and the function's code evaluated once,
-//! then called for each request under the function's limits.
+//! then called for each request under the function's limits. Calls run in slices on the worker's event loop
+//! (event_loop.rs): the handler's first run, then each of its timers and fetches as they settle.
 
+use crate::event_loop::{is_pending, CallError, CallId, Host};
 use rquickjs::function::Func;
-use rquickjs::{ArrayBuffer, Context, Ctx, Function, Object, Persistent, Promise, Runtime, Value};
-use std::cell::Cell;
-use std::rc::Rc;
+use rquickjs::{ArrayBuffer, Context, Ctx, Function, Object, Persistent, Runtime, Value};
+use std::cell::{Cell, RefCell};
+use std::pin::pin;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 const PRELUDE: &str = include_str!("prelude.js");
@@ -46,38 +49,32 @@ pub struct CallOutput {
     pub body: Vec<u8>,
 }
 
-/// Why a call gave no response.
-#[derive(Debug)]
-pub enum CallError {
-    /// The code threw (or its promise rejected), or returned something that is not a Response.
-    Exception(String),
-    /// It ran past its CPU time.
-    Cpu,
-    /// It needed more heap than its limit.
-    Memory,
-    /// Its promise never settled (nothing is left that could settle it).
-    Unsettled,
-}
-
-impl CallError {
-    /// The runtime may be in a bad state after this: drop it.
-    pub fn damages_runtime(&self) -> bool {
-        matches!(self, CallError::Cpu | CallError::Memory)
-    }
-}
-
 pub struct Instance {
-    // Field order: the handler and context go before the runtime they live in.
+    // Field order: what lives in the runtime goes before it.
     handler: Persistent<Function<'static>>,
     target: Persistent<Value<'static>>,
     env: Persistent<Object<'static>>,
+    /// `__portico_request`, `__portico_call` and `__portico_response`, looked up once.
+    make_request: Persistent<Function<'static>>,
+    call_handler: Persistent<Function<'static>>,
+    take_response: Persistent<Function<'static>>,
     context: Context,
     // Kept so that the runtime outlives everything above, whatever holds the context.
     _runtime: Runtime,
-    /// When the call under way must stop; `None` between calls.
+    /// When the slice under way must stop; `None` between slices.
     deadline: Rc<Cell<Option<Instant>>>,
-    /// The interrupt handler stopped the last call.
+    /// The interrupt handler stopped the last slice.
     interrupted: Rc<Cell<bool>>,
+    host: Rc<Host>,
+    /// A call hit the CPU or memory limit: the runtime takes no new calls (those in flight finish on it).
+    retired: Cell<bool>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // The calls' values and the timers' tasks refer to the runtime: gone before it.
+        self.host.clear();
+    }
 }
 
 impl Instance {
@@ -88,7 +85,7 @@ impl Instance {
         shape: Shape,
         env: &[(String, String)],
         memory_limit: usize,
-    ) -> Result<Instance, String> {
+    ) -> Result<Rc<Instance>, String> {
         let runtime = Runtime::new().map_err(|e| e.to_string())?;
         runtime.set_memory_limit(memory_limit);
         runtime.set_max_stack_size(MAX_STACK);
@@ -103,18 +100,13 @@ impl Instance {
             past
         })));
         let context = Context::full(&runtime).map_err(|e| e.to_string())?;
+        let host = Rc::new(Host::default());
+        // What the timers' tasks run their callbacks on, once the instance exists.
+        let this: Rc<RefCell<Weak<Instance>>> = Rc::new(RefCell::new(Weak::new()));
         // Top-level code runs under a deadline too: a file that loops at load time is an error, not a hang.
         deadline.set(Some(Instant::now() + Duration::from_secs(1)));
         let loaded = context.with(|ctx| -> Result<_, String> {
-            let globals = ctx.globals();
-            let log = Func::from(|level: String, text: String| log_line(&level, &text));
-            globals.set("__portico_log", log).map_err(|e| describe(&ctx, e))?;
-            // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
-            globals.set("__portico_utf8_encode", Func::from(utf8_encode)).map_err(|e| describe(&ctx, e))?;
-            globals.set("__portico_utf8_decode", Func::from(utf8_decode)).map_err(|e| describe(&ctx, e))?;
-            globals.set("__portico_random", Func::from(crate::crypto::random)).map_err(|e| describe(&ctx, e))?;
-            globals.set("__portico_digest", Func::from(crate::crypto::digest)).map_err(|e| describe(&ctx, e))?;
-            globals.set("__portico_hmac", Func::from(crate::crypto::hmac)).map_err(|e| describe(&ctx, e))?;
+            install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
             let (target, handler): (Value, Function) = match shape {
                 Shape::Module => {
@@ -138,7 +130,7 @@ impl Instance {
                         o
                     };
                     ctx.eval_with_options::<(), _>(source, options).map_err(|e| describe(&ctx, e))?;
-                    let handler: Function = globals.get("handler").map_err(|_| {
+                    let handler: Function = ctx.globals().get("handler").map_err(|_| {
                         format!("{file}: defines neither `function handler(request)` nor `export default {{ fetch }}`")
                     })?;
                     (Value::new_undefined(ctx.clone()), handler)
@@ -148,58 +140,154 @@ impl Instance {
             for (k, v) in env {
                 env_object.set(k.as_str(), v.as_str()).map_err(|e| describe(&ctx, e))?;
             }
-            Ok((Persistent::save(&ctx, target), Persistent::save(&ctx, handler), Persistent::save(&ctx, env_object)))
+            let globals = ctx.globals();
+            let internal = |name: &str| -> Result<Persistent<Function<'static>>, String> {
+                let f: Function = globals.get(name).map_err(|e| format!("prelude: {name}: {e}"))?;
+                Ok(Persistent::save(&ctx, f))
+            };
+            Ok((
+                Persistent::save(&ctx, target),
+                Persistent::save(&ctx, handler),
+                Persistent::save(&ctx, env_object),
+                [internal("__portico_request")?, internal("__portico_call")?, internal("__portico_response")?],
+            ))
         });
         deadline.set(None);
-        let (target, handler, env) = loaded.map_err(|e| {
+        let (target, handler, env, [make_request, call_handler, take_response]) = loaded.map_err(|e| {
             if interrupted.get() {
                 format!("{file}: its top-level code ran for more than 1s")
             } else {
                 e
             }
         })?;
-        Ok(Instance { handler, target, env, context, _runtime: runtime, deadline, interrupted })
+        let instance = Rc::new(Instance {
+            handler,
+            target,
+            env,
+            make_request,
+            call_handler,
+            take_response,
+            context,
+            _runtime: runtime,
+            deadline,
+            interrupted,
+            host,
+            retired: Cell::new(false),
+        });
+        *this.borrow_mut() = Rc::downgrade(&instance);
+        Ok(instance)
     }
 
-    /// Calls the handler with `input`, within `cpu` of running time.
-    pub fn call(&self, input: CallInput, cpu: Duration) -> Result<CallOutput, CallError> {
+    /// A call hit its CPU or memory limit on this runtime: new calls should go to a new one.
+    pub fn is_retired(&self) -> bool {
+        self.retired.get()
+    }
+
+    /// Opens a call with `cpu` of running time; the call ends (its timers and fetches cancelled) when the
+    /// returned guard is dropped.
+    pub fn open_call(self: &Rc<Self>, cpu: Duration) -> Call {
+        Call { id: self.host.open(cpu), cpu, instance: self.clone() }
+    }
+
+    /// Runs one slice of call `id`: `event`, then the microtasks it queued, within the call's remaining CPU
+    /// time. `None` when the call has ended or failed. `wake`: calls waiting for a promise look again after it.
+    fn slice<R>(&self, id: CallId, wake: bool, event: impl FnOnce(&Ctx<'_>) -> R) -> Option<R> {
+        let budget = self.host.begin(id)?;
         self.interrupted.set(false);
-        self.deadline.set(Some(Instant::now() + cpu));
-        let result = self.context.with(|ctx| self.call_in(&ctx, input));
+        let started = Instant::now();
+        self.deadline.set(Some(started + budget));
+        let result = self.context.with(|ctx| {
+            let result = event(&ctx);
+            self.run_jobs(&ctx);
+            result
+        });
         self.deadline.set(None);
-        if self.interrupted.get() {
-            return Err(CallError::Cpu);
+        let interrupted = self.interrupted.get();
+        self.host.end(id, started.elapsed(), interrupted);
+        if interrupted {
+            self.retired.set(true);
         }
-        result
+        if wake {
+            self.host.progress.notify_waiters();
+        }
+        Some(result)
     }
 
-    fn call_in<'js>(&self, ctx: &Ctx<'js>, input: CallInput) -> Result<CallOutput, CallError> {
+    /// Runs the microtasks queued so far (promise reactions), until none is left or the slice is interrupted.
+    fn run_jobs(&self, ctx: &Ctx<'_>) {
+        while !self.interrupted.get() && ctx.execute_pending_job() {}
+    }
+
+    /// Timer `number` fired: its callback runs as a slice of the call that set it.
+    fn fire_timer(&self, number: u32) {
+        let Some(call) = self.host.finish_operation(number, false) else { return };
+        self.slice(call, true, |ctx| {
+            let fire: rquickjs::Result<Function> = ctx.globals().get("__portico_timer_fire");
+            if let Err(e) = fire.and_then(|f| f.call::<_, ()>((number,))) {
+                let text = describe(ctx, e);
+                if !self.interrupted.get() {
+                    log_line("error", &format!("a timer failed: {text}"));
+                }
+                if text.contains("out of memory") {
+                    self.host.fail(call, CallError::Memory);
+                    self.retired.set(true);
+                }
+            }
+        });
+    }
+
+    /// The handler's first slice: the request made, the handler called, and its answer taken if it has one.
+    fn start<'js>(&self, ctx: &Ctx<'js>, id: CallId, input: CallInput) -> Result<Option<CallOutput>, CallError> {
         let exception = |e: rquickjs::Error| self.classify(ctx, e);
-        let globals = ctx.globals();
-        let make: Function = globals.get("__portico_request").map_err(exception)?;
         let pairs: Vec<Vec<String>> = input.headers.into_iter().map(|(k, v)| vec![k, v]).collect();
         let body = ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?;
+        let make = self.make_request.clone().restore(ctx).map_err(exception)?;
         let request: Value = make.call((input.method, input.url, pairs, body)).map_err(exception)?;
         let handler = self.handler.clone().restore(ctx).map_err(exception)?;
         let target = self.target.clone().restore(ctx).map_err(exception)?;
         let env = self.env.clone().restore(ctx).map_err(exception)?;
-        let call_ctx = Object::new(ctx.clone()).map_err(exception)?;
-        let wait_until = Func::from(|_: Value| ());
-        call_ctx.set("waitUntil", wait_until).map_err(exception)?;
-        call_ctx.set("passThroughOnException", Func::from(|| ())).map_err(exception)?;
-        let args = rquickjs::function::Args::new(ctx.clone(), 3);
-        let mut args = args;
-        args.this(target).map_err(exception)?;
-        args.push_arg(request).map_err(exception)?;
-        args.push_arg(env).map_err(exception)?;
-        args.push_arg(call_ctx).map_err(exception)?;
-        let returned: Value = handler.call_arg(args).map_err(exception)?;
-        let settled: Value = match returned.as_promise() {
-            Some(promise) => self.settle(ctx, promise.clone())?,
-            None => returned,
+        let call = self.call_handler.clone().restore(ctx).map_err(exception)?;
+        let returned: Value = call.call((handler, target, request, env)).map_err(exception)?;
+        let Some(promise) = returned.as_promise() else {
+            return self.output(ctx, returned).map(Some);
         };
-        let take: Function = globals.get("__portico_response").map_err(exception)?;
-        let parts: rquickjs::Array = take.call((settled,)).map_err(exception)?;
+        self.run_jobs(ctx);
+        match promise.result::<Value>() {
+            None => {
+                self.host.set_returned(id, Persistent::save(ctx, promise.clone()));
+                Ok(None)
+            }
+            Some(settled) => self.output(ctx, settled.map_err(exception)?).map(Some),
+        }
+    }
+
+    /// The answer of call `id` if its promise has settled (`Ok(None)`: not yet).
+    fn answer(&self, id: CallId) -> Result<Option<CallOutput>, CallError> {
+        let Some(returned) = self.host.returned(id) else {
+            return Err(CallError::Exception("the call has no promise".into()));
+        };
+        let settled = self.context.with(|ctx| returned.clone().restore(&ctx).map(|p| !is_pending(&p)).unwrap_or(true));
+        if !settled {
+            return Ok(None);
+        }
+        let taken = self.slice(id, false, |ctx| {
+            let promise = returned.restore(ctx).map_err(|e| self.classify(ctx, e))?;
+            match promise.result::<Value>() {
+                None => Err(CallError::Unsettled),
+                Some(value) => self.output(ctx, value.map_err(|e| self.classify(ctx, e))?),
+            }
+        });
+        match taken {
+            Some(answer) => answer.map(Some),
+            None => Err(self.host.failure(id).unwrap_or(CallError::Unsettled)),
+        }
+    }
+
+    /// Turns what the handler gave into status, headers and body.
+    fn output<'js>(&self, ctx: &Ctx<'js>, value: Value<'js>) -> Result<CallOutput, CallError> {
+        let exception = |e: rquickjs::Error| self.classify(ctx, e);
+        let take = self.take_response.clone().restore(ctx).map_err(exception)?;
+        let parts: rquickjs::Array = take.call((value,)).map_err(exception)?;
         let status: u16 = parts.get(0).map_err(exception)?;
         let headers: Vec<Vec<String>> = parts.get(1).map_err(exception)?;
         let body: Value = parts.get(2).map_err(exception)?;
@@ -213,15 +301,6 @@ impl Instance {
         Ok(CallOutput { status, headers, body })
     }
 
-    /// Runs the promise's jobs until it settles.
-    fn settle<'js>(&self, ctx: &Ctx<'js>, promise: Promise<'js>) -> Result<Value<'js>, CallError> {
-        match promise.finish::<Value>() {
-            Ok(value) => Ok(value),
-            Err(rquickjs::Error::WouldBlock) => Err(CallError::Unsettled),
-            Err(e) => Err(self.classify(ctx, e)),
-        }
-    }
-
     fn classify(&self, ctx: &Ctx<'_>, e: rquickjs::Error) -> CallError {
         if self.interrupted.get() {
             return CallError::Cpu;
@@ -229,11 +308,139 @@ impl Instance {
         // (The runtime is locked while a call runs: its memory usage cannot be asked here.)
         let text = describe(ctx, e);
         if text.contains("out of memory") {
+            self.retired.set(true);
             return CallError::Memory;
         }
         CallError::Exception(text)
     }
 }
+
+/// One call of the handler on an instance. Dropping it ends the call: its timers and fetches are cancelled.
+pub struct Call {
+    id: CallId,
+    cpu: Duration,
+    instance: Rc<Instance>,
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.instance.host.close(self.id);
+    }
+}
+
+impl Call {
+    /// Runs the handler on `input` and waits for its response: slices run as its timers fire and its fetches
+    /// answer, each within what is left of its CPU time. (The wall limit is the caller's: it drops the future.)
+    pub async fn respond(&self, input: CallInput) -> Result<CallOutput, CallError> {
+        let (instance, id) = (&self.instance, self.id);
+        let started = instance.slice(id, true, |ctx| instance.start(ctx, id, input));
+        if let Some(failure) = instance.host.failure(id) {
+            return Err(failure);
+        }
+        match started {
+            None => return Err(CallError::Exception("the call ended".into())),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(Some(output))) => return Ok(output),
+            Some(Ok(None)) => {}
+        }
+        loop {
+            // Registered before looking, so that a slice running in between is not missed.
+            let progress = instance.host.progress.notified();
+            let mut progress = pin!(progress);
+            progress.as_mut().enable();
+            if let Some(failure) = instance.host.failure(id) {
+                return Err(failure);
+            }
+            if let Some(output) = instance.answer(id)? {
+                return Ok(output);
+            }
+            if !instance.host.is_waiting(id) {
+                return Err(CallError::Unsettled);
+            }
+            progress.await;
+        }
+    }
+
+    /// CPU time the call has used so far.
+    pub fn cpu_used(&self) -> Duration {
+        self.instance.host.used(self.id, self.cpu)
+    }
+
+    /// `ctx.waitUntil` promises still pending, with something left that may settle them.
+    fn lingers(&self) -> bool {
+        let host = &self.instance.host;
+        if host.failure(self.id).is_some() || !host.is_waiting(self.id) {
+            return false;
+        }
+        let promises = host.waited(self.id);
+        !promises.is_empty()
+            && self
+                .instance
+                .context
+                .with(|ctx| promises.into_iter().any(|p| p.restore(&ctx).is_ok_and(|p| is_pending(&p))))
+    }
+
+    /// Waits for the call's `waitUntil` promises (the caller bounds it by the wall limit), then ends it.
+    pub async fn linger(self) {
+        loop {
+            let progress = self.instance.host.progress.notified();
+            let mut progress = pin!(progress);
+            progress.as_mut().enable();
+            if !self.lingers() {
+                return;
+            }
+            progress.await;
+        }
+    }
+
+    /// The call asked `waitUntil` for something that is still running.
+    pub fn has_work_left(&self) -> bool {
+        self.lingers()
+    }
+}
+
+/// The natives the prelude builds on: logging, UTF-8, crypto, timers and `waitUntil`.
+fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<Instance>>>) -> rquickjs::Result<()> {
+    let globals = ctx.globals();
+    globals.set("__portico_log", Func::from(|level: String, text: String| log_line(&level, &text)))?;
+    // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
+    globals.set("__portico_utf8_encode", Func::from(utf8_encode))?;
+    globals.set("__portico_utf8_decode", Func::from(utf8_decode))?;
+    globals.set("__portico_random", Func::from(crate::crypto::random))?;
+    globals.set("__portico_digest", Func::from(crate::crypto::digest))?;
+    globals.set("__portico_hmac", Func::from(crate::crypto::hmac))?;
+    let (timer_host, this) = (host.clone(), this.clone());
+    let start_timer = move |number: u32, ms: f64| -> bool {
+        // Only a call's code sets timers that fire: top-level code runs before any worker serves.
+        if timer_host.current().is_none() {
+            return false;
+        }
+        let delay = Duration::from_secs_f64((ms / 1000.0).clamp(0.0, MAX_TIMER.as_secs_f64()));
+        let instance = this.borrow().clone();
+        let task = tokio::task::spawn_local(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(instance) = instance.upgrade() {
+                instance.fire_timer(number);
+            }
+        });
+        timer_host.start_operation(number, task.abort_handle())
+    };
+    globals.set("__portico_timer_start", Func::from(start_timer))?;
+    let cancel_host = host.clone();
+    let cancel = move |number: u32| {
+        cancel_host.finish_operation(number, true);
+    };
+    globals.set("__portico_timer_cancel", Func::from(cancel))?;
+    let wait_host = host.clone();
+    let wait_until = move |ctx: Ctx<'js>, promise: rquickjs::Promise<'js>| {
+        wait_host.wait_until(Persistent::save(&ctx, promise));
+    };
+    globals.set("__portico_wait_until", Func::from(wait_until))?;
+    Ok(())
+}
+
+/// The longest a timer may be set for (longer ones fire then; the wall limit ends the call sooner anyway).
+const MAX_TIMER: Duration = Duration::from_secs(24 * 3600);
 
 fn utf8_encode<'js>(ctx: Ctx<'js>, text: String) -> rquickjs::Result<ArrayBuffer<'js>> {
     ArrayBuffer::new(ctx, text.into_bytes())

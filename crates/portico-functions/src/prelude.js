@@ -436,6 +436,47 @@
     queueMicrotask: (f) => { Promise.resolve().then(f); },
   })) define(name, value);
 
+  // Timers, on the worker's event loop (instance.rs): a timer belongs to the call that set it and is cancelled
+  // when that call ends, unless `ctx.waitUntil` keeps the call open.
+  const timers = new Map();
+  let nextTimer = 1;
+  const startTimer = (callback, ms, args, repeat) => {
+    const id = nextTimer++;
+    if (typeof callback !== "function") throw new TypeError("a timer's callback must be a function");
+    const delay = Math.max(0, Number(ms) || 0);
+    timers.set(id, { callback, args, repeat: repeat ? delay : null });
+    if (!__portico_timer_start(id, delay)) timers.delete(id); // top-level code: no call to belong to
+    return id;
+  };
+  const clearTimer = (id) => {
+    if (timers.delete(id)) __portico_timer_cancel(id);
+  };
+  define("setTimeout", (callback, ms, ...args) => startTimer(callback, ms, args, false));
+  define("setInterval", (callback, ms, ...args) => startTimer(callback, ms, args, true));
+  define("clearTimeout", clearTimer);
+  define("clearInterval", clearTimer);
+  define("__portico_timer_fire", (id) => {
+    const timer = timers.get(id);
+    if (!timer) return;
+    if (timer.repeat === null) timers.delete(id);
+    else if (!__portico_timer_start(id, timer.repeat)) timers.delete(id);
+    try {
+      if (typeof timer.callback === "function") timer.callback(...timer.args);
+    } catch (e) {
+      console.error("uncaught exception in a timer:", e);
+    }
+  });
+
+  // The handler's third argument. `waitUntil` keeps the call (its timers and fetches) open after the response
+  // until the promise settles, within the wall limit.
+  const callContext = Object.freeze({
+    waitUntil(promise) {
+      __portico_wait_until(Promise.resolve(promise).catch((e) => console.error("waitUntil promise rejected:", e)));
+    },
+    passThroughOnException() {},
+  });
+  define("__portico_call", (handler, target, request, env) => handler.call(target, request, env, callContext));
+
   // Portico's side: a request in, a response out.
   // Portico's URL is absolute and already normalised: not parsed again.
   define("__portico_request", (method, url, pairs, body) =>

@@ -16,22 +16,34 @@ pub enum Ending {
     MemoryLimit,
     Unsettled,
     ResponseTooLarge,
+    WallLimit,
+    ConcurrencyLimit,
 }
 
 #[derive(Debug, Default)]
 pub struct FunctionStats {
     invocations: AtomicU64,
-    errors: [AtomicU64; 5],
+    errors: [AtomicU64; 7],
+    /// Calls by CPU time, in the buckets of `CPU_BUCKETS` (cumulative when shown).
+    cpu_buckets: [AtomicU64; CPU_BUCKETS.len()],
     runtimes_created: AtomicU64,
     run_nanos: AtomicU64,
 }
 
-const ERROR_KINDS: [&str; 5] = ["exception", "cpu_limit", "memory_limit", "unsettled", "response_too_large"];
+const ERROR_KINDS: [&str; 7] =
+    ["exception", "cpu_limit", "memory_limit", "unsettled", "response_too_large", "wall_limit", "concurrency_limit"];
+
+/// Upper bounds (seconds) of the CPU-time histogram's buckets.
+const CPU_BUCKETS: [f64; 11] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
 
 impl FunctionStats {
     pub fn record(&self, ending: Ending, ran: std::time::Duration) {
         self.invocations.fetch_add(1, Ordering::Relaxed);
         self.run_nanos.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
+        let seconds = ran.as_secs_f64();
+        if let Some(bucket) = CPU_BUCKETS.iter().position(|&le| seconds <= le) {
+            self.cpu_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        }
         let kind = match ending {
             Ending::Answered => return,
             Ending::Exception => 0,
@@ -39,6 +51,8 @@ impl FunctionStats {
             Ending::MemoryLimit => 2,
             Ending::Unsettled => 3,
             Ending::ResponseTooLarge => 4,
+            Ending::WallLimit => 5,
+            Ending::ConcurrencyLimit => 6,
         };
         self.errors[kind].fetch_add(1, Ordering::Relaxed);
     }
@@ -84,7 +98,8 @@ impl PlaneView for FunctionsView {
             out,
             "portico_function_errors_total",
             "counter",
-            "Calls that gave no response, by kind: exception, cpu_limit, memory_limit, unsettled, response_too_large.",
+            "Calls that gave no response, by kind: exception, cpu_limit, memory_limit, unsettled, response_too_large, \
+             wall_limit, concurrency_limit.",
         );
         for (name, s) in &running {
             for (kind, count) in ERROR_KINDS.iter().zip(&s.errors) {
@@ -93,7 +108,21 @@ impl PlaneView for FunctionsView {
                     writeln!(out, "portico_function_errors_total{{function=\"{}\",kind=\"{kind}\"}} {n}", escape(name));
             }
         }
-        family(out, "portico_function_run_seconds_total", "counter", "Time spent running a function's calls.");
+        family(out, "portico_function_cpu_seconds", "histogram", "CPU time of each call running JavaScript.");
+        for (name, s) in &running {
+            let name = escape(name);
+            let mut count = 0;
+            for (le, bucket) in CPU_BUCKETS.iter().zip(&s.cpu_buckets) {
+                count += bucket.load(Ordering::Relaxed);
+                let _ = writeln!(out, "portico_function_cpu_seconds_bucket{{function=\"{name}\",le=\"{le}\"}} {count}");
+            }
+            let total = s.invocations.load(Ordering::Relaxed);
+            let sum = s.run_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(out, "portico_function_cpu_seconds_bucket{{function=\"{name}\",le=\"+Inf\"}} {total}");
+            let _ = writeln!(out, "portico_function_cpu_seconds_sum{{function=\"{name}\"}} {sum}");
+            let _ = writeln!(out, "portico_function_cpu_seconds_count{{function=\"{name}\"}} {total}");
+        }
+        family(out, "portico_function_run_seconds_total", "counter", "CPU time spent running a function's calls.");
         for (name, s) in &running {
             let seconds = s.run_nanos.load(Ordering::Relaxed) as f64 / 1e9;
             let _ = writeln!(out, "portico_function_run_seconds_total{{function=\"{}\"}} {seconds}", escape(name));

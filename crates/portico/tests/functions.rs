@@ -229,6 +229,20 @@ const REFERENCE: &str = r#"export default {
       await crypto.subtle.verify("HMAC", key, tag, enc.encode("another message")), key.algorithm,
       /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(crypto.randomUUID()),
       crypto.getRandomValues(new Uint8Array(16)).length, crypto.randomUUID() !== crypto.randomUUID()];
+    out.timers = await (async () => {
+      const seen = [];
+      setTimeout(() => seen.push("timeout 0"), 0);
+      setTimeout((a, b) => seen.push(`timeout 5 ${a} ${b}`), 5, "with", "args");
+      queueMicrotask(() => seen.push("microtask"));
+      Promise.resolve().then(() => seen.push("then"));
+      const cleared = setTimeout(() => seen.push("cleared"), 1);
+      clearTimeout(cleared);
+      let ticks = 0;
+      await new Promise((resolve) => { const i = setInterval(() => { if (++ticks === 3) { clearInterval(i); resolve(); } }, 1); });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      seen.push(`ticks ${ticks}`);
+      return seen;
+    })();
     return Response.json(out);
   },
 };
@@ -314,4 +328,95 @@ fn secrets_reach_the_handler_and_nothing_else() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(text.contains("missing.yaml:5:") && text.contains("PORTICO_TEST_SECRET_NOT_SET is not set"), "{text}");
+}
+
+const EVENTS: &str = r#"let finished = 0;
+export default {
+  async fetch(request, env, ctx) {
+    const url = new URL(request.url);
+    const path = url.pathname;
+    const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+    if (path === "/events/sleep") { await sleep(Number(url.searchParams.get("ms"))); return new Response("slept"); }
+    if (path === "/events/later") {
+      ctx.waitUntil(sleep(100).then(() => { finished++; }));
+      return new Response(`finished ${finished}`);
+    }
+    if (path === "/events/finished") return new Response(`finished ${finished}`);
+    if (path === "/events/forever") { await sleep(60000); return new Response("woke"); }
+    if (path === "/events/spin") { await sleep(10); while (true) {} }
+    if (path === "/events/slices") {
+      // 25 ms of CPU at a time, six times, with waits between: no slice is long, their sum is past the limit.
+      for (let i = 0; i < 6; i++) { const until = Date.now() + 25; while (Date.now() < until) {} await sleep(5); }
+      return new Response("done");
+    }
+    return new Response("events");
+  },
+};
+"#;
+
+fn start_events(dir: &Path) -> Portico {
+    write(dir, "events.js", EVENTS);
+    write(dir, "hello.js", HELLO);
+    Portico::start_in(
+        dir,
+        "workers: 1\nadmin: { address: \"{admin}\" }\nlisteners: [ { name: web, address: \"{listen}\" } ]\n\
+         functions:\n\
+         \x20 events: { source: events.js, limits: { cpu: 100ms, wall: 2s, concurrency: 4 } }\n\
+         \x20 hello: { source: hello.js }\n\
+         routes:\n\
+         \x20 - { match: { path_prefix: /events }, function: events }\n\
+         \x20 - { match: { path_prefix: /hello }, function: hello }\n",
+    )
+}
+
+#[test]
+fn calls_wait_on_timers_without_holding_the_worker_and_queue_past_the_concurrency_limit() {
+    let p = start_events(&temp_dir());
+    // Twelve calls sleeping 200 ms each on one worker, four at a time: three rounds, not twelve.
+    let started = Instant::now();
+    let answers: Vec<_> = (0..12)
+        .map(|_| {
+            let addr = p.addr;
+            std::thread::spawn(move || Conn::open(addr).get("/events/sleep?ms=200", ""))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let took = started.elapsed();
+    for r in &answers {
+        assert_eq!((r.status, r.text().as_str()), (200, "slept"));
+    }
+    assert!(took >= Duration::from_millis(550), "four at a time, in three rounds: {took:?}");
+    assert!(took < Duration::from_millis(1800), "the calls waited together: {took:?}");
+    // A call that waits past its wall limit is answered 504; the worker serves meanwhile.
+    let addr = p.addr;
+    let forever = std::thread::spawn(move || (Instant::now(), Conn::open(addr).get("/events/forever", "")));
+    std::thread::sleep(Duration::from_millis(200));
+    let quick = Instant::now();
+    assert_eq!(Conn::open(p.addr).get("/hello", "").status, 201);
+    assert!(quick.elapsed() < Duration::from_millis(500), "served while a call waits: {:?}", quick.elapsed());
+    let (since, r) = forever.join().unwrap();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(r.text().contains("did not answer within its wall limit (2s)"), "{}", r.text());
+    assert!(since.elapsed() >= Duration::from_secs(2) && since.elapsed() < Duration::from_secs(4));
+    assert_eq!(p.metric("portico_function_errors_total{function=\"events\",kind=\"wall_limit\"}"), 1.0);
+}
+
+#[test]
+fn cpu_time_is_counted_across_a_calls_slices_and_wait_until_runs_after_the_response() {
+    let p = start_events(&temp_dir());
+    for path in ["/events/slices", "/events/spin"] {
+        let r = Conn::open(p.addr).get(path, "");
+        assert_eq!(r.status, 500, "{path}: {}", r.text());
+        assert!(r.text().contains("ran past its CPU limit (100ms)"), "{path}: {}", r.text());
+    }
+    assert_eq!(p.metric("portico_function_errors_total{function=\"events\",kind=\"cpu_limit\"}"), 2.0);
+    assert!(p.metric("portico_function_cpu_seconds_bucket{function=\"events\",le=\"0.25\"}") >= 2.0);
+    // `ctx.waitUntil`: the answer goes out at once, the work finishes after it.
+    assert_eq!(Conn::open(p.addr).get("/events/later", "").text(), "finished 0");
+    wait_until("the waitUntil work", Duration::from_secs(5), || {
+        Conn::open(p.addr).get("/events/finished", "").text() == "finished 1"
+    });
+    assert_eq!(Conn::open(p.addr).get("/events/fine", "").text(), "events");
 }

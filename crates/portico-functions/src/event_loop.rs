@@ -1,0 +1,205 @@
+//! The bookkeeping of one runtime's event loop: the calls in progress on it, what each is waiting for (its
+//! timers and `fetch`es), and how much CPU time each has left.
+//!
+//! A runtime serves many calls at once (up to the function's `limits.concurrency` per worker): each call runs
+//! in slices, an *event* at a time (the handler's first run, a timer firing, a `fetch` answering), each
+//! followed by the microtasks it queued. A slice is charged to the call whose event it is; the microtasks of
+//! other calls that happen to run in it are charged to that call too (a slice is short, and a handler's
+//! promise chain runs in its own events nearly always). Between slices the worker serves everything else.
+
+use rquickjs::{Persistent, Promise};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+/// A call's number on its runtime.
+pub type CallId = u64;
+
+/// Why a call gave no response.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    /// The code threw (or its promise rejected), or returned something that is not a Response.
+    Exception(String),
+    /// It ran past its CPU time.
+    Cpu,
+    /// It needed more heap than its limit.
+    Memory,
+    /// Its promise never settled, and nothing it waits for is left that could settle it.
+    Unsettled,
+}
+
+/// One call's state between its slices.
+struct Call {
+    cpu_left: Duration,
+    /// Its timers and `fetch`es not yet settled: while there are none, a pending promise can never settle.
+    waiting_on: usize,
+    /// A slice of it failed (the CPU limit): the call ends with this.
+    failed: Option<CallError>,
+    /// What the handler returned, while it is a promise still pending.
+    returned: Option<Persistent<Promise<'static>>>,
+    /// `ctx.waitUntil` promises: the call lives on after its response until they settle.
+    wait_until: Vec<Persistent<Promise<'static>>>,
+}
+
+/// What a pending host operation (a timer, a `fetch`) belongs to, and how to cancel it.
+struct Operation {
+    call: CallId,
+    task: AbortHandle,
+}
+
+#[derive(Default)]
+pub struct Host {
+    calls: RefCell<HashMap<CallId, Call>>,
+    next_call: Cell<CallId>,
+    /// The call whose slice is running: what timers, fetches and `waitUntil` made now belong to.
+    current: Cell<Option<CallId>>,
+    /// Timers and fetches by the number JavaScript knows them by.
+    operations: RefCell<HashMap<u32, Operation>>,
+    /// Woken after every slice: calls waiting for their promise look again.
+    pub progress: Notify,
+}
+
+impl Host {
+    /// A new call with `cpu` of running time.
+    pub fn open(&self, cpu: Duration) -> CallId {
+        let id = self.next_call.get() + 1;
+        self.next_call.set(id);
+        let call = Call { cpu_left: cpu, waiting_on: 0, failed: None, returned: None, wait_until: Vec::new() };
+        self.calls.borrow_mut().insert(id, call);
+        id
+    }
+
+    /// Ends a call: its timers and fetches are cancelled (a response that has gone out needs them no more,
+    /// unless `waitUntil` asked for them, which keeps the call open).
+    pub fn close(&self, id: CallId) {
+        let call = self.calls.borrow_mut().remove(&id);
+        self.operations.borrow_mut().retain(|_, op| {
+            let mine = op.call == id;
+            if mine {
+                op.task.abort();
+            }
+            !mine
+        });
+        drop(call);
+    }
+
+    /// Forgets every call and cancels every operation: before the runtime they refer to goes.
+    pub fn clear(&self) {
+        for (_, op) in self.operations.borrow_mut().drain() {
+            op.task.abort();
+        }
+        let calls: Vec<Call> = self.calls.borrow_mut().drain().map(|(_, c)| c).collect();
+        drop(calls);
+    }
+
+    /// Starts a slice of call `id`: the CPU time it has left, or `None` if it has ended or failed.
+    pub fn begin(&self, id: CallId) -> Option<Duration> {
+        let calls = self.calls.borrow();
+        let call = calls.get(&id).filter(|c| c.failed.is_none())?;
+        self.current.set(Some(id));
+        Some(call.cpu_left)
+    }
+
+    /// Ends a slice that ran for `ran`; `interrupted`: it was stopped at the call's CPU limit.
+    pub fn end(&self, id: CallId, ran: Duration, interrupted: bool) {
+        self.current.set(None);
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.cpu_left = call.cpu_left.saturating_sub(ran);
+            if interrupted {
+                call.failed = Some(CallError::Cpu);
+            }
+        }
+    }
+
+    /// The call a slice is running for.
+    pub fn current(&self) -> Option<CallId> {
+        self.current.get()
+    }
+
+    /// CPU time call `id` has used: `cpu` (its limit) less what it has left.
+    pub fn used(&self, id: CallId, cpu: Duration) -> Duration {
+        self.calls.borrow().get(&id).map_or(Duration::ZERO, |c| cpu.saturating_sub(c.cpu_left))
+    }
+
+    pub fn failure(&self, id: CallId) -> Option<CallError> {
+        self.calls.borrow().get(&id).and_then(|c| c.failed.clone())
+    }
+
+    pub fn fail(&self, id: CallId, error: CallError) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.failed.get_or_insert(error);
+        }
+    }
+
+    /// Call `id` waits for something outside JavaScript (a timer, a fetch) that may still settle a promise.
+    pub fn is_waiting(&self, id: CallId) -> bool {
+        self.calls.borrow().get(&id).is_some_and(|c| c.waiting_on > 0)
+    }
+
+    pub fn set_returned(&self, id: CallId, promise: Persistent<Promise<'static>>) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.returned = Some(promise);
+        }
+    }
+
+    pub fn returned(&self, id: CallId) -> Option<Persistent<Promise<'static>>> {
+        self.calls.borrow().get(&id).and_then(|c| c.returned.clone())
+    }
+
+    /// `ctx.waitUntil(promise)` in the running slice.
+    pub fn wait_until(&self, promise: Persistent<Promise<'static>>) {
+        let Some(id) = self.current.get() else { return };
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.wait_until.push(promise);
+        }
+    }
+
+    /// The `waitUntil` promises of call `id` (to see which have settled).
+    pub fn waited(&self, id: CallId) -> Vec<Persistent<Promise<'static>>> {
+        self.calls.borrow().get(&id).map(|c| c.wait_until.clone()).unwrap_or_default()
+    }
+
+    /// Records operation `number` (a timer or fetch JavaScript knows by it) for the running slice's call;
+    /// `false` (and the task is cancelled) when no call is running: the file's top-level code.
+    pub fn start_operation(&self, number: u32, task: AbortHandle) -> bool {
+        let Some(id) = self.current.get() else {
+            task.abort();
+            return false;
+        };
+        let Some(call) = self.calls.borrow_mut().get_mut(&id).map(|c| {
+            c.waiting_on += 1;
+            id
+        }) else {
+            task.abort();
+            return false;
+        };
+        if let Some(old) = self.operations.borrow_mut().insert(number, Operation { call, task }) {
+            old.task.abort();
+            self.settled(old.call);
+        }
+        true
+    }
+
+    /// Operation `number` is over (it fired, answered, or was cancelled): the call it belonged to, if any.
+    pub fn finish_operation(&self, number: u32, cancel: bool) -> Option<CallId> {
+        let op = self.operations.borrow_mut().remove(&number)?;
+        if cancel {
+            op.task.abort();
+        }
+        self.settled(op.call);
+        Some(op.call)
+    }
+
+    fn settled(&self, id: CallId) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.waiting_on = call.waiting_on.saturating_sub(1);
+        }
+    }
+}
+
+/// How a promise stands, read without holding on to it.
+pub fn is_pending(promise: &Promise<'_>) -> bool {
+    promise.state() == rquickjs::promise::PromiseState::Pending
+}
