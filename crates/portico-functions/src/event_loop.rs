@@ -7,6 +7,7 @@
 //! other calls that happen to run in it are charged to that call too (a slice is short, and a handler's
 //! promise chain runs in its own events nearly always). Between slices the worker serves everything else.
 
+use portico_http::subrequest::Upstreams;
 use rquickjs::{Persistent, Promise};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -41,6 +42,8 @@ struct Call {
     returned: Option<Persistent<Promise<'static>>>,
     /// `ctx.waitUntil` promises: the call lives on after its response until they settle.
     wait_until: Vec<Persistent<Promise<'static>>>,
+    /// What its `fetch`es go through: the clusters of the configuration its request arrived under.
+    upstreams: Option<Upstreams>,
 }
 
 /// What a pending host operation (a timer, a `fetch`) belongs to, and how to cancel it.
@@ -59,14 +62,17 @@ pub struct Host {
     operations: RefCell<HashMap<u32, Operation>>,
     /// Woken after every slice: calls waiting for their promise look again.
     pub progress: Notify,
+    /// The largest response body a `fetch` reads (the function's `limits.max_response`).
+    pub fetch_limit: Cell<usize>,
 }
 
 impl Host {
     /// A new call with `cpu` of running time.
-    pub fn open(&self, cpu: Duration) -> CallId {
+    pub fn open(&self, cpu: Duration, upstreams: Option<Upstreams>) -> CallId {
         let id = self.next_call.get() + 1;
         self.next_call.set(id);
-        let call = Call { cpu_left: cpu, waiting_on: 0, failed: None, returned: None, wait_until: Vec::new() };
+        let call =
+            Call { cpu_left: cpu, waiting_on: 0, failed: None, returned: None, wait_until: Vec::new(), upstreams };
         self.calls.borrow_mut().insert(id, call);
         id
     }
@@ -111,6 +117,12 @@ impl Host {
                 call.failed = Some(CallError::Cpu);
             }
         }
+    }
+
+    /// What the running slice's call sends its `fetch`es through.
+    pub fn upstreams(&self) -> Option<Upstreams> {
+        let id = self.current.get()?;
+        self.calls.borrow().get(&id).and_then(|c| c.upstreams.clone())
     }
 
     /// The call a slice is running for.

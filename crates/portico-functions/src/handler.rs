@@ -7,6 +7,7 @@ use crate::stats::{Ending, FunctionStats};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use portico_http::handler::{full, Handler, HandlerFuture, Request};
+use portico_http::subrequest::Upstreams;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
@@ -76,7 +77,7 @@ impl Compiled {
     }
 
     fn instance(&self) -> Result<Rc<Instance>, String> {
-        Instance::new(&self.file, &self.source, self.shape, &self.env, self.memory)
+        Instance::new(&self.file, &self.source, self.shape, &self.env, (self.memory, self.max_response))
     }
 }
 
@@ -104,6 +105,7 @@ impl Handler for FunctionHandler {
                 .into_iter()
                 .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()))
                 .collect();
+            let upstreams = req.upstreams.clone();
             let too_large =
                 || answer(413, format!("request body larger than function {}'s max_request", compiled.name));
             if let portico_http::codec::BodyFraming::Length(n) = req.head.body {
@@ -117,7 +119,7 @@ impl Handler for FunctionHandler {
                 Err(e) => return Err(e),
             };
             let input = CallInput { method, url, headers, body };
-            Ok(run(&compiled, input).await)
+            Ok(run(&compiled, input, upstreams).await)
         })
     }
 }
@@ -160,7 +162,11 @@ fn slot_for(compiled: &Compiled) -> Result<(Rc<Instance>, Arc<Semaphore>), Strin
 
 /// Calls the function on this worker's runtime for its version, within its limits, and turns the outcome
 /// into a response.
-async fn run(compiled: &Arc<Compiled>, input: CallInput) -> portico_http::handler::Response<'static> {
+async fn run(
+    compiled: &Arc<Compiled>,
+    input: CallInput,
+    upstreams: Upstreams,
+) -> portico_http::handler::Response<'static> {
     let name = &compiled.name;
     let deadline = tokio::time::Instant::now() + compiled.wall;
     let (instance, permits) = match slot_for(compiled) {
@@ -179,7 +185,7 @@ async fn run(compiled: &Arc<Compiled>, input: CallInput) -> portico_http::handle
             return answer(503, format!("function {name} is at its concurrency limit ({limit} calls per worker)"));
         }
     };
-    let call = instance.open_call(compiled.cpu);
+    let call = instance.open_call(compiled.cpu, Some(upstreams));
     let outcome = tokio::time::timeout_at(deadline, call.respond(input)).await.ok();
     let ending = match &outcome {
         None => Ending::WallLimit,

@@ -3,6 +3,8 @@
 //! (event_loop.rs): the handler's first run, then each of its timers and fetches as they settle.
 
 use crate::event_loop::{is_pending, CallError, CallId, Host};
+use bytes::Bytes;
+use portico_http::subrequest::{SubRequest, SubResponse, SubrequestError, Upstreams};
 use rquickjs::function::Func;
 use rquickjs::{ArrayBuffer, Context, Ctx, Function, Object, Persistent, Runtime, Value};
 use std::cell::{Cell, RefCell};
@@ -84,7 +86,7 @@ impl Instance {
         source: &str,
         shape: Shape,
         env: &[(String, String)],
-        memory_limit: usize,
+        (memory_limit, fetch_limit): (usize, usize),
     ) -> Result<Rc<Instance>, String> {
         let runtime = Runtime::new().map_err(|e| e.to_string())?;
         runtime.set_memory_limit(memory_limit);
@@ -101,6 +103,7 @@ impl Instance {
         })));
         let context = Context::full(&runtime).map_err(|e| e.to_string())?;
         let host = Rc::new(Host::default());
+        host.fetch_limit.set(fetch_limit);
         // What the timers' tasks run their callbacks on, once the instance exists.
         let this: Rc<RefCell<Weak<Instance>>> = Rc::new(RefCell::new(Weak::new()));
         // Top-level code runs under a deadline too: a file that loops at load time is an error, not a hang.
@@ -185,8 +188,8 @@ impl Instance {
 
     /// Opens a call with `cpu` of running time; the call ends (its timers and fetches cancelled) when the
     /// returned guard is dropped.
-    pub fn open_call(self: &Rc<Self>, cpu: Duration) -> Call {
-        Call { id: self.host.open(cpu), cpu, instance: self.clone() }
+    pub fn open_call(self: &Rc<Self>, cpu: Duration, upstreams: Option<Upstreams>) -> Call {
+        Call { id: self.host.open(cpu, upstreams), cpu, instance: self.clone() }
     }
 
     /// Runs one slice of call `id`: `event`, then the microtasks it queued, within the call's remaining CPU
@@ -229,6 +232,32 @@ impl Instance {
                     log_line("error", &format!("a timer failed: {text}"));
                 }
                 if text.contains("out of memory") {
+                    self.host.fail(call, CallError::Memory);
+                    self.retired.set(true);
+                }
+            }
+        });
+    }
+
+    /// Fetch `number` was answered (or failed): its promise settles in a slice of the call that made it.
+    fn fetched(&self, number: u32, result: Result<SubResponse, SubrequestError>) {
+        let Some(call) = self.host.finish_operation(number, false) else { return };
+        self.slice(call, true, |ctx| {
+            let globals = ctx.globals();
+            let delivered = match result {
+                Ok(response) => {
+                    let pairs: Vec<Vec<String>> = response.headers.into_iter().map(|(k, v)| vec![k, v]).collect();
+                    let body = ArrayBuffer::new_copy(ctx.clone(), &response.body[..]);
+                    let settle: rquickjs::Result<Function> = globals.get("__portico_fetched");
+                    body.and_then(|body| settle?.call::<_, ()>((number, response.status, pairs, body)))
+                }
+                Err(e) => {
+                    let settle: rquickjs::Result<Function> = globals.get("__portico_fetch_failed");
+                    settle.and_then(|f| f.call::<_, ()>((number, format!("fetch failed: {e}"))))
+                }
+            };
+            if let Err(e) = delivered {
+                if describe(ctx, e).contains("out of memory") {
                     self.host.fail(call, CallError::Memory);
                     self.retired.set(true);
                 }
@@ -409,14 +438,14 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     globals.set("__portico_random", Func::from(crate::crypto::random))?;
     globals.set("__portico_digest", Func::from(crate::crypto::digest))?;
     globals.set("__portico_hmac", Func::from(crate::crypto::hmac))?;
-    let (timer_host, this) = (host.clone(), this.clone());
+    let (timer_host, timer_this) = (host.clone(), this.clone());
     let start_timer = move |number: u32, ms: f64| -> bool {
         // Only a call's code sets timers that fire: top-level code runs before any worker serves.
         if timer_host.current().is_none() {
             return false;
         }
         let delay = Duration::from_secs_f64((ms / 1000.0).clamp(0.0, MAX_TIMER.as_secs_f64()));
-        let instance = this.borrow().clone();
+        let instance = timer_this.borrow().clone();
         let task = tokio::task::spawn_local(async move {
             tokio::time::sleep(delay).await;
             if let Some(instance) = instance.upgrade() {
@@ -436,6 +465,40 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
         wait_host.wait_until(Persistent::save(&ctx, promise));
     };
     globals.set("__portico_wait_until", Func::from(wait_until))?;
+    let (fetch_host, this) = (host.clone(), this.clone());
+    let fetch = move |ctx: Ctx<'js>,
+                      number: u32,
+                      parts: Vec<String>,
+                      headers: Vec<Vec<String>>,
+                      body: Option<ArrayBuffer<'js>>|
+          -> rquickjs::Result<()> {
+        let refuse = |message: String| rquickjs::Exception::throw_type(&ctx, &message);
+        let [method, cluster, authority, target]: [String; 4] =
+            parts.try_into().map_err(|_| refuse("fetch: a malformed request".into()))?;
+        let Some(upstreams) = fetch_host.upstreams() else {
+            return Err(refuse("fetch() is only available while a request is handled".into()));
+        };
+        if !upstreams.has_cluster(&cluster) {
+            return Err(refuse(format!(
+                "fetch to {authority}: not a cluster of this configuration (a function reaches a cluster by its name: \
+                 fetch(\"http://CLUSTER/path\"))"
+            )));
+        }
+        let headers = headers.into_iter().filter_map(|mut pair| Some((pair.remove(0), pair.pop()?))).collect();
+        // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
+        let body = body.and_then(|b| unsafe { b.as_bytes() }.map(Bytes::copy_from_slice)).unwrap_or_default();
+        let request = SubRequest { method, target, host: authority, headers, body };
+        let (instance, limit) = (this.borrow().clone(), fetch_host.fetch_limit.get());
+        let task = tokio::task::spawn_local(async move {
+            let result = upstreams.send(&cluster, request, limit).await;
+            if let Some(instance) = instance.upgrade() {
+                instance.fetched(number, result);
+            }
+        });
+        fetch_host.start_operation(number, task.abort_handle());
+        Ok(())
+    };
+    globals.set("__portico_fetch", Func::from(fetch))?;
     Ok(())
 }
 

@@ -175,7 +175,7 @@
   }
 
   class Response extends Body {
-    #status; #statusText; #headers;
+    #status; #statusText; #headers; #url = "";
     constructor(body = null, init = {}) {
       super(body);
       const status = init.status === undefined ? 200 : Number(init.status);
@@ -192,6 +192,8 @@
     get ok() { return this.#status >= 200 && this.#status < 300; }
     get headers() { return this.#headers; }
     get redirected() { return false; }
+    get url() { return this.#url; }
+    __setUrl(url) { this.#url = url; }
     get type() { return "default"; }
     clone() { return new Response(this.__bytes(), { status: this.#status, statusText: this.#statusText, headers: this.#headers }); }
     static json(data, init = {}) {
@@ -439,9 +441,9 @@
   // Timers, on the worker's event loop (instance.rs): a timer belongs to the call that set it and is cancelled
   // when that call ends, unless `ctx.waitUntil` keeps the call open.
   const timers = new Map();
-  let nextTimer = 1;
+  let nextOperation = 1; // timers and fetches share the numbers Portico knows them by
   const startTimer = (callback, ms, args, repeat) => {
-    const id = nextTimer++;
+    const id = nextOperation++;
     if (typeof callback !== "function") throw new TypeError("a timer's callback must be a function");
     const delay = Math.max(0, Number(ms) || 0);
     timers.set(id, { callback, args, repeat: repeat ? delay : null });
@@ -465,6 +467,40 @@
     } catch (e) {
       console.error("uncaught exception in a timer:", e);
     }
+  });
+
+  // fetch() to the configuration's clusters: `fetch("http://api/path")` where `api` is a cluster's name, sent
+  // through Portico's pools, balancer, health checks, breaker and retries. The answer's body is read whole.
+  const fetches = new Map();
+  define("fetch", (input, init) => new Promise((resolve, reject) => {
+    const request = input instanceof Request && init === undefined ? input : new Request(input, init);
+    const url = new URL(request.url);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`fetch: unsupported scheme ${url.protocol}`);
+    if (init && init.signal && init.signal.aborted) throw init.signal.reason;
+    const bytes = request.__bytes();
+    const body = bytes ? bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) : null;
+    const id = nextOperation++;
+    __portico_fetch(id, [request.method, url.hostname, url.host, url.pathname + url.search], request.headers.__pairs(), body);
+    fetches.set(id, { resolve, reject, url: request.url });
+    if (init && init.signal && typeof init.signal.addEventListener === "function") {
+      init.signal.addEventListener("abort", () => {
+        if (fetches.delete(id)) { __portico_timer_cancel(id); reject(init.signal.reason); }
+      });
+    }
+  }));
+  define("__portico_fetched", (id, status, pairs, body) => {
+    const pending = fetches.get(id);
+    if (!pending) return;
+    fetches.delete(id);
+    const response = new Response(status === 204 || status === 304 ? null : body, { status, headers: pairs });
+    response.__setUrl(pending.url);
+    pending.resolve(response);
+  });
+  define("__portico_fetch_failed", (id, message) => {
+    const pending = fetches.get(id);
+    if (!pending) return;
+    fetches.delete(id);
+    pending.reject(new TypeError(message));
   });
 
   // The handler's third argument. `waitUntil` keeps the call (its timers and fetches) open after the response

@@ -74,6 +74,8 @@ pub(crate) enum BodySource<'a> {
     },
     /// An HTTP/2 stream's body; `interim` sends the stream's 1xx responses.
     Frames { reader: &'a mut FrameReader, buf: &'a mut BytesMut, interim: &'a crate::h2_request::Interim },
+    /// No client connection: a handler's own request (`subrequest`), whose body is always in hand.
+    Detached,
 }
 
 /// What an HTTP/1 client has shown of its end of the connection while requests wait for their answers.
@@ -167,6 +169,7 @@ impl BodySource<'_> {
                 let _ = interim.borrow_mut().send_informational(response);
                 Ok(())
             }
+            BodySource::Detached => Ok(()),
         }
     }
 

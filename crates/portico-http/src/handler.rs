@@ -89,6 +89,8 @@ pub struct Request<'a> {
     /// The route's path parameters (`/users/:id`), by name, percent-encoded as in the path.
     pub params: Vec<(String, String)>,
     pub body: RequestBody<'a>,
+    /// The clusters of the configuration the request arrived under, for the handler's own requests.
+    pub upstreams: crate::subrequest::Upstreams,
 }
 
 impl Request<'_> {

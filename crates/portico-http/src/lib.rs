@@ -46,6 +46,7 @@ pub mod snapshot;
 mod source_body;
 pub mod stats;
 pub mod stream_body;
+pub mod subrequest;
 mod tunnel;
 mod upstream;
 pub mod upstream_h2;

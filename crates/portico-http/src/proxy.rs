@@ -347,7 +347,7 @@ async fn handle_request(
     front: crate::phases::Front,
     snapshot: &Arc<Snapshot>,
     settings: &ListenerSettings,
-    ctx: &WorkerCtx,
+    ctx: &Rc<WorkerCtx>,
 ) -> Outcome {
     use crate::phases::Front;
     #[cfg(debug_assertions)]
@@ -364,7 +364,8 @@ async fn handle_request(
         }
         Front::BadPath(e) => return answer(client, head, e.status, e.reason, false).await,
         Front::Handler { handler, params, .. } => {
-            return Box::pin(crate::serve_handler::serve_h1(client, head, &handler, params, settings, ctx)).await
+            let listener = (settings, snapshot);
+            return Box::pin(crate::serve_handler::serve_h1(client, head, &handler, params, listener, ctx)).await;
         }
     };
     if head.body == BodyFraming::Chunked {

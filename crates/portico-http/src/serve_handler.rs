@@ -17,6 +17,7 @@ use crate::response_body::ProxyBody;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::source_body::{SourceBody, SourceEnd};
 use crate::stream_body::{boxed, full, BoxBody, BoxError};
+use crate::subrequest::Upstreams;
 use crate::upstream::Source;
 use bytes::Bytes;
 use hyper::body::{Body, Frame};
@@ -69,8 +70,8 @@ pub(crate) async fn serve_h1(
     head: &RequestHead,
     handler: &Arc<dyn Handler>,
     params: Vec<(String, String)>,
-    settings: &ListenerSettings,
-    ctx: &WorkerCtx,
+    (settings, snapshot): (&ListenerSettings, &Arc<Snapshot>),
+    ctx: &Rc<WorkerCtx>,
 ) -> Outcome {
     if head.body == BodyFraming::Chunked {
         if let Some(reason) = codec::chunked_prefix_error(&client.buf) {
@@ -90,13 +91,15 @@ pub(crate) async fn serve_h1(
         }
     }
     let info = ClientInfo { addr: client.peer, https: client.facts.https, http2: false };
+    let upstreams = Upstreams::new(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
     let chain = client.filters.clone();
     let shutdown = *ctx.shutdown.borrow();
     let send_timeout = client.send_timeout;
     let Client { io, buf, out, response_started, .. } = client;
     let (read, mut write) = tokio::io::split(io);
     let reader = Rc::new(RefCell::new(Http1Reader::new(read, buf, head.body, settings.body_read_timeout)));
-    let request = Request { head: head.clone(), client: info, params, body: RequestBody::http1(reader.clone()) };
+    let body = RequestBody::http1(reader.clone());
+    let request = Request { head: head.clone(), client: info, params, body, upstreams };
     let watch = reader.clone();
     let mut gone = pin!(poll_fn(move |cx| watch.borrow_mut().poll_gone(cx)));
     let answered = tokio::select! {
@@ -252,7 +255,9 @@ pub(crate) async fn serve_h2(
     started: Instant,
 ) -> hyper::Response<ProxyBody> {
     let info = ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
-    let request = Request { head: head.clone(), client: info, params, body: RequestBody::frames(body) };
+    let upstreams = Upstreams::new(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
+    let body = RequestBody::frames(body);
+    let request = Request { head: head.clone(), client: info, params, body, upstreams };
     let (status, mut headers, body) = answer_of(handler.handle(request).await);
     let chain = snapshot.router.get(route).and_then(|r| r.filters.clone());
     let body = through_filters(chain.as_deref(), &head, status, &mut headers, body);

@@ -456,6 +456,8 @@ async fn relay_request_body<W: tokio::io::AsyncWrite + Unpin>(
             let until_end = if out_chunked { BodyFraming::UntilClose } else { framing };
             relay_body(*reader, buf, until_end, dst, out_chunked, &mut pace, send_timeout, out).await
         }
+        // A subrequest's body is in hand, never streamed.
+        BodySource::Detached => Ok(0),
     }
 }
 

@@ -420,3 +420,96 @@ fn cpu_time_is_counted_across_a_calls_slices_and_wait_until_runs_after_the_respo
     });
     assert_eq!(Conn::open(p.addr).get("/events/fine", "").text(), "events");
 }
+
+const GATEWAY: &str = r#"export default {
+  async fetch(request) {
+    const path = new URL(request.url).pathname;
+    if (path === "/gw/echo") {
+      const r = await fetch("http://api/echo?x=1", { method: "POST", headers: { "x-from": "function" }, body: "payload" });
+      const echo = await r.json();
+      const from = echo.headers.find(([k]) => k === "x-from");
+      const forwarded = echo.headers.find(([k]) => k === "x-forwarded-for");
+      return Response.json({ status: r.status, ok: r.ok, backend: r.headers.get("x-backend"), method: echo.method,
+        target: echo.target, length: echo.body_len, from: from && from[1], forwarded: forwarded && forwarded[1], url: r.url });
+    }
+    if (path === "/gw/both") {
+      const answers = await Promise.all([fetch("http://api/a"), fetch("http://api/b"), fetch(new Request("http://api/c"))]);
+      return Response.json(await Promise.all(answers.map((r) => r.text())));
+    }
+    if (path === "/gw/status") return new Response(String((await fetch("http://api/status/404")).status));
+    if (path === "/gw/unknown") {
+      try { await fetch("http://nowhere.example/"); return new Response("fetched"); }
+      catch (e) { return new Response(`${e.constructor.name}: ${e.message}`); }
+    }
+    if (path === "/gw/dead") {
+      try { await fetch("http://dead/"); return new Response("fetched"); }
+      catch (e) { return new Response(`${e.constructor.name}: ${e.message}`); }
+    }
+    if (path === "/gw/slow") { await fetch("http://api/slow/5000"); return new Response("late"); }
+    return new Response("gateway");
+  },
+};
+"#;
+
+#[test]
+fn fetch_reaches_the_configurations_clusters_through_their_pools() {
+    let a = portico_testkit::Backend::start("a").unwrap();
+    let b = portico_testkit::Backend::start("b").unwrap();
+    let dir = temp_dir();
+    write(&dir, "gateway.js", GATEWAY);
+    let dead = free_port();
+    let p = Portico::start_in(
+        &dir,
+        &format!(
+            "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\n\
+             clusters:\n\
+             \x20 api: {{ endpoints: [ {{ address: \"{}\" }}, {{ address: \"{}\" }} ], balancer: round_robin }}\n\
+             \x20 dead: {{ endpoints: [ {{ address: \"127.0.0.1:{dead}\" }} ] }}\n\
+             functions:\n\
+             \x20 gateway: {{ source: gateway.js, limits: {{ wall: 1s }} }}\n\
+             routes:\n\
+             \x20 - {{ match: {{ path_prefix: /gw }}, function: gateway }}\n",
+            a.addr, b.addr
+        ),
+    );
+    let r = Conn::open(p.addr).get("/gw/echo", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["method"], "POST");
+    assert_eq!(json["target"], "/echo?x=1");
+    assert_eq!(json["length"], 7);
+    assert_eq!(json["from"], "function");
+    assert_eq!(json["forwarded"], "127.0.0.1", "the subrequest says whom it is for");
+    assert_eq!(json["url"], "http://api/echo?x=1");
+    // Concurrent fetches, balanced over the cluster, on pooled connections.
+    let r = Conn::open(p.addr).get("/gw/both", "");
+    let answers: Vec<String> = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(answers.len(), 3);
+    assert!(answers.iter().any(|t| t.contains("hello from a")) && answers.iter().any(|t| t.contains("hello from b")));
+    let connections = a.connections() + b.connections();
+    for _ in 0..5 {
+        Conn::open(p.addr).get("/gw/both", "");
+    }
+    assert!(a.connections() + b.connections() <= connections + 1, "fetches reuse pooled connections");
+    assert_eq!(Conn::open(p.addr).get("/gw/status", "").text(), "404");
+    // What cannot be fetched is a TypeError with the reason.
+    let text = Conn::open(p.addr).get("/gw/unknown", "").text();
+    assert!(text.starts_with("TypeError: fetch to nowhere.example: not a cluster of this configuration"), "{text}");
+    let text = Conn::open(p.addr).get("/gw/dead", "").text();
+    assert!(text.contains("TypeError: fetch failed: cluster \"dead\": 502 upstream refused the connection"), "{text}");
+    // A fetch that outlasts the wall limit ends the call with 504, and the fetch is abandoned.
+    let started = Instant::now();
+    let r = Conn::open(p.addr).get("/gw/slow", "");
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Subrequests are counted as the cluster's requests.
+    let metrics = p.admin_get("/metrics").text();
+    let tries: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("portico_upstream_requests_total{cluster=\"api\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(tries >= 19.0, "{tries} upstream tries counted:\n{metrics}");
+}
