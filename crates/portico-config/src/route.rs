@@ -292,6 +292,9 @@ pub enum Filter {
     Cors(CorsFilter),
     /// Compress response bodies (gzip) for clients that accept it.
     Compress(CompressFilter),
+    /// A JavaScript function of `functions:` whose `onRequest` hook runs before the target: it may answer
+    /// early or change the request.
+    Function(String),
 }
 
 /// The file's form of a filter: serde_norway reads enums from YAML tags (`!cors`), so the one-key map users
@@ -303,6 +306,7 @@ struct FilterKey {
     rewrite: Option<RewriteFilter>,
     cors: Option<CorsFilter>,
     compress: Option<CompressFilter>,
+    function: Option<String>,
 }
 
 impl TryFrom<FilterKey> for Filter {
@@ -313,12 +317,13 @@ impl TryFrom<FilterKey> for Filter {
             key.rewrite.map(Filter::Rewrite),
             key.cors.map(Filter::Cors),
             key.compress.map(Filter::Compress),
+            key.function.map(Filter::Function),
         ]
         .into_iter()
         .flatten();
         match (kinds.next(), kinds.next()) {
             (Some(filter), None) => Ok(filter),
-            (None, _) => Err("a filter needs its kind: `headers`, `rewrite`, `cors` or `compress`".into()),
+            (None, _) => Err("a filter needs its kind: `headers`, `rewrite`, `cors`, `compress` or `function`".into()),
             (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
         }
     }
@@ -331,6 +336,7 @@ impl Filter {
             Filter::Rewrite(_) => "rewrite",
             Filter::Cors(_) => "cors",
             Filter::Compress(_) => "compress",
+            Filter::Function(_) => "function",
         }
     }
 }
@@ -558,6 +564,8 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
                 );
             }
         }
+        // Whether the function exists is checked with the configuration's `functions:` (validate.rs).
+        Filter::Function(_) => {}
         Filter::Compress(c) => {
             if !(1..=9).contains(&c.level) {
                 err(&format!("{base}.compress.level"), format!("level {} is not from 1 to 9", c.level), None);

@@ -287,6 +287,16 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
 
     for (j, f) in cfg.filters.iter().enumerate() {
         crate::route::validate_filter(f, &format!("filters[{j}]"), None, &mut err);
+        if let crate::route::Filter::Function(function) = f {
+            if !cfg.functions.contains_key(function) {
+                let at = format!("filters[{j}].function");
+                err(
+                    &at,
+                    format!("filter refers to unknown function {function:?}"),
+                    Some("define it under `functions:`"),
+                );
+            }
+        }
     }
     let mut route_names = HashSet::new();
     for (i, r) in cfg.routes.iter().enumerate() {
@@ -333,14 +343,25 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
             };
             err(&format!("{base}.cluster"), format!("route refers to unknown cluster {cluster:?}"), Some(&hint));
         }
-        if let Some(function) = r.function.as_ref().filter(|f| !cfg.functions.contains_key(*f)) {
+        let known_functions = || {
             let known: Vec<&str> = cfg.functions.keys().map(String::as_str).collect();
-            let hint = if known.is_empty() {
+            if known.is_empty() {
                 "define it under `functions:` with its `source` file".to_string()
             } else {
                 format!("known functions: {}", known.join(", "))
-            };
+            }
+        };
+        if let Some(function) = r.function.as_ref().filter(|f| !cfg.functions.contains_key(*f)) {
+            let hint = known_functions();
             err(&format!("{base}.function"), format!("route refers to unknown function {function:?}"), Some(&hint));
+        }
+        for (j, f) in r.filters.iter().enumerate() {
+            if let crate::route::Filter::Function(function) = f {
+                if !cfg.functions.contains_key(function) {
+                    let (at, hint) = (format!("{base}.filters[{j}].function"), known_functions());
+                    err(&at, format!("filter refers to unknown function {function:?}"), Some(&hint));
+                }
+            }
         }
         let m = &r.matcher;
         if m.path.is_some() && m.path_prefix.is_some() {

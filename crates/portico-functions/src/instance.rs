@@ -44,21 +44,46 @@ pub struct CallInput {
     pub body: Vec<u8>,
 }
 
-/// A response as the function gave it.
+/// A response as the function gave it; or, from an `onRequest` hook that let the request go on, the request
+/// as it goes on (`next`: its target, the headers in `headers`).
 pub struct CallOutput {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The origin-form target (path and query) of a request an `onRequest` hook let go on.
+    pub next: Option<String>,
+}
+
+/// Which of the function's entry points a call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// `fetch(request, env, ctx)`: the function as a route's target.
+    Fetch,
+    /// `onRequest(request, env, ctx)`: the function as a filter.
+    OnRequest,
+}
+
+impl Hook {
+    fn name(self) -> &'static str {
+        match self {
+            Hook::Fetch => "fetch handler",
+            Hook::OnRequest => "onRequest hook",
+        }
+    }
 }
 
 pub struct Instance {
     // Field order: what lives in the runtime goes before it.
-    handler: Persistent<Function<'static>>,
+    /// The `fetch` handler (or a script's `handler`), if there is one.
+    handler: Option<Persistent<Function<'static>>>,
+    /// The `onRequest` hook of a function used as a filter, if there is one.
+    on_request: Option<Persistent<Function<'static>>>,
     target: Persistent<Value<'static>>,
     env: Persistent<Object<'static>>,
-    /// `__portico_request`, `__portico_call` and `__portico_response`, looked up once.
+    /// `__portico_request`, `__portico_call`, `__portico_filter` and `__portico_response`, looked up once.
     make_request: Persistent<Function<'static>>,
     call_handler: Persistent<Function<'static>>,
+    call_filter: Persistent<Function<'static>>,
     take_response: Persistent<Function<'static>>,
     context: Context,
     // Kept so that the runtime outlives everything above, whatever holds the context.
@@ -111,7 +136,7 @@ impl Instance {
         let loaded = context.with(|ctx| -> Result<_, String> {
             install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
-            let (target, handler): (Value, Function) = match shape {
+            let (target, fetch, on_request): (Value, Option<Function>, Option<Function>) = match shape {
                 Shape::Module => {
                     let declared =
                         rquickjs::Module::declare(ctx.clone(), file, source).map_err(|e| describe(&ctx, e))?;
@@ -120,10 +145,15 @@ impl Instance {
                     let default: Object = module.get("default").map_err(|_| {
                         format!("{file}: has no `export default {{ fetch(request, env, ctx) {{ ... }} }}`")
                     })?;
-                    let fetch: Function = default
-                        .get("fetch")
-                        .map_err(|_| format!("{file}: the default export has no `fetch(request, env, ctx)` method"))?;
-                    (default.into_value(), fetch)
+                    let fetch: Option<Function> = default.get("fetch").ok();
+                    let on_request: Option<Function> = default.get("onRequest").ok();
+                    if fetch.is_none() && on_request.is_none() {
+                        return Err(format!(
+                            "{file}: the default export has neither a `fetch(request, env, ctx)` handler nor an \
+                             `onRequest(request, env, ctx)` hook"
+                        ));
+                    }
+                    (default.into_value(), fetch, on_request)
                 }
                 Shape::Script => {
                     let options = {
@@ -133,10 +163,14 @@ impl Instance {
                         o
                     };
                     ctx.eval_with_options::<(), _>(source, options).map_err(|e| describe(&ctx, e))?;
-                    let handler: Function = ctx.globals().get("handler").map_err(|_| {
-                        format!("{file}: defines neither `function handler(request)` nor `export default {{ fetch }}`")
-                    })?;
-                    (Value::new_undefined(ctx.clone()), handler)
+                    let handler: Option<Function> = ctx.globals().get("handler").ok();
+                    let on_request: Option<Function> = ctx.globals().get("onRequest").ok();
+                    if handler.is_none() && on_request.is_none() {
+                        return Err(format!(
+                            "{file}: defines neither `function handler(request)` nor `export default {{ fetch }}`"
+                        ));
+                    }
+                    (Value::new_undefined(ctx.clone()), handler, on_request)
                 }
             };
             let env_object = Object::new(ctx.clone()).map_err(|e| describe(&ctx, e))?;
@@ -150,25 +184,33 @@ impl Instance {
             };
             Ok((
                 Persistent::save(&ctx, target),
-                Persistent::save(&ctx, handler),
+                [fetch.map(|f| Persistent::save(&ctx, f)), on_request.map(|f| Persistent::save(&ctx, f))],
                 Persistent::save(&ctx, env_object),
-                [internal("__portico_request")?, internal("__portico_call")?, internal("__portico_response")?],
+                [
+                    internal("__portico_request")?,
+                    internal("__portico_call")?,
+                    internal("__portico_filter")?,
+                    internal("__portico_response")?,
+                ],
             ))
         });
         deadline.set(None);
-        let (target, handler, env, [make_request, call_handler, take_response]) = loaded.map_err(|e| {
-            if interrupted.get() {
-                format!("{file}: its top-level code ran for more than 1s")
-            } else {
-                e
-            }
-        })?;
+        let (target, [handler, on_request], env, [make_request, call_handler, call_filter, take_response]) =
+            loaded.map_err(|e| {
+                if interrupted.get() {
+                    format!("{file}: its top-level code ran for more than 1s")
+                } else {
+                    e
+                }
+            })?;
         let instance = Rc::new(Instance {
             handler,
+            on_request,
             target,
             env,
             make_request,
             call_handler,
+            call_filter,
             take_response,
             context,
             _runtime: runtime,
@@ -179,6 +221,14 @@ impl Instance {
         });
         *this.borrow_mut() = Rc::downgrade(&instance);
         Ok(instance)
+    }
+
+    /// Whether the function has this entry point.
+    pub fn has(&self, hook: Hook) -> bool {
+        match hook {
+            Hook::Fetch => self.handler.is_some(),
+            Hook::OnRequest => self.on_request.is_some(),
+        }
     }
 
     /// A call hit its CPU or memory limit on this runtime: new calls should go to a new one.
@@ -266,16 +316,29 @@ impl Instance {
     }
 
     /// The handler's first slice: the request made, the handler called, and its answer taken if it has one.
-    fn start<'js>(&self, ctx: &Ctx<'js>, id: CallId, input: CallInput) -> Result<Option<CallOutput>, CallError> {
+    fn start<'js>(
+        &self,
+        ctx: &Ctx<'js>,
+        id: CallId,
+        input: CallInput,
+        hook: Hook,
+    ) -> Result<Option<CallOutput>, CallError> {
         let exception = |e: rquickjs::Error| self.classify(ctx, e);
+        let (function, wrapper) = match hook {
+            Hook::Fetch => (&self.handler, &self.call_handler),
+            Hook::OnRequest => (&self.on_request, &self.call_filter),
+        };
+        let Some(function) = function else {
+            return Err(CallError::Exception(format!("the function has no {}", hook.name())));
+        };
         let pairs: Vec<Vec<String>> = input.headers.into_iter().map(|(k, v)| vec![k, v]).collect();
         let body = ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?;
         let make = self.make_request.clone().restore(ctx).map_err(exception)?;
         let request: Value = make.call((input.method, input.url, pairs, body)).map_err(exception)?;
-        let handler = self.handler.clone().restore(ctx).map_err(exception)?;
+        let handler = function.clone().restore(ctx).map_err(exception)?;
         let target = self.target.clone().restore(ctx).map_err(exception)?;
         let env = self.env.clone().restore(ctx).map_err(exception)?;
-        let call = self.call_handler.clone().restore(ctx).map_err(exception)?;
+        let call = wrapper.clone().restore(ctx).map_err(exception)?;
         let returned: Value = call.call((handler, target, request, env)).map_err(exception)?;
         let Some(promise) = returned.as_promise() else {
             return self.output(ctx, returned).map(Some);
@@ -320,6 +383,7 @@ impl Instance {
         let status: u16 = parts.get(0).map_err(exception)?;
         let headers: Vec<Vec<String>> = parts.get(1).map_err(exception)?;
         let body: Value = parts.get(2).map_err(exception)?;
+        let next: Option<String> = parts.get(3).map_err(exception)?;
         let body = match (body.as_string(), ArrayBuffer::from_value(body.clone())) {
             (Some(text), _) => text.to_string().map_err(exception)?.into_bytes(),
             // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
@@ -327,7 +391,7 @@ impl Instance {
             (None, None) => Vec::new(),
         };
         let headers = headers.into_iter().filter_map(|mut pair| Some((pair.remove(0), pair.pop()?))).collect();
-        Ok(CallOutput { status, headers, body })
+        Ok(CallOutput { status, headers, body, next })
     }
 
     fn classify(&self, ctx: &Ctx<'_>, e: rquickjs::Error) -> CallError {
@@ -360,9 +424,9 @@ impl Drop for Call {
 impl Call {
     /// Runs the handler on `input` and waits for its response: slices run as its timers fire and its fetches
     /// answer, each within what is left of its CPU time. (The wall limit is the caller's: it drops the future.)
-    pub async fn respond(&self, input: CallInput) -> Result<CallOutput, CallError> {
+    pub async fn respond(&self, input: CallInput, hook: Hook) -> Result<CallOutput, CallError> {
         let (instance, id) = (&self.instance, self.id);
-        let started = instance.slice(id, true, |ctx| instance.start(ctx, id, input));
+        let started = instance.slice(id, true, |ctx| instance.start(ctx, id, input, hook));
         if let Some(failure) = instance.host.failure(id) {
             return Err(failure);
         }

@@ -12,6 +12,8 @@
 
 mod crypto;
 mod event_loop;
+mod filter;
+mod function;
 mod handler;
 mod instance;
 mod stats;
@@ -19,14 +21,14 @@ mod stats;
 pub use stats::FunctionsView;
 
 use portico_config::{Function, LoadedConfig};
-use portico_http::handler::{FunctionPlane, Handler};
+use portico_http::handler::{CompiledFunction, FunctionPlane};
 use std::sync::Arc;
 
 /// Registered with `portico_http::handler::register_functions` by the binary.
 pub struct Plane;
 
 impl FunctionPlane for Plane {
-    fn compile(&self, name: &str, function: &Function, loaded: &LoadedConfig) -> Result<Arc<dyn Handler>, String> {
+    fn compile(&self, name: &str, function: &Function, loaded: &LoadedConfig) -> Result<CompiledFunction, String> {
         let path = loaded.resolve(&function.source);
         let source = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let mut env: Vec<(String, String)> = function.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -34,7 +36,11 @@ impl FunctionPlane for Plane {
             let value = secret.read(loaded).map_err(|e| format!("secret {key}: {e}"))?;
             env.push((key.clone(), value));
         }
-        let compiled = handler::Compiled::new(name, &path, source, env, function)?;
-        Ok(Arc::new(handler::FunctionHandler::new(compiled)))
+        let (compiled, [fetch, on_request]) = function::Compiled::new(name, &path, source, env, function)?;
+        let compiled = Arc::new(compiled);
+        Ok(CompiledFunction {
+            handler: fetch.then(|| Arc::new(handler::FunctionHandler::new(compiled.clone())) as _),
+            gate: on_request.then(|| Arc::new(filter::FunctionGate::new(compiled)) as _),
+        })
     }
 }

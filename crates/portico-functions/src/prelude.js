@@ -512,12 +512,25 @@
     passThroughOnException() {},
   });
   define("__portico_call", (handler, target, request, env) => handler.call(target, request, env, callContext));
+  // A filter's `onRequest`: a Response answers; anything else lets the request go on, as the hook left it
+  // (its headers changed in place) or as the Request it returned.
+  const PASSED = Symbol("the request goes on");
+  define("__portico_filter", (hook, target, request, env) => {
+    const settle = (value) => (value instanceof Response ? value : { [PASSED]: value instanceof Request ? value : request });
+    const out = hook.call(target, request, env, callContext);
+    return out && typeof out.then === "function" ? Promise.resolve(out).then(settle) : settle(out);
+  });
 
   // Portico's side: a request in, a response out.
   // Portico's URL is absolute and already normalised: not parsed again.
   define("__portico_request", (method, url, pairs, body) =>
     new Request(url, { method, headers: pairs, body: method === "GET" || method === "HEAD" ? null : body, [TRUSTED]: true }));
   define("__portico_response", (value) => {
+    if (value && value[PASSED]) {
+      const request = value[PASSED];
+      const url = new URL(request.url);
+      return [0, request.headers.__pairs(), null, url.pathname + url.search];
+    }
     if (!(value instanceof Response)) {
       throw new TypeError(`the handler returned ${value === undefined ? "nothing" : Object.prototype.toString.call(value)}, not a Response`);
     }

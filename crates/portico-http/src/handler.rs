@@ -22,6 +22,7 @@
 
 use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, Known, RequestHead};
 pub use crate::stream_body::{boxed, full, BoxBody, BoxError};
+use crate::subrequest::Upstreams;
 use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
 use portico_core::io::Stream;
@@ -50,7 +51,25 @@ pub trait FunctionPlane: Send + Sync {
         name: &str,
         function: &portico_config::Function,
         loaded: &portico_config::LoadedConfig,
-    ) -> Result<std::sync::Arc<dyn Handler>, String>;
+    ) -> Result<CompiledFunction, String>;
+}
+
+/// What a function can be used as: a route target (it has a `fetch` handler), a filter (an `onRequest`
+/// hook), or both.
+pub struct CompiledFunction {
+    pub handler: Option<std::sync::Arc<dyn Handler>>,
+    pub gate: Option<std::sync::Arc<dyn Gate>>,
+}
+
+/// What a `Gate` decided.
+pub type GateFuture<'a> = Pin<Box<dyn Future<Output = Option<crate::message::LocalResponse>> + 'a>>;
+
+/// A request hook that may wait (a JavaScript function used as a filter: `filters: - function: NAME`). The
+/// route's gates run after its other request hooks, in order, before its target; each may change the head
+/// (headers, path and query, through its edits) or answer instead of the target (`Some`). The request body is
+/// not theirs: it stays unread for the target.
+pub trait Gate: Send + Sync + Debug {
+    fn check<'a>(&'a self, head: &'a mut RequestHead, client: ClientInfo, upstreams: Upstreams) -> GateFuture<'a>;
 }
 
 static FUNCTIONS: std::sync::OnceLock<Box<dyn FunctionPlane>> = std::sync::OnceLock::new();
@@ -90,7 +109,7 @@ pub struct Request<'a> {
     pub params: Vec<(String, String)>,
     pub body: RequestBody<'a>,
     /// The clusters of the configuration the request arrived under, for the handler's own requests.
-    pub upstreams: crate::subrequest::Upstreams,
+    pub upstreams: Upstreams,
 }
 
 impl Request<'_> {
@@ -100,24 +119,29 @@ impl Request<'_> {
     /// The headers as Portico would forward them: the client's, less hop-by-hop ones and those the filters
     /// removed, then those the filters added.
     pub fn headers(&self) -> Vec<(&[u8], &[u8])> {
-        let head = &self.head;
-        let edits = head.edits.as_ref().map(|e| &e.headers).filter(|e| !e.is_empty());
-        let mut out = Vec::with_capacity(head.headers.len());
-        for (h, kind) in &head.headers {
-            let name = head.header_name(h);
-            if *kind == Known::HopByHop
-                || (!head.connection.is_empty() && head.named_by_connection(name))
-                || edits.is_some_and(|e| e.drops(name))
-            {
-                continue;
-            }
-            out.push((name, head.header_value(h)));
-        }
-        if let Some(edits) = edits {
-            out.extend(edits.appended.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
-        }
-        out
+        forwarded_headers(&self.head)
     }
+}
+
+/// The headers of `head` as Portico would forward them: the client's, less hop-by-hop ones and those the
+/// filters removed, then those the filters added.
+pub fn forwarded_headers(head: &RequestHead) -> Vec<(&[u8], &[u8])> {
+    let edits = head.edits.as_ref().map(|e| &e.headers).filter(|e| !e.is_empty());
+    let mut out = Vec::with_capacity(head.headers.len());
+    for (h, kind) in &head.headers {
+        let name = head.header_name(h);
+        if *kind == Known::HopByHop
+            || (!head.connection.is_empty() && head.named_by_connection(name))
+            || edits.is_some_and(|e| e.drops(name))
+        {
+            continue;
+        }
+        out.push((name, head.header_value(h)));
+    }
+    if let Some(edits) = edits {
+        out.extend(edits.appended.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
+    }
+    out
 }
 
 /// A request body, pulled as the handler reads it: `http_body::Body` (data frames, then trailers on HTTP/2).

@@ -1,10 +1,13 @@
 //! The request's phases before its target, in one place for HTTP/1 and HTTP/2:
 //!
 //! ```text
-//! read head -> normalise path -> route -> redirect_https -> request filters -> target
-//!                  |               |                            |               |
-//!                 400             404                     early answer    static / redirect
+//! read head -> normalise path -> route -> redirect_https -> request filters -> function filters -> target
+//!                  |               |                            |                  |               |
+//!                 400             404                     early answer       early answer    static / redirect
 //! ```
+//!
+//! Function filters may wait (on a `fetch`, a timer): `front` stops before them with `Front::Gated`, and the
+//! caller awaits `pass_gates`, which ends the same way `front` would have.
 //!
 //! A cluster target is the caller's to forward, a handler target the caller's to run; everything else ends
 //! here in a `LocalResponse`. Response
@@ -12,9 +15,12 @@
 
 use crate::codec::{HeadError, RequestHead};
 use crate::filters::{RequestCx, Step};
+use crate::handler::ClientInfo;
 use crate::message::LocalResponse;
-use crate::router::Target;
+use crate::pattern::Captured;
+use crate::router::{CompiledRoute, Target};
 use crate::snapshot::{ListenerSettings, Snapshot};
+use crate::subrequest::Upstreams;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -27,6 +33,8 @@ pub(crate) enum Front {
     Answer { route: usize, response: Arc<LocalResponse> },
     /// Answer with this in-process handler; `params` are the route's path parameters by name.
     Handler { route: usize, handler: Arc<dyn crate::handler::Handler>, params: Vec<(String, String)> },
+    /// The route's function filters must run first (they may wait): `pass_gates` then decides the target.
+    Gated { route: usize, captured: Box<Captured> },
     /// No route matches.
     NoRoute,
     /// The path cannot be normalised: 400, and the connection is closed.
@@ -36,7 +44,10 @@ pub(crate) enum Front {
 impl Front {
     pub fn route(&self) -> Option<usize> {
         match self {
-            Front::Cluster { route, .. } | Front::Answer { route, .. } | Front::Handler { route, .. } => Some(*route),
+            Front::Cluster { route, .. }
+            | Front::Answer { route, .. }
+            | Front::Handler { route, .. }
+            | Front::Gated { route, .. } => Some(*route),
             Front::NoRoute | Front::BadPath(_) => None,
         }
     }
@@ -76,11 +87,39 @@ pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &List
             }
         }
     }
+    if route.gates.is_some() {
+        return Front::Gated { route: index, captured: Box::new(captured) };
+    }
+    target(head, index, route, &captured, https)
+}
+
+/// Runs the function filters of route `index` on `head`, then decides its target as `front` does: the
+/// answer of a filter that answered, else the route's target.
+pub(crate) async fn pass_gates(
+    head: &mut RequestHead,
+    snapshot: &Snapshot,
+    (index, captured): (usize, &Captured),
+    client: ClientInfo,
+    upstreams: &Upstreams,
+) -> Front {
+    let Some(route) = snapshot.router.get(index) else {
+        return Front::NoRoute;
+    };
+    for gate in route.gates.iter().flat_map(|g| g.iter()) {
+        if let Some(response) = gate.check(head, client.clone(), upstreams.clone()).await {
+            return Front::Answer { route: index, response: Arc::new(response) };
+        }
+    }
+    target(head, index, route, captured, client.https)
+}
+
+/// The route's target for `head`.
+fn target(head: &RequestHead, index: usize, route: &CompiledRoute, captured: &Captured, https: bool) -> Front {
     match &route.target {
         Target::Cluster(cluster) => Front::Cluster { route: index, cluster: *cluster },
         Target::Static(response) => Front::Answer { route: index, response: response.clone() },
         Target::Redirect(redirect) => {
-            Front::Answer { route: index, response: Arc::new(redirect.respond(head, https, &captured)) }
+            Front::Answer { route: index, response: Arc::new(redirect.respond(head, https, captured)) }
         }
         Target::Handler(handler, names) => {
             let params = names

@@ -16,6 +16,7 @@ use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::request_buffer::BufferFault;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
+use crate::subrequest::Upstreams;
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -352,6 +353,15 @@ async fn handle_request(
     use crate::phases::Front;
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(head, ctx);
+    let front = match front {
+        Front::Gated { route, captured } => {
+            let info = crate::handler::ClientInfo { addr: client.peer, https: client.facts.https, http2: false };
+            let upstreams = Upstreams::new(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
+            let gates = crate::phases::pass_gates(head, snapshot, (route, &captured), info, &upstreams);
+            Box::pin(gates).await
+        }
+        front => front,
+    };
     let (cluster, cluster_index, route) = match front {
         Front::Cluster { cluster, route } => (&snapshot.clusters[cluster], cluster, route),
         Front::Answer { response, .. } => {
@@ -363,6 +373,8 @@ async fn handle_request(
             return answer(client, head, 404, "no route matches this request", body_done).await;
         }
         Front::BadPath(e) => return answer(client, head, e.status, e.reason, false).await,
+        // (`pass_gates` never gives another `Gated`.)
+        Front::Gated { .. } => return answer(client, head, 500, "function filters did not decide", false).await,
         Front::Handler { handler, params, .. } => {
             let listener = (settings, snapshot);
             return Box::pin(crate::serve_handler::serve_h1(client, head, &handler, params, listener, ctx)).await;

@@ -13,6 +13,7 @@
 
 use crate::codec::RequestHead;
 use crate::filters::{self, Chain};
+use crate::handler::{CompiledFunction, Gate};
 use crate::message::LocalResponse;
 use crate::pattern::{Captured, PathPattern};
 use crate::registry::Registry;
@@ -59,6 +60,8 @@ pub struct CompiledRoute {
     pub stats: Arc<RouteStats>,
     /// Global filters, then the route's own; `None` when there are none.
     pub filters: Option<Chain>,
+    /// Function filters (global, then the route's own), run after the other request hooks; `None`: none.
+    pub gates: Option<Arc<[Arc<dyn Gate>]>>,
     /// Request bodies for the route's cluster are read whole first (HTTP/1 clusters only); `None`: streamed.
     pub(crate) buffering: Option<Arc<crate::request_buffer::BufferPolicy>>,
     host: HostMatch,
@@ -173,13 +176,6 @@ impl Router {
         problems: &mut Vec<RouteProblem>,
     ) -> Router {
         let cfg = &loaded.config;
-        let mut global: Vec<Arc<dyn filters::Filter>> = Vec::new();
-        for (j, f) in cfg.filters.iter().enumerate() {
-            match filters::compile(f, &[]) {
-                Ok(f) => global.push(f),
-                Err((key, message)) => problems.push((format!("filters[{j}].{key}"), message, None)),
-            }
-        }
         let mut functions = HashMap::new();
         for (name, f) in &cfg.functions {
             let compiled = match crate::handler::function_plane() {
@@ -187,11 +183,15 @@ impl Router {
                 None => Err("this build of Portico has no functions plane".to_string()),
             };
             match compiled {
-                Ok(handler) => {
-                    functions.insert(name.clone(), handler);
+                Ok(function) => {
+                    functions.insert(name.clone(), function);
                 }
                 Err(message) => problems.push((format!("functions.{name}.source"), message, None)),
             }
+        }
+        let mut global = Filters::default();
+        for (j, f) in cfg.filters.iter().enumerate() {
+            global.add(f, &[], &functions, &format!("filters[{j}]"), problems);
         }
         let mut compiled = Vec::with_capacity(cfg.routes.len());
         let names = portico_config::route_names(&cfg.routes);
@@ -232,7 +232,7 @@ fn compile_route(
     r: &Route,
     i: usize,
     name: String,
-    global: &[Arc<dyn filters::Filter>],
+    global: &Filters,
     targets: &Targets<'_>,
     registry: &Registry,
     https_port: u16,
@@ -291,7 +291,13 @@ fn compile_route(
         }
     } else if let Some(name) = &r.function {
         // A function that did not compile was reported at its source.
-        Target::Handler(targets.functions.get(name)?.clone(), names.clone().into())
+        let Some(handler) = targets.functions.get(name)?.handler.clone() else {
+            let message = format!("function {name:?} has no fetch handler, so it cannot be a route's target");
+            let hint = "export one: `export default { fetch(request, env, ctx) { ... } }`";
+            problems.push((format!("{base}.function"), message, Some(hint.into())));
+            return None;
+        };
+        Target::Handler(handler, names.clone().into())
     } else if let Some(redirect) = &r.redirect {
         match crate::redirect::RedirectTarget::parse(redirect, &names) {
             Ok(t) => Target::Redirect(t),
@@ -303,13 +309,11 @@ fn compile_route(
     } else {
         return None;
     };
-    let mut chain: Vec<Arc<dyn filters::Filter>> = global.to_vec();
+    let mut filters = global.clone();
     for (j, f) in r.filters.iter().enumerate() {
-        match filters::compile(f, &names) {
-            Ok(f) => chain.push(f),
-            Err((key, message)) => problems.push((format!("{base}.filters[{j}].{key}"), message, None)),
-        }
+        filters.add(f, &names, targets.functions, &format!("{base}.filters[{j}]"), problems);
     }
+    let Filters { chain, gates } = filters;
     Some(CompiledRoute {
         target,
         redirect_https: r
@@ -319,6 +323,7 @@ fn compile_route(
             .map(|s| HttpsRedirect { port: s.port.unwrap_or(https_port), status: s.status }),
         stats: registry.route_stats(&name, r.cluster_label()),
         filters: (!chain.is_empty()).then(|| chain.into()),
+        gates: (!gates.is_empty()).then(|| gates.into()),
         buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b, loaded))),
         name,
         host,
@@ -336,7 +341,44 @@ fn compile_route(
 /// What routes may name as targets: clusters (by index) and compiled functions.
 struct Targets<'a> {
     clusters: &'a HashMap<String, usize>,
-    functions: &'a HashMap<String, Arc<dyn crate::handler::Handler>>,
+    functions: &'a HashMap<String, CompiledFunction>,
+}
+
+/// A route's filters as they are compiled: the synchronous ones, and the function filters (gates).
+#[derive(Default, Clone)]
+struct Filters {
+    chain: Vec<Arc<dyn filters::Filter>>,
+    gates: Vec<Arc<dyn Gate>>,
+}
+
+impl Filters {
+    /// Adds filter `f` (at `base` in the file); what cannot be compiled is a problem.
+    fn add(
+        &mut self,
+        f: &portico_config::Filter,
+        names: &[String],
+        functions: &HashMap<String, CompiledFunction>,
+        base: &str,
+        problems: &mut Vec<RouteProblem>,
+    ) {
+        if let portico_config::Filter::Function(name) = f {
+            // A function that did not compile was reported at its source, an unknown one by validation.
+            match functions.get(name).map(|f| f.gate.clone()) {
+                Some(Some(gate)) => self.gates.push(gate),
+                Some(None) => problems.push((
+                    format!("{base}.function"),
+                    format!("function {name:?} has no onRequest hook, so it cannot be a filter"),
+                    Some("export one: `export default { onRequest(request, env, ctx) { ... } }`".into()),
+                )),
+                None => {}
+            }
+            return;
+        }
+        match filters::compile(f, names) {
+            Ok(f) => self.chain.push(f),
+            Err((key, message)) => problems.push((format!("{base}.{key}"), message, None)),
+        }
+    }
 }
 
 /// The handler built into Portico with this name (`portico_config::HANDLERS` lists them).

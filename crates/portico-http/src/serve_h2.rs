@@ -17,6 +17,7 @@ use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
 use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
 use crate::snapshot::{ListenerSettings, Snapshot};
+use crate::subrequest::Upstreams;
 use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
 use hyper::body::Body;
@@ -50,7 +51,15 @@ pub(crate) async fn serve(
     };
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(&head, &conn.ctx);
-    let front = crate::phases::front(&mut head, &snapshot, settings, conn.facts.https);
+    let front = match crate::phases::front(&mut head, &snapshot, settings, conn.facts.https) {
+        Front::Gated { route, captured } => {
+            let info = crate::handler::ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
+            let upstreams = Upstreams::new(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
+            let gates = crate::phases::pass_gates(&mut head, &snapshot, (route, &captured), info, &upstreams);
+            Box::pin(gates).await
+        }
+        front => front,
+    };
     let reply = Reply { snapshot: &snapshot, conn, started, interim };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
@@ -66,6 +75,10 @@ pub(crate) async fn serve(
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
         Front::NoRoute => reply.local(None, &head, &LocalResponse::text(404, "no route matches this request"), |_| {}),
         Front::BadPath(e) => reply.local(None, &head, &LocalResponse::text(e.status, e.reason), |_| {}),
+        // (`pass_gates` never gives another `Gated`.)
+        Front::Gated { route, .. } => {
+            reply.local(Some(route), &head, &LocalResponse::text(500, "function filters did not decide"), |_| {})
+        }
         Front::Handler { route, handler, params } => {
             let target = (route, handler, params);
             crate::serve_handler::serve_h2(body, head, target, &snapshot, conn, started).await

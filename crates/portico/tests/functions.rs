@@ -513,3 +513,90 @@ fn fetch_reaches_the_configurations_clusters_through_their_pools() {
         .sum();
     assert!(tries >= 19.0, "{tries} upstream tries counted:\n{metrics}");
 }
+
+const AUTH: &str = r#"export default {
+  async onRequest(request, env) {
+    const url = new URL(request.url);
+    if (url.searchParams.has("login")) return Response.redirect("https://login.example/", 302);
+    const token = request.headers.get("authorization");
+    if (!token) return new Response("no token\n", { status: 401, headers: { "www-authenticate": "Bearer" } });
+    // The verdict comes from a cluster.
+    const verdict = await fetch(`http://auth/status/${token === "Bearer good" ? 200 : 403}`);
+    if (!verdict.ok) return new Response("denied\n", { status: 403 });
+    request.headers.set("x-user", env.USER);
+    request.headers.delete("authorization");
+    if (url.pathname === "/old") return new Request("http://ignored/echo?rewritten=1", { headers: request.headers });
+  },
+  fetch() { return new Response("the same module is a target too\n"); },
+};
+"#;
+
+#[test]
+fn a_function_filter_answers_early_or_changes_the_request_before_the_target() {
+    let backend = portico_testkit::Backend::start("app").unwrap();
+    let dir = temp_dir();
+    write(&dir, "auth.js", AUTH);
+    write(&dir, "hello.js", HELLO);
+    let p = Portico::start_in(
+        &dir,
+        &format!(
+            "workers: 1\nadmin: {{ address: \"{{admin}}\" }}\nlisteners: [ {{ name: web, address: \"{{listen}}\" }} ]\n\
+             clusters:\n\
+             \x20 app: {{ endpoints: [ {{ address: \"{0}\" }} ] }}\n\
+             \x20 auth: {{ endpoints: [ {{ address: \"{0}\" }} ] }}\n\
+             functions:\n\
+             \x20 auth: {{ source: auth.js, env: {{ USER: alice }} }}\n\
+             routes:\n\
+             \x20 - {{ match: {{ path_prefix: /target }}, function: auth }}\n\
+             \x20 - {{ match: {{ path_prefix: / }}, cluster: app, filters: [ {{ headers: {{ request: {{ set: {{ x-before: sync }} }} }} }}, {{ function: auth }} ] }}\n",
+            backend.addr
+        ),
+    );
+    // No token: answered by the filter; the target never sees the request.
+    let before = backend.requests();
+    let r = Conn::open(p.addr).get("/echo", "");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.header("www-authenticate").as_deref(), Some("Bearer"));
+    assert_eq!(backend.requests(), before);
+    let r = Conn::open(p.addr).get("/echo?login", "");
+    assert_eq!((r.status, r.header("location").as_deref()), (302, Some("https://login.example/")));
+    // A token the auth cluster refuses.
+    assert_eq!(Conn::open(p.addr).get("/echo", "Authorization: Bearer bad\r\n").status, 403);
+    // A good one: the request goes on with the filter's changes (and the synchronous filter's before it).
+    let r = Conn::open(p.addr).get("/echo", "Authorization: Bearer good\r\n");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let echo: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let header = |name: &str| {
+        echo["headers"].as_array().unwrap().iter().find(|h| h[0] == name).map(|h| h[1].as_str().unwrap().to_string())
+    };
+    assert_eq!(header("x-user").as_deref(), Some("alice"));
+    assert_eq!(header("x-before").as_deref(), Some("sync"));
+    assert_eq!(header("authorization"), None);
+    assert_eq!(echo["target"], "/echo");
+    // A Request returned with another URL: its path and query go upstream.
+    let r = Conn::open(p.addr).get("/old?x=1", "Authorization: Bearer good\r\n");
+    let echo: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(echo["target"], "/echo?rewritten=1");
+    // Over HTTP/2 too.
+    let (ok, text) = curl(&[
+        "-sS",
+        "--http2-prior-knowledge",
+        "-H",
+        "authorization: Bearer good",
+        &format!("http://{}/echo", p.addr),
+    ]);
+    assert!(ok && text.contains("\"x-user\",\"alice\""), "{text}");
+    let (ok, text) =
+        curl(&["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--http2-prior-knowledge", &p.url("/echo")]);
+    assert!(ok && text == "401", "{text}");
+    // The same module's fetch handler serves as a target.
+    assert_eq!(Conn::open(p.addr).get("/target", "").text(), "the same module is a target too\n");
+    // A function without the entry point its use needs is refused where it is used.
+    check_fails_at(
+        "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nfunctions:\n  hello: { source: HELLO }\nroutes:\n  - { function: hello, filters: [ { function: hello } ] }\n"
+            .replace("HELLO", &dir.join("hello.js").display().to_string())
+            .as_str(),
+        5..=5,
+        "function \"hello\" has no onRequest hook, so it cannot be a filter",
+    );
+}

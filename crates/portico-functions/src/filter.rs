@@ -1,0 +1,100 @@
+//! A function as a filter (`filters: - function: NAME`): `portico_http::handler::Gate`, its `onRequest` hook
+//! running before the route's target. A `Response` it returns answers instead of the target; otherwise the
+//! request goes on with what the hook changed: its headers (changed in place or on a returned `Request`) and
+//! its URL's path and query.
+
+use crate::function::{input_of, run, Compiled};
+use crate::instance::Hook;
+use bytes::Bytes;
+use portico_http::codec::RequestHead;
+use portico_http::handler::{forwarded_headers, ClientInfo, Gate, GateFuture};
+use portico_http::message::LocalResponse;
+use portico_http::subrequest::Upstreams;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct FunctionGate {
+    compiled: Arc<Compiled>,
+}
+
+impl FunctionGate {
+    pub fn new(compiled: Arc<Compiled>) -> FunctionGate {
+        FunctionGate { compiled }
+    }
+}
+
+impl Gate for FunctionGate {
+    fn check<'a>(&'a self, head: &'a mut RequestHead, client: ClientInfo, upstreams: Upstreams) -> GateFuture<'a> {
+        Box::pin(async move {
+            let before: Vec<(String, String)> = forwarded_headers(head)
+                .into_iter()
+                .map(|(k, v)| {
+                    (String::from_utf8_lossy(k).to_ascii_lowercase(), String::from_utf8_lossy(v).into_owned())
+                })
+                .collect();
+            let input = input_of(head, client.https, forwarded_headers(head), Vec::new());
+            let name = &self.compiled.name;
+            let out = match run(&self.compiled, input, upstreams, Hook::OnRequest).await {
+                Ok(out) => out,
+                Err(refused) => return Some(LocalResponse::text(refused.status, &refused.reason)),
+            };
+            if out.headers.iter().any(|(k, v)| !valid_field(k, v)) {
+                let reason = format!("function {name}'s onRequest gave a header that cannot be sent");
+                return Some(LocalResponse::text(500, &reason));
+            }
+            let Some(target) = out.next else {
+                let headers = out
+                    .headers
+                    .into_iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection"))
+                    .map(|(k, v)| (k.to_ascii_lowercase().into_boxed_str(), v.into_boxed_str()))
+                    .collect();
+                return Some(LocalResponse { status: out.status, headers, body: Bytes::from(out.body) });
+            };
+            if !valid_target(&target) {
+                let reason = format!("function {name}'s onRequest set a URL whose path cannot be sent: {target:?}");
+                return Some(LocalResponse::text(500, &reason));
+            }
+            apply(head, &before, &out.headers, &target);
+            None
+        })
+    }
+}
+
+/// Changes `head` into the request the hook let go on: each header whose values differ from `before` is
+/// replaced (or removed), and the target is replaced if it differs.
+fn apply(head: &mut RequestHead, before: &[(String, String)], after: &[(String, String)], target: &str) {
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _) in before.iter().chain(after) {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let values = |list: &[(String, String)]| -> Vec<String> {
+            list.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
+        };
+        let (was, is) = (values(before), values(after));
+        if was != is {
+            let edits = &mut head.edits_mut().headers;
+            edits.remove(name.to_string());
+            for value in is {
+                edits.add(name.to_string(), value);
+            }
+        }
+    }
+    if target.as_bytes() != head.origin_form() {
+        let path_len = target.find('?').unwrap_or(target.len());
+        head.edits_mut().target = Some((target.as_bytes().to_vec(), path_len));
+    }
+}
+
+/// An origin-form target that can go on a request line as it is.
+fn valid_target(target: &str) -> bool {
+    target.starts_with('/') && target.bytes().all(|b| (0x21..0x7f).contains(&b))
+}
+
+/// A field JavaScript's `Headers` let through that HTTP/1 can carry: no line breaks or NULs in the value.
+fn valid_field(name: &str, value: &str) -> bool {
+    !name.is_empty() && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+}

@@ -1,0 +1,200 @@
+//! A compiled function, and running one call of it on the worker's own runtime for its version, within its
+//! limits: what the route target (handler.rs) and the filter (filter.rs) share.
+
+use crate::event_loop::CallError;
+use crate::instance::{CallInput, CallOutput, Hook, Instance, Shape};
+use crate::stats::{Ending, FunctionStats};
+use portico_http::codec::RequestHead;
+use portico_http::subrequest::Upstreams;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// A function's code and settings, checked when the configuration was loaded.
+pub struct Compiled {
+    /// Unique per load: a reload that changes the code makes a new version, whose requests get new runtimes.
+    pub(crate) version: u64,
+    pub(crate) name: String,
+    pub(crate) file: String,
+    pub(crate) source: String,
+    pub(crate) shape: Shape,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cpu: Duration,
+    pub(crate) wall: Duration,
+    pub(crate) concurrency: usize,
+    pub(crate) memory: usize,
+    pub(crate) max_request: usize,
+    pub(crate) max_response: usize,
+    pub(crate) stats: Arc<FunctionStats>,
+}
+
+/// Shown without `env`, which holds the secrets.
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("name", &self.name)
+            .field("file", &self.file)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+static VERSIONS: AtomicU64 = AtomicU64::new(1);
+
+impl Compiled {
+    /// Checks that the code loads (by loading it in a runtime of its own), and which entry points it has
+    /// (`fetch`, `onRequest`); `Err` names file:line:col.
+    pub fn new(
+        name: &str,
+        path: &Path,
+        source: String,
+        env: Vec<(String, String)>,
+        function: &portico_config::Function,
+    ) -> Result<(Compiled, [bool; 2]), String> {
+        let compiled = Compiled {
+            version: VERSIONS.fetch_add(1, Ordering::Relaxed),
+            name: name.to_string(),
+            file: path.display().to_string(),
+            shape: Shape::of(&source),
+            source,
+            env,
+            cpu: function.limits.cpu.0,
+            wall: function.limits.wall.0,
+            concurrency: function.limits.concurrency.max(1),
+            memory: function.limits.memory.as_usize(),
+            max_request: function.limits.max_request.as_usize(),
+            max_response: function.limits.max_response.as_usize(),
+            stats: crate::stats::stats_for(name),
+        };
+        let instance = compiled.instance()?;
+        Ok((compiled, [Hook::Fetch, Hook::OnRequest].map(|hook| instance.has(hook))))
+    }
+
+    fn instance(&self) -> Result<Rc<Instance>, String> {
+        Instance::new(&self.file, &self.source, self.shape, &self.env, (self.memory, self.max_response))
+    }
+}
+
+/// This worker's runtime for one version of a function, and the calls it may run at once.
+struct Slot {
+    version: u64,
+    instance: Rc<Instance>,
+    permits: Arc<Semaphore>,
+}
+
+thread_local! {
+    /// This worker's runtimes, by function name.
+    static SLOTS: RefCell<HashMap<String, Slot>> = RefCell::new(HashMap::new());
+}
+
+/// This worker's runtime for `compiled` (made on first use, and again after one was retired) and its
+/// concurrency permits.
+fn slot_for(compiled: &Compiled) -> Result<(Rc<Instance>, Arc<Semaphore>), String> {
+    SLOTS.with_borrow_mut(|slots| {
+        let slot = slots.get_mut(&compiled.name).filter(|s| s.version == compiled.version);
+        if let Some(slot) = slot {
+            if !slot.instance.is_retired() {
+                return Ok((slot.instance.clone(), slot.permits.clone()));
+            }
+            // A call hit a limit on it: calls in flight finish there, new ones get a new runtime.
+            slot.instance = compiled.instance()?;
+            compiled.stats.runtime_created();
+            return Ok((slot.instance.clone(), slot.permits.clone()));
+        }
+        // A version a reload replaced is dropped once this worker's calls on it have finished.
+        let instance = compiled.instance()?;
+        compiled.stats.runtime_created();
+        let permits = Arc::new(Semaphore::new(compiled.concurrency));
+        let slot = Slot { version: compiled.version, instance: instance.clone(), permits: permits.clone() };
+        slots.insert(compiled.name.clone(), slot);
+        Ok((instance, permits))
+    })
+}
+
+/// Why a call gave no answer, as the client is told: a status and a one-line reason.
+pub struct Refused {
+    pub status: u16,
+    pub reason: String,
+}
+
+/// Calls `hook` of the function on this worker's runtime for its version, within its limits.
+pub async fn run(
+    compiled: &Arc<Compiled>,
+    input: CallInput,
+    upstreams: Upstreams,
+    hook: Hook,
+) -> Result<CallOutput, Refused> {
+    let name = &compiled.name;
+    let refused = |status, reason| Err(Refused { status, reason });
+    let deadline = tokio::time::Instant::now() + compiled.wall;
+    let (instance, permits) = match slot_for(compiled) {
+        Ok(slot) => slot,
+        Err(e) => {
+            compiled.stats.record(Ending::Exception, Duration::ZERO);
+            return refused(500, format!("function {name} failed: {e}"));
+        }
+    };
+    // Past the concurrency limit, calls wait their turn (within the wall limit) rather than being refused.
+    let permit = match tokio::time::timeout_at(deadline, permits.acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            compiled.stats.record(Ending::ConcurrencyLimit, Duration::ZERO);
+            let limit = compiled.concurrency;
+            return refused(503, format!("function {name} is at its concurrency limit ({limit} calls per worker)"));
+        }
+    };
+    let call = instance.open_call(compiled.cpu, Some(upstreams));
+    let outcome = tokio::time::timeout_at(deadline, call.respond(input, hook)).await.ok();
+    let ending = match &outcome {
+        None => Ending::WallLimit,
+        Some(Ok(out)) if out.body.len() > compiled.max_response => Ending::ResponseTooLarge,
+        Some(Ok(_)) => Ending::Answered,
+        Some(Err(CallError::Cpu)) => Ending::CpuLimit,
+        Some(Err(CallError::Memory)) => Ending::MemoryLimit,
+        Some(Err(CallError::Unsettled)) => Ending::Unsettled,
+        Some(Err(CallError::Exception(_))) => Ending::Exception,
+    };
+    compiled.stats.record(ending, call.cpu_used());
+    if outcome.as_ref().is_some_and(|o| o.as_ref().is_ok()) && call.has_work_left() {
+        // `ctx.waitUntil`: the call goes on after its response, within the wall limit, holding its permit.
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout_at(deadline, call.linger()).await;
+            drop(permit);
+        });
+    } else {
+        drop((call, permit));
+    }
+    match outcome {
+        None => refused(504, format!("function {name} did not answer within its wall limit ({:?})", compiled.wall)),
+        Some(Ok(out)) if out.body.len() > compiled.max_response => {
+            refused(500, format!("function {name}'s response is larger than its max_response"))
+        }
+        Some(Ok(out)) => Ok(out),
+        Some(Err(CallError::Cpu)) => {
+            refused(500, format!("function {name} ran past its CPU limit ({:?})", compiled.cpu))
+        }
+        Some(Err(CallError::Memory)) => refused(500, format!("function {name} ran out of memory (its limit)")),
+        Some(Err(CallError::Unsettled)) => {
+            refused(500, format!("function {name} returned a promise that never settles"))
+        }
+        Some(Err(CallError::Exception(text))) => refused(500, format!("function {name} failed: {text}")),
+    }
+}
+
+/// The request as a function gets it: method, absolute URL, the headers as Portico would forward them.
+pub fn input_of(head: &RequestHead, https: bool, headers: Vec<(&[u8], &[u8])>, body: Vec<u8>) -> CallInput {
+    let scheme = if https { "https" } else { "http" };
+    let host = head.host().map(|h| String::from_utf8_lossy(h).into_owned()).unwrap_or_default();
+    let url = format!("{scheme}://{host}{}", String::from_utf8_lossy(head.origin_form()));
+    let method = String::from_utf8_lossy(head.method()).into_owned();
+    let headers = headers
+        .into_iter()
+        .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()))
+        .collect();
+    CallInput { method, url, headers, body }
+}
