@@ -296,7 +296,7 @@ impl Instance {
             let globals = ctx.globals();
             let delivered = match result {
                 Ok(response) => {
-                    let pairs: Vec<Vec<String>> = response.headers.into_iter().map(|(k, v)| vec![k, v]).collect();
+                    let pairs: Vec<String> = response.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
                     let body = ArrayBuffer::new_copy(ctx.clone(), &response.body[..]);
                     let settle: rquickjs::Result<Function> = globals.get("__portico_fetched");
                     body.and_then(|body| settle?.call::<_, ()>((number, response.status, pairs, body)))
@@ -331,10 +331,10 @@ impl Instance {
         let Some(function) = function else {
             return Err(CallError::Exception(format!("the function has no {}", hook.name())));
         };
-        let pairs: Vec<Vec<String>> = input.headers.into_iter().map(|(k, v)| vec![k, v]).collect();
+        let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
         let body = ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?;
         let make = self.make_request.clone().restore(ctx).map_err(exception)?;
-        let request: Value = make.call((input.method, input.url, pairs, body)).map_err(exception)?;
+        let request: Value = make.call((input.method, input.url, flat, body)).map_err(exception)?;
         let handler = function.clone().restore(ctx).map_err(exception)?;
         let target = self.target.clone().restore(ctx).map_err(exception)?;
         let env = self.env.clone().restore(ctx).map_err(exception)?;
@@ -381,7 +381,7 @@ impl Instance {
         let take = self.take_response.clone().restore(ctx).map_err(exception)?;
         let parts: rquickjs::Array = take.call((value,)).map_err(exception)?;
         let status: u16 = parts.get(0).map_err(exception)?;
-        let headers: Vec<Vec<String>> = parts.get(1).map_err(exception)?;
+        let headers: Vec<String> = parts.get(1).map_err(exception)?;
         let body: Value = parts.get(2).map_err(exception)?;
         let next: Option<String> = parts.get(3).map_err(exception)?;
         let body = match (body.as_string(), ArrayBuffer::from_value(body.clone())) {
@@ -390,7 +390,8 @@ impl Instance {
             (None, Some(buffer)) => unsafe { buffer.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default(),
             (None, None) => Vec::new(),
         };
-        let headers = headers.into_iter().filter_map(|mut pair| Some((pair.remove(0), pair.pop()?))).collect();
+        let mut headers = headers.into_iter();
+        let headers = std::iter::from_fn(|| Some((headers.next()?, headers.next()?))).collect();
         Ok(CallOutput { status, headers, body, next })
     }
 
@@ -533,7 +534,7 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     let fetch = move |ctx: Ctx<'js>,
                       number: u32,
                       parts: Vec<String>,
-                      headers: Vec<Vec<String>>,
+                      headers: Vec<String>,
                       body: Option<ArrayBuffer<'js>>|
           -> rquickjs::Result<()> {
         let refuse = |message: String| rquickjs::Exception::throw_type(&ctx, &message);
@@ -548,7 +549,8 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
                  fetch(\"http://CLUSTER/path\"))"
             )));
         }
-        let headers = headers.into_iter().filter_map(|mut pair| Some((pair.remove(0), pair.pop()?))).collect();
+        let mut headers = headers.into_iter();
+        let headers = std::iter::from_fn(|| Some((headers.next()?, headers.next()?))).collect();
         // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
         let body = body.and_then(|b| unsafe { b.as_bytes() }.map(Bytes::copy_from_slice)).unwrap_or_default();
         let request = SubRequest { method, target, host: authority, headers, body };

@@ -92,42 +92,80 @@
     return value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
   };
 
+  // Kept as one flat list, name, value, name, value...: a request's headers are read far more often than
+  // changed, and a flat list costs one array.
   class Headers {
     #list = [];
     constructor(init) {
-      if (init instanceof Headers) init.forEach((v, k) => this.append(k, v));
-      else if (Array.isArray(init)) for (const [k, v] of init) this.append(k, v);
-      else if (init && typeof init === "object") for (const k of Object.keys(init)) this.append(k, init[k]);
+      if (init === undefined || init === null) return;
+      if (init instanceof Headers) this.#list = init.__flat().slice();
+      else if (init[TRUSTED]) this.#list = init[TRUSTED]; // Portico's own: names lowercase, values trimmed
+      else if (typeof init[Symbol.iterator] === "function") {
+        for (const pair of init) {
+          if (pair.length !== 2) throw new TypeError("a header pair has two items");
+          this.append(pair[0], pair[1]);
+        }
+      } else if (typeof init === "object") for (const k of Object.keys(init)) this.append(k, init[k]);
     }
-    append(name, value) { this.#list.push([normalizeName(name), normalizeValue(value)]); }
+    append(name, value) { this.#list.push(normalizeName(name), normalizeValue(value)); }
     set(name, value) {
       name = normalizeName(name);
-      const at = this.#list.findIndex(([k]) => k === name);
-      this.#list = this.#list.filter(([k], i) => k !== name || i === at);
-      if (at < 0) this.#list.push([name, normalizeValue(value)]);
-      else this.#list[this.#list.findIndex(([k]) => k === name)][1] = normalizeValue(value);
+      value = normalizeValue(value);
+      const list = this.#list;
+      let found = false;
+      for (let i = 0; i < list.length; ) {
+        if (list[i] !== name) { i += 2; continue; }
+        if (!found) { list[i + 1] = value; found = true; i += 2; } else list.splice(i, 2);
+      }
+      if (!found) list.push(name, value);
     }
     get(name) {
       name = normalizeName(name);
-      const values = this.#list.filter(([k]) => k === name).map(([, v]) => v);
-      return values.length ? values.join(", ") : null;
+      const list = this.#list;
+      let out = null;
+      for (let i = 0; i < list.length; i += 2) {
+        if (list[i] === name) out = out === null ? list[i + 1] : out + ", " + list[i + 1];
+      }
+      return out;
     }
-    getSetCookie() { return this.#list.filter(([k]) => k === "set-cookie").map(([, v]) => v); }
-    has(name) { name = normalizeName(name); return this.#list.some(([k]) => k === name); }
-    delete(name) { name = normalizeName(name); this.#list = this.#list.filter(([k]) => k !== name); }
-    *entries() {
-      const names = [...new Set(this.#list.map(([k]) => k))].sort();
-      for (const name of names) {
-        if (name === "set-cookie") for (const v of this.getSetCookie()) yield [name, v];
-        else yield [name, this.get(name)];
+    getSetCookie() {
+      const out = [];
+      for (let i = 0; i < this.#list.length; i += 2) if (this.#list[i] === "set-cookie") out.push(this.#list[i + 1]);
+      return out;
+    }
+    has(name) {
+      name = normalizeName(name);
+      for (let i = 0; i < this.#list.length; i += 2) if (this.#list[i] === name) return true;
+      return false;
+    }
+    delete(name) {
+      name = normalizeName(name);
+      const list = this.#list;
+      for (let i = 0; i < list.length; ) {
+        if (list[i] === name) list.splice(i, 2);
+        else i += 2;
       }
     }
-    keys() { return [...this.entries()].map(([k]) => k)[Symbol.iterator](); }
-    values() { return [...this.entries()].map(([, v]) => v)[Symbol.iterator](); }
-    forEach(callback, thisArg) { for (const [k, v] of this.entries()) callback.call(thisArg, v, k, this); }
+    // Sorted by name, repeated names joined (but each set-cookie apart), as the Fetch standard iterates.
+    #sorted() {
+      const names = [];
+      for (let i = 0; i < this.#list.length; i += 2) if (!names.includes(this.#list[i])) names.push(this.#list[i]);
+      names.sort();
+      const out = [];
+      for (const name of names) {
+        if (name === "set-cookie") for (const v of this.getSetCookie()) out.push([name, v]);
+        else out.push([name, this.get(name)]);
+      }
+      return out;
+    }
+    entries() { return this.#sorted()[Symbol.iterator](); }
+    keys() { return this.#sorted().map(([k]) => k)[Symbol.iterator](); }
+    values() { return this.#sorted().map(([, v]) => v)[Symbol.iterator](); }
+    forEach(callback, thisArg) { for (const [k, v] of this.#sorted()) callback.call(thisArg, v, k, this); }
     [Symbol.iterator]() { return this.entries(); }
     get [Symbol.toStringTag]() { return "Headers"; }
-    __pairs() { return this.#list.map(([k, v]) => [k, v]); }
+    // The list itself, name, value, ...: for Portico, and for copying.
+    __flat() { return this.#list; }
   }
 
   // A body is kept as it was given (a string stays a string) and turned into bytes only when asked.
@@ -159,17 +197,32 @@
   }
 
   class Request extends Body {
-    #method; #url; #headers;
+    #method; #url; #headers; #raw = null;
     constructor(input, init = {}) {
       const from = input instanceof Request ? input : null;
       super(init.body !== undefined ? init.body : from ? from.__bytes() : null);
-      this.#url = from ? from.url : init[TRUSTED] ? input : new URL(String(input)).href;
       this.#method = String(init.method || (from ? from.method : "GET")).toUpperCase();
+      if (init[TRUSTED]) {
+        // Portico's request: the URL is absolute and normalised, the headers are made on first use.
+        this.#url = input;
+        this.#raw = init.headers;
+        return;
+      }
+      this.#url = from ? from.url : new URL(String(input)).href;
       this.#headers = new Headers(init.headers || (from ? from.headers : undefined));
     }
     get method() { return this.#method; }
     get url() { return this.#url; }
-    get headers() { return this.#headers; }
+    get headers() {
+      if (this.#headers === undefined) {
+        const raw = this.#raw;
+        this.#raw = null;
+        const list = [];
+        for (let i = 0; i < raw.length; i += 2) list.push(normalizeName(raw[i]), raw[i + 1]);
+        this.#headers = new Headers({ [TRUSTED]: list });
+      }
+      return this.#headers;
+    }
     clone() { return new Request(this); }
     get [Symbol.toStringTag]() { return "Request"; }
   }
@@ -182,7 +235,7 @@
       if (!Number.isInteger(status) || status < 200 || status > 599) throw new RangeError(`invalid status ${init.status}`);
       this.#status = status;
       this.#statusText = init.statusText === undefined ? "" : String(init.statusText);
-      this.#headers = new Headers(init.headers);
+      this.#headers = init[TRUSTED] ? init.headers : new Headers(init.headers);
       if (typeof body === "string" && !this.#headers.has("content-type")) {
         this.#headers.set("content-type", "text/plain;charset=UTF-8");
       }
@@ -198,8 +251,8 @@
     clone() { return new Response(this.__bytes(), { status: this.#status, statusText: this.#statusText, headers: this.#headers }); }
     static json(data, init = {}) {
       const headers = new Headers(init.headers);
-      if (!headers.has("content-type")) headers.set("content-type", "application/json");
-      return new Response(JSON.stringify(data), { ...init, headers });
+      if (!headers.has("content-type")) headers.append("content-type", "application/json");
+      return new Response(JSON.stringify(data), { status: init.status, statusText: init.statusText, headers, [TRUSTED]: true });
     }
     static redirect(url, status = 302) {
       if (![301, 302, 303, 307, 308].includes(status)) throw new RangeError(`invalid redirect status ${status}`);
@@ -480,7 +533,7 @@
     const bytes = request.__bytes();
     const body = bytes ? bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) : null;
     const id = nextOperation++;
-    __portico_fetch(id, [request.method, url.hostname, url.host, url.pathname + url.search], request.headers.__pairs(), body);
+    __portico_fetch(id, [request.method, url.hostname, url.host, url.pathname + url.search], request.headers.__flat(), body);
     fetches.set(id, { resolve, reject, url: request.url });
     if (init && init.signal && typeof init.signal.addEventListener === "function") {
       init.signal.addEventListener("abort", () => {
@@ -492,7 +545,7 @@
     const pending = fetches.get(id);
     if (!pending) return;
     fetches.delete(id);
-    const response = new Response(status === 204 || status === 304 ? null : body, { status, headers: pairs });
+    const response = new Response(status === 204 || status === 304 ? null : body, { status, headers: { [TRUSTED]: pairs } });
     response.__setUrl(pending.url);
     pending.resolve(response);
   });
@@ -523,20 +576,20 @@
 
   // Portico's side: a request in, a response out.
   // Portico's URL is absolute and already normalised: not parsed again.
-  define("__portico_request", (method, url, pairs, body) =>
-    new Request(url, { method, headers: pairs, body: method === "GET" || method === "HEAD" ? null : body, [TRUSTED]: true }));
+  define("__portico_request", (method, url, flat, body) =>
+    new Request(url, { method, headers: flat, body: method === "GET" || method === "HEAD" ? null : body, [TRUSTED]: true }));
   define("__portico_response", (value) => {
     if (value && value[PASSED]) {
       const request = value[PASSED];
       const url = new URL(request.url);
-      return [0, request.headers.__pairs(), null, url.pathname + url.search];
+      return [0, request.headers.__flat(), null, url.pathname + url.search];
     }
     if (!(value instanceof Response)) {
       throw new TypeError(`the handler returned ${value === undefined ? "nothing" : Object.prototype.toString.call(value)}, not a Response`);
     }
     const source = value.__source();
-    if (typeof source === "string") return [value.status, value.headers.__pairs(), source];
-    return [value.status, value.headers.__pairs(),
+    if (typeof source === "string") return [value.status, value.headers.__flat(), source];
+    return [value.status, value.headers.__flat(),
       source === null ? null : source.buffer.slice(source.byteOffset, source.byteOffset + source.byteLength)];
   });
 })();
