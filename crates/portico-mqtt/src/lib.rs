@@ -1,6 +1,26 @@
-//! Portico's MQTT plane. For now its packet codec only: every control packet of MQTT 3.1, 3.1.1 and 5.0,
-//! decoded incrementally from a `BytesMut` with the specification's normative rules enforced, and encoded for
-//! any of the three versions. The broker (sessions, topic router, retained store, persistence) builds on it.
+//! Portico's MQTT plane: an MQTT 3.1, 3.1.1 and 5.0 broker as a library that the gateway's workers drive.
+//!
+//! - [`codec`]: every control packet, decoded incrementally from a `BytesMut` with the specification's
+//!   normative rules enforced, encoded for any of the three versions.
+//! - [`topic`] and [`router`]: topic names and filters, and the subscription trie (wildcards, `$`-topics,
+//!   shared subscriptions, subscription options and identifiers).
+//! - [`session`]: a client's session, its QoS 1/2 state both ways, in-flight window and queue.
+//! - [`retained`]: retained messages.
+//! - [`store`]: persistence in an embedded redb file, with group commit.
+//! - [`broker`]: the shared state and the operations on it; [`connection`]: the driver that serves one
+//!   connection; [`server`]: a small multi-worker TCP server for tests and standalone use.
+//!
+//! # Design for many cores
+//!
+//! Each worker thread runs its connections on its own current-thread tokio runtime; [`serve`] needs no
+//! `Send` future. A message published on one worker reaches a subscriber on another through that
+//! subscriber's session queue: the publisher's task locks the destination session (a mutex per session,
+//! held for a push), appends an `Arc<Message>` and wakes the destination connection's `Notify`, which works
+//! across runtimes. That is one hand-off per destination session, and the payload is never copied: the
+//! `Bytes` the codec sliced out of the publisher's read buffer is shared by the retained table, every
+//! subscriber's queue and the store's writer, and copied only into each subscriber's socket write buffer.
+//! The router is read-mostly behind one `RwLock` (see [`router`] for why); the session table is a mutex taken
+//! on connect and disconnect only. Counters are per worker ([`metrics`]).
 //!
 //! # Why a codec of our own
 //!
@@ -22,4 +42,21 @@
 //! are the product itself, so the codec is written here, fuzzed (`fuzz/fuzz_targets/mqtt_decode.rs`), and its
 //! rules are tested against the specification's statements (`tests/`).
 
+pub mod broker;
 pub mod codec;
+pub mod config;
+pub mod connection;
+pub mod message;
+pub mod metrics;
+pub mod retained;
+pub mod router;
+pub mod server;
+pub mod session;
+pub mod store;
+pub mod timers;
+pub mod topic;
+
+pub use broker::{Broker, BrokerError};
+pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
+pub use connection::{serve, ConnectionError};
+pub use server::Server;
