@@ -325,6 +325,15 @@ struct Conn {
     outbound: Vec<Outbound>,
 }
 
+/// A server DISCONNECT, with a Reason String saying why (allowed whatever Request Problem Information says,
+/// 3.1.2.11.7). Some clients also cannot read a DISCONNECT with a reason code and no property length.
+fn disconnect_packet(reason: ReasonCode, why: &str) -> Packet {
+    let mut disconnect = Disconnect::new(reason);
+    let why: String = why.chars().take(200).collect();
+    disconnect.properties.reason_string = Some(why.into());
+    Packet::Disconnect(disconnect)
+}
+
 fn protocol(reason: ReasonCode, what: &'static str) -> ConnectionError {
     ConnectionError::Protocol { reason, what }
 }
@@ -346,7 +355,7 @@ impl Conn {
                 biased;
                 _ = &mut self.attached.kicked => {
                     if self.version.is_v5() {
-                        io.send_and_close(Packet::Disconnect(Disconnect::new(ReasonCode::SessionTakenOver)), self.version).await;
+                        io.send_and_close(disconnect_packet(ReasonCode::SessionTakenOver, "session taken over"), self.version).await;
                     }
                     Err(ConnectionError::TakenOver)
                 }
@@ -392,7 +401,8 @@ impl Conn {
                     };
                     match reason {
                         Some(reason) if self.version.is_v5() => {
-                            io.send_and_close(Packet::Disconnect(Disconnect::new(reason)), self.version).await
+                            let text = err.to_string();
+                            io.send_and_close(disconnect_packet(reason, &text), self.version).await
                         }
                         _ => {
                             let _ = io.flush().await;
