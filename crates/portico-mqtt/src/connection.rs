@@ -179,6 +179,8 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
     max_packet_size: u32,
 ) -> Result<Box<Connect>, ConnectionError> {
     loop {
+        // Read before decoding, which consumes a whole packet even when it refuses it.
+        let level = connect_level(&io.rbuf);
         match Packet::decode(&mut io.rbuf, ProtocolVersion::V5, max_packet_size) {
             Ok(Some(Packet::Connect(connect))) => return Ok(connect),
             Ok(Some(_)) => {
@@ -196,7 +198,6 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
             Err(err) => {
                 // CONNACK with the reason where the version has one: v5 takes any, 3.1.1 only "unacceptable
                 // protocol version" [MQTT-3.1.2-2]; otherwise just close [MQTT-4.8.0-1].
-                let level = connect_level(&io.rbuf);
                 let answer = match (&err, level) {
                     (DecodeError::UnsupportedProtocolVersion { .. }, Some(5)) | (_, Some(5)) => {
                         Some((ConnAck::refused(err.reason_code()), ProtocolVersion::V5))
