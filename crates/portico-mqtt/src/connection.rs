@@ -420,14 +420,14 @@ impl Conn {
     fn process<S>(&mut self, io: &mut Io<S>) -> Result<Option<bool>, ConnectionError> {
         let max = self.broker.limits().max_packet_size;
         while let Some(packet) = Packet::decode(&mut io.rbuf, self.version, max)? {
-            if let Some(discard_will) = self.handle(packet, io)? {
+            if let Some(discard_will) = self.handle(packet)? {
                 return Ok(Some(discard_will));
             }
         }
         Ok(None)
     }
 
-    fn handle<S>(&mut self, packet: Packet, io: &mut Io<S>) -> Result<Option<bool>, ConnectionError> {
+    fn handle(&mut self, packet: Packet) -> Result<Option<bool>, ConnectionError> {
         let session = self.attached.session.clone();
         let client_id = session.client_id();
         let store = self.broker.store();
@@ -485,7 +485,6 @@ impl Conn {
                 return Err(protocol(ReasonCode::ProtocolError, "a packet only the server sends"))
             }
         }
-        let _ = io;
         Ok(None)
     }
 

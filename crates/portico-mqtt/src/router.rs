@@ -94,7 +94,11 @@ impl Hasher for FxHasher {
 type Children<S> = HashMap<Box<str>, Node<S>, BuildHasherDefault<FxHasher>>;
 
 struct Node<S> {
+    /// Literal levels.
     children: Children<S>,
+    /// The `+` and `#` edges, apart so matching does not hash them at every level.
+    plus: Option<Box<Node<S>>>,
+    hash: Option<Box<Node<S>>>,
     /// Ordinary subscriptions to the filter ending here, one per subscriber.
     entries: Vec<Entry<S>>,
     /// Shared groups whose filter ends here.
@@ -109,13 +113,43 @@ struct Group<S> {
 
 impl<S> Default for Node<S> {
     fn default() -> Self {
-        Node { children: Children::default(), entries: Vec::new(), groups: Vec::new() }
+        Node { children: Children::default(), plus: None, hash: None, entries: Vec::new(), groups: Vec::new() }
     }
 }
 
 impl<S> Node<S> {
     fn is_empty(&self) -> bool {
-        self.children.is_empty() && self.entries.is_empty() && self.groups.is_empty()
+        self.children.is_empty()
+            && self.plus.is_none()
+            && self.hash.is_none()
+            && self.entries.is_empty()
+            && self.groups.is_empty()
+    }
+
+    fn child_or_insert(&mut self, level: &str) -> &mut Node<S> {
+        match level {
+            "+" => self.plus.get_or_insert_with(Box::default),
+            "#" => self.hash.get_or_insert_with(Box::default),
+            _ => self.children.entry(level.into()).or_default(),
+        }
+    }
+
+    fn child_mut(&mut self, level: &str) -> Option<&mut Node<S>> {
+        match level {
+            "+" => self.plus.as_deref_mut(),
+            "#" => self.hash.as_deref_mut(),
+            _ => self.children.get_mut(level),
+        }
+    }
+
+    fn remove_child(&mut self, level: &str) {
+        match level {
+            "+" => self.plus = None,
+            "#" => self.hash = None,
+            _ => {
+                self.children.remove(level);
+            }
+        }
     }
 }
 
@@ -160,7 +194,7 @@ impl<S: Subscriber> Router<S> {
         let mut root = self.root.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut node = &mut *root;
         for level in parsed.filter.split('/') {
-            node = node.children.entry(level.into()).or_default();
+            node = node.child_or_insert(level);
         }
         let list = match parsed.share {
             None => &mut node.entries,
@@ -222,7 +256,7 @@ fn walk<S>(node: &Node<S>, rest: &str, first: bool, dollar: bool, visit: &mut im
     // A first level starting with `$` is matched by neither wildcard [MQTT-4.7.2-1].
     let wildcards = !(first && dollar);
     if wildcards {
-        if let Some(hash) = node.children.get("#") {
+        if let Some(hash) = &node.hash {
             visit(hash); // `#` matches the rest of the name, one level or more.
         }
     }
@@ -235,7 +269,7 @@ fn walk<S>(node: &Node<S>, rest: &str, first: bool, dollar: bool, visit: &mut im
         None => {
             visit(child);
             // `#` matches its parent level too: "sport/#" matches "sport" [MQTT-4.7.1-2 (3.1.1)].
-            if let Some(hash) = child.children.get("#") {
+            if let Some(hash) = &child.hash {
                 visit(hash);
             }
         }
@@ -244,7 +278,7 @@ fn walk<S>(node: &Node<S>, rest: &str, first: bool, dollar: bool, visit: &mut im
         descend(child);
     }
     if wildcards {
-        if let Some(child) = node.children.get("+") {
+        if let Some(child) = &node.plus {
             descend(child);
         }
     }
@@ -330,10 +364,10 @@ fn remove<S: Subscriber>(node: &mut Node<S>, levels: &[&str], share: Option<&str
             }
         };
     };
-    let Some(child) = node.children.get_mut(*level) else { return false };
+    let Some(child) = node.child_mut(level) else { return false };
     let removed = remove(child, rest, share, key);
     if child.is_empty() {
-        node.children.remove(*level);
+        node.remove_child(level);
     }
     removed
 }
