@@ -156,3 +156,52 @@ async fn a_damaged_store_is_moved_aside_and_the_broker_starts_empty() {
     publisher.client.publish("x", QoS::AtLeastOnce, false, "works").await.unwrap();
     assert_eq!(sub.publish().await.payload, "works".as_bytes());
 }
+
+/// Group commit at work: QoS 1 messages to a persistent subscriber, acknowledged only once committed (fsync
+/// on), with a client keeping 100 in flight. Prints messages/s and the mean batch.
+/// `cargo test --release -p portico-mqtt --test persistence bench_ -- --ignored --nocapture`
+#[tokio::test]
+#[ignore]
+async fn bench_persistent_qos1_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        persistence: Some(PersistenceConfig::new(dir.path().join("s.redb"))),
+        limits: portico_mqtt::Limits { max_queued_messages: 100_000, ..Default::default() },
+    };
+    let b = start(config);
+    let mut options = v4_options(b.addr, "durable");
+    options.set_clean_session(false);
+    let mut sub = v4(options).await;
+    sub.subscribe("load", QoS::AtLeastOnce).await;
+    sub.client.disconnect().await.unwrap();
+    sub.closed().await;
+    let mut options = v4_options(b.addr, "pub");
+    options.set_inflight(100);
+    let mut publisher = v4(options).await;
+    const N: usize = 20_000;
+    let start = Instant::now();
+    let client = publisher.client.clone();
+    tokio::spawn(async move {
+        for i in 0..N {
+            client.publish("load", QoS::AtLeastOnce, false, format!("{i:064}")).await.unwrap();
+        }
+    });
+    let mut acks = 0;
+    while acks < N {
+        if let rumqttc::Packet::PubAck(_) = publisher.incoming(|p| Some(p.clone())).await {
+            acks += 1;
+        }
+    }
+    let elapsed = start.elapsed();
+    let mut text = String::new();
+    b.broker.render_metrics(&mut text);
+    let metric = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok())).unwrap_or(0.0)
+    };
+    let (commits, ops) = (metric("portico_mqtt_store_commits_total "), metric("portico_mqtt_store_operations_total "));
+    println!(
+        "persistent QoS 1: {N} messages in {elapsed:?}: {:.0} msg/s; {commits} commits, {:.1} writes per commit",
+        N as f64 / elapsed.as_secs_f64(),
+        ops / commits.max(1.0)
+    );
+}
