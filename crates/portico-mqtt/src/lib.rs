@@ -1,6 +1,102 @@
-//! Portico's MQTT plane. For now its packet codec only: every control packet of MQTT 3.1, 3.1.1 and 5.0,
-//! decoded incrementally from a `BytesMut` with the specification's normative rules enforced, and encoded for
-//! any of the three versions. The broker (sessions, topic router, retained store, persistence) builds on it.
+//! Portico's MQTT plane: an MQTT 3.1, 3.1.1 and 5.0 broker as a library that the gateway's workers drive.
+//!
+//! - [`codec`]: every control packet, decoded incrementally from a `BytesMut` with the specification's
+//!   normative rules enforced, encoded for any of the three versions.
+//! - [`topic`] and [`router`]: topic names and filters, and the subscription trie (wildcards, `$`-topics,
+//!   shared subscriptions, subscription options and identifiers).
+//! - [`session`]: a client's session, its QoS 1/2 state both ways, in-flight window and queue.
+//! - [`retained`]: retained messages.
+//! - [`store`]: persistence in an embedded redb file, with group commit.
+//! - [`broker`]: the shared state and the operations on it; [`connection`]: the driver that serves one
+//!   connection; [`server`]: a small multi-worker TCP server for tests and standalone use.
+//!
+//! # Design for many cores
+//!
+//! Each worker thread runs its connections on its own current-thread tokio runtime; [`serve`] needs no
+//! `Send` future. A message published on one worker reaches a subscriber on another through that
+//! subscriber's session queue: the publisher's task locks the destination session (a mutex per session,
+//! held for a push), appends an `Arc<Message>` and wakes the destination connection's `Notify`, which works
+//! across runtimes. That is one hand-off per destination session, and the payload is never copied: the
+//! `Bytes` the codec sliced out of the publisher's read buffer is shared by the retained table, every
+//! subscriber's queue and the store's writer, and copied only into each subscriber's socket write buffer.
+//! The router is read-mostly behind one `RwLock` (see [`router`] for why); the session table is a mutex taken
+//! on connect and disconnect only. Counters are per worker ([`metrics`]).
+//!
+//! # Wiring
+//!
+//! What a listener with `protocol: mqtt` calls. Nothing else of the crate is needed by the gateway.
+//!
+//! 1. **Once per process, at start-up:** [`Broker::open`]`(config: BrokerConfig) -> Result<Broker, BrokerError>`.
+//!    It opens the store (if `persistence` is set), reads back sessions, their subscriptions, queued and
+//!    in-flight messages and retained messages, and starts two threads: the store's writer
+//!    (`portico-mqtt-store`) and the timers of will delays and session expiries (`portico-mqtt-timers`).
+//!    [`Broker`] is `Clone + Send + Sync` (an `Arc`): give a clone to every worker. A damaged store file is
+//!    moved aside and reported (`error!`), unless `on_corrupt_store: fail`, when `open` returns
+//!    [`BrokerError::Store`] and the process should not start.
+//! 2. **Per accepted connection, on the worker that accepted it:**
+//!    [`serve`]`(stream, peer: SocketAddr, &broker, worker_index: usize).await`, spawned with
+//!    `tokio::task::spawn_local` on the worker's current-thread runtime (the future is not required to be
+//!    `Send`). `stream` is any `AsyncRead + AsyncWrite + Unpin`: the TCP stream, the TLS stream after the
+//!    handshake, or a WebSocket adapter carrying binary frames as bytes. `worker_index` picks the metrics
+//!    slot. It returns when the connection ends; the `Result` ([`ConnectionError`]) is for logging only,
+//!    everything has already been answered and cleaned up.
+//! 3. **On a metrics scrape:** [`Broker::render_metrics`]`(&mut String)` appends the Prometheus text below.
+//!
+//! [`Server`] is the same thing with its own threads and listener, for tests and a standalone broker; the
+//! gateway does not use it. Not yet there for the gateway: a graceful drain (DISCONNECT 0x8B Server shutting
+//! down, then close) and applying reloaded limits to a running broker (limits are read per connection from
+//! [`Broker::limits`], so a setter would reach new connections at once).
+//!
+//! ## Configuration
+//!
+//! The `mqtt:` section of the YAML file maps onto [`BrokerConfig`] one key per field; defaults are the
+//! `DEFAULT_*` constants of [`config`]:
+//!
+//! ```yaml
+//! mqtt:
+//!   persistence:                   # absent: sessions and retained messages in memory only
+//!     path: data/mqtt/store.redb   # PersistenceConfig::path (directory created if missing)
+//!     commit_delay: 0ms            # extra wait for a fuller group commit (0: commit at once; batches grow with load)
+//!     fsync: true                  # false: survives kill -9, not power loss
+//!     on_corrupt_store: move_aside # or: fail
+//!   limits:
+//!     max_packet_size: 1MiB        # both ways: CONNACK Maximum Packet Size; larger -> DISCONNECT 0x95
+//!     receive_maximum: 100         # client -> broker QoS 1/2 in flight (CONNACK Receive Maximum)
+//!     max_inflight: 100            # broker -> client QoS 1/2 in flight (also capped by the client's Receive Maximum)
+//!     max_queued_messages: 1000    # per session, not yet sent; full: drop QoS 0 first, then the new message
+//!     queue_qos0_offline: false    # queue QoS 0 for offline persistent sessions
+//!     max_keepalive: 60s           # v5 clients asking more get Server Keep Alive; 0 (off) is honoured
+//!     max_session_expiry: 7d       # caps v5 Session Expiry Interval and v3 clean_session=0 sessions
+//!     topic_alias_maximum: 32      # aliases a v5 client may define
+//!     connect_timeout: 10s         # CONNECT must arrive within it
+//! ```
+//!
+//! ## Metrics
+//!
+//! Counters per worker, summed at scrape; sizes read from the structures at scrape.
+//!
+//! | name | type | what |
+//! | --- | --- | --- |
+//! | `portico_mqtt_connections_total` | counter | connections accepted |
+//! | `portico_mqtt_connections` | gauge | connections past CONNECT |
+//! | `portico_mqtt_connect_refused_total` | counter | CONNECTs refused (client id, auth method, will format) |
+//! | `portico_mqtt_sessions` | gauge | sessions, connected or not |
+//! | `portico_mqtt_subscriptions` | gauge | subscriptions in the router |
+//! | `portico_mqtt_retained_messages` | gauge | retained messages |
+//! | `portico_mqtt_messages_received_total{qos}` | counter | PUBLISH received from clients |
+//! | `portico_mqtt_messages_sent_total{qos}` | counter | PUBLISH sent to clients, redeliveries included |
+//! | `portico_mqtt_messages_dropped_total{reason}` | counter | `queue_full`, `offline_qos0`, `too_large` |
+//! | `portico_mqtt_inflight_messages` | gauge | QoS 1/2 sent, not yet acknowledged |
+//! | `portico_mqtt_queued_messages` | gauge | waiting in session queues |
+//! | `portico_mqtt_protocol_errors_total` | counter | connections closed for a malformed packet or protocol error |
+//! | `portico_mqtt_keepalive_timeouts_total` | counter | connections closed by keep-alive |
+//! | `portico_mqtt_takeovers_total` | counter | connections closed by a session takeover |
+//! | `portico_mqtt_wills_published_total` | counter | wills published |
+//! | `portico_mqtt_store_commits_total` | counter | store transactions (group commits) |
+//! | `portico_mqtt_store_operations_total` | counter | store writes (operations / commits = batch size) |
+//! | `portico_mqtt_store_commit_seconds_total` | counter | time in commits (/ commits = mean commit latency) |
+//! | `portico_mqtt_store_errors_total` | counter | failed commits |
+//! | `portico_mqtt_store_bytes` | gauge | size of the store file |
 //!
 //! # Why a codec of our own
 //!
@@ -22,4 +118,21 @@
 //! are the product itself, so the codec is written here, fuzzed (`fuzz/fuzz_targets/mqtt_decode.rs`), and its
 //! rules are tested against the specification's statements (`tests/`).
 
+pub mod broker;
 pub mod codec;
+pub mod config;
+pub mod connection;
+pub mod message;
+pub mod metrics;
+pub mod retained;
+pub mod router;
+pub mod server;
+pub mod session;
+pub mod store;
+pub mod timers;
+pub mod topic;
+
+pub use broker::{Broker, BrokerError};
+pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
+pub use connection::{serve, ConnectionError};
+pub use server::Server;

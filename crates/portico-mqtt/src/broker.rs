@@ -1,0 +1,611 @@
+//! The broker's shared state and the operations connections perform on it: attaching to a session (with
+//! takeover), routing a message to every subscriber's session, subscribing (with retained messages),
+//! detaching (with wills and session expiry). [`Broker`] is a cheap handle (an `Arc`), `Send + Sync`, shared
+//! by every worker.
+//!
+//! Locks, always taken in this order and never across an `.await`: the session table, then one session's
+//! state, then the router or the retained table. Routing takes the router's read lock, collects the routes,
+//! releases it, then takes each destination session's lock in turn.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use bytestring::ByteString;
+use tokio::sync::{oneshot, Notify};
+use tracing::{debug, info};
+
+use crate::codec::{ProtocolVersion, QoS, RetainHandling, SubscriptionId, SubscriptionOptions};
+use crate::config::{BrokerConfig, Limits};
+use crate::message::Message;
+use crate::metrics::{Counter, Metrics};
+use crate::retained::Retained;
+use crate::router::{Route, Router};
+use crate::session::{Attachment, Dropped, Outgoing, Session, SessionRef, SubscriptionRecord};
+use crate::store::{unix_now, PersistedSession, PersistedSubscription, Store, StoreError, StoreOp};
+use crate::timers::Timers;
+use crate::topic::FilterRef;
+
+/// Why the broker did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot start the broker's timer thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// A handle on the broker.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker").field("sessions", &self.session_count()).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: BrokerConfig,
+    router: Router<SessionRef>,
+    sessions: Mutex<HashMap<ByteString, SessionRef>>,
+    retained: Retained,
+    store: Option<Store>,
+    timers: Timers<TimerEvent>,
+    metrics: Metrics,
+    next_key: AtomicU64,
+    next_connection: AtomicU64,
+}
+
+enum TimerEvent {
+    Will { session: SessionRef, generation: u64, will: Box<Message> },
+    Expiry { session: SessionRef, generation: u64 },
+}
+
+/// What [`Broker::connect`] is asked for.
+#[derive(Clone, Debug)]
+pub struct ConnectParams {
+    pub client_id: ByteString,
+    pub version: ProtocolVersion,
+    pub clean_start: bool,
+    /// The Session Expiry Interval to apply (already capped), seconds.
+    pub expiry: u32,
+}
+
+/// A connection attached to its session.
+#[derive(Debug)]
+pub struct Attached {
+    pub session: SessionRef,
+    pub connection: u64,
+    pub session_present: bool,
+    /// Woken when a message is queued for the session.
+    pub wake: Arc<Notify>,
+    /// Resolves when another connection takes the session over.
+    pub kicked: oneshot::Receiver<()>,
+}
+
+/// What publishing a message did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Published {
+    /// Subscribers it was routed to.
+    pub matched: usize,
+    /// Whether it was handed to the store (a persistent subscriber, or retained): the publisher's
+    /// acknowledgement waits for [`Broker::sync`].
+    pub persisted: bool,
+}
+
+impl Broker {
+    /// Opens the broker: the store if configured, with the sessions and retained messages it holds.
+    pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let (store, loaded) = match &config.persistence {
+            Some(persistence) => {
+                let (store, loaded) = Store::open(persistence)?;
+                (Some(store), Some(loaded))
+            }
+            None => (None, None),
+        };
+        let slots = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        // The timer thread reaches the broker through a weak reference set once the broker exists.
+        let slot: Arc<OnceLock<Weak<Inner>>> = Arc::new(OnceLock::new());
+        let timer_slot = slot.clone();
+        let timers = Timers::start("portico-mqtt-timers", move |event| {
+            if let Some(inner) = timer_slot.get().and_then(Weak::upgrade) {
+                Broker { inner }.fire(event);
+            }
+        })?;
+        let inner = Arc::new(Inner {
+            config,
+            router: Router::new(),
+            sessions: Mutex::new(HashMap::new()),
+            retained: Retained::new(),
+            store,
+            timers,
+            metrics: Metrics::new(slots),
+            next_key: AtomicU64::new(1),
+            next_connection: AtomicU64::new(1),
+        });
+        let _ = slot.set(Arc::downgrade(&inner));
+        let broker = Broker { inner };
+        if let Some(loaded) = loaded {
+            broker.restore(loaded);
+        }
+        Ok(broker)
+    }
+
+    fn restore(&self, loaded: crate::store::Loaded) {
+        let now = unix_now();
+        let (mut sessions, mut messages) = (0, 0);
+        for message in loaded.retained {
+            self.inner.retained.restore(message);
+        }
+        for stored in loaded.sessions {
+            let since = stored.session.disconnected_at.unwrap_or(now);
+            let left = (since + u64::from(stored.session.expiry)).saturating_sub(now);
+            if left == 0 {
+                self.submit(StoreOp::DeleteSession { client_id: stored.client_id });
+                continue;
+            }
+            let key = self.inner.next_key.fetch_add(1, Ordering::Relaxed);
+            let session = SessionRef(Arc::new(Session::new(
+                key,
+                stored.client_id.clone(),
+                stored.session.version,
+                stored.session.expiry,
+            )));
+            {
+                let mut state = session.lock();
+                for sub in &stored.session.subscriptions {
+                    self.inner.router.subscribe(&sub.filter, session.clone(), sub.options, sub.id);
+                    state
+                        .subscriptions
+                        .insert(sub.filter.clone(), SubscriptionRecord { options: sub.options, id: sub.id });
+                }
+                state.inbound_qos2.extend(stored.inbound_qos2);
+            }
+            messages += stored.messages.len();
+            for (seq, message) in stored.messages {
+                session.restore(seq, message);
+            }
+            self.schedule_expiry(&session, 0, Duration::from_secs(left));
+            self.sessions().insert(stored.client_id, session);
+            sessions += 1;
+        }
+        info!(sessions, messages, retained = self.inner.retained.len(), skipped = loaded.skipped, "MQTT store loaded");
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.inner.config
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.inner.config.limits
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn store(&self) -> Option<&Store> {
+        self.inner.store.as_ref()
+    }
+
+    fn submit(&self, op: StoreOp) {
+        if let Some(store) = &self.inner.store {
+            store.submit(op);
+        }
+    }
+
+    /// Completes when everything handed to the store so far is committed.
+    pub fn sync(&self) -> Option<impl std::future::Future<Output = Result<(), Arc<StoreError>>> + Send + 'static> {
+        self.inner.store.as_ref().map(Store::sync)
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<ByteString, SessionRef>> {
+        self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions().len()
+    }
+
+    pub fn subscription_count(&self) -> usize {
+        self.inner.router.len()
+    }
+
+    pub fn retained_count(&self) -> usize {
+        self.inner.retained.len()
+    }
+
+    /// Attaches a new connection to the session of `params.client_id`: resumes it unless `clean_start` or
+    /// there is none, and takes it over from a connection still attached [MQTT-3.1.4-3].
+    pub fn connect(&self, params: ConnectParams) -> Attached {
+        let connection = self.inner.next_connection.fetch_add(1, Ordering::Relaxed);
+        let wake = Arc::new(Notify::new());
+        let (kick, kicked) = oneshot::channel();
+        let mut table = self.sessions();
+        let existing = table.get(&params.client_id).cloned();
+        let resumed = match existing {
+            Some(session) if !params.clean_start && !session.lock().ended => Some(session),
+            Some(session) => {
+                self.end_session(&session);
+                table.remove(&params.client_id);
+                None
+            }
+            None => None,
+        };
+        let session_present = resumed.is_some();
+        let session = match resumed {
+            Some(session) => session,
+            None => {
+                let key = self.inner.next_key.fetch_add(1, Ordering::Relaxed);
+                let session = SessionRef(Arc::new(Session::new(key, params.client_id.clone(), params.version, 0)));
+                table.insert(params.client_id.clone(), session.clone());
+                session
+            }
+        };
+        drop(table);
+        let mut state = session.lock();
+        if let Some(mut old) = state.attachment.take() {
+            debug!(client_id = %params.client_id, "session taken over");
+            if let Some(kick) = old.kick.take() {
+                let _ = kick.send(());
+            }
+        }
+        let was_persistent = state.is_persistent();
+        state.prepare_redelivery();
+        state.generation += 1;
+        state.expiry = params.expiry;
+        state.version = params.version;
+        state.attachment = Some(Attachment { connection, wake: wake.clone(), kick: Some(kick) });
+        if state.is_persistent() {
+            self.submit(StoreOp::PutSession { client_id: params.client_id.clone(), session: persisted(&state, None) });
+        } else if was_persistent {
+            self.submit(StoreOp::DeleteSession { client_id: params.client_id.clone() });
+        }
+        drop(state);
+        session.set_online(true);
+        wake.notify_one(); // Redeliver what the session holds.
+        Attached { session, connection, session_present, wake, kicked }
+    }
+
+    /// Ends a session: no more deliveries, its subscriptions out of the router, its records out of the store.
+    /// The caller removes it from the table.
+    fn end_session(&self, session: &SessionRef) {
+        let mut state = session.lock();
+        if state.ended {
+            return;
+        }
+        state.ended = true;
+        if let Some(mut attachment) = state.attachment.take() {
+            if let Some(kick) = attachment.kick.take() {
+                let _ = kick.send(());
+            }
+        }
+        session.set_online(false);
+        for filter in state.subscriptions.keys() {
+            self.inner.router.unsubscribe(filter, session.key());
+        }
+        if state.is_persistent() {
+            self.submit(StoreOp::DeleteSession { client_id: session.client_id().clone() });
+        }
+    }
+
+    /// Detaches `connection` from its session when the connection ends. `will` is the will to publish (an
+    /// abnormal end, or DISCONNECT with 0x04) with its Will Delay Interval in seconds.
+    pub fn disconnect(&self, session: &SessionRef, connection: u64, will: Option<(Message, u32)>) {
+        let mut state = session.lock();
+        let mine = state.attachment.as_ref().is_some_and(|a| a.connection == connection);
+        if mine {
+            state.attachment = None;
+            session.set_online(false);
+        }
+        let (generation, expiry, ended) = (state.generation, state.expiry, state.ended);
+        if mine && !ended && expiry > 0 {
+            self.submit(StoreOp::PutSession {
+                client_id: session.client_id().clone(),
+                session: persisted(&state, Some(unix_now())),
+            });
+        }
+        drop(state);
+        if let Some((will, delay)) = will {
+            // The will goes when the delay is over or the session ends, whichever is first (3.1.3.2.2); a
+            // connection taking the session over before that cancels it.
+            let delay = delay.min(if mine { expiry } else { delay });
+            if delay == 0 {
+                self.publish_will(will);
+            } else if mine {
+                let at = Instant::now() + Duration::from_secs(delay.into());
+                self.inner
+                    .timers
+                    .schedule(at, TimerEvent::Will { session: session.clone(), generation, will: Box::new(will) });
+            }
+        }
+        if mine && !ended {
+            if expiry == 0 {
+                let mut table = self.sessions();
+                if table.get(session.client_id()).is_some_and(|s| Arc::ptr_eq(&s.0, &session.0)) {
+                    table.remove(session.client_id());
+                }
+                self.end_session(session);
+            } else {
+                self.schedule_expiry(session, generation, Duration::from_secs(expiry.into()));
+            }
+        }
+    }
+
+    fn schedule_expiry(&self, session: &SessionRef, generation: u64, after: Duration) {
+        // Interval caps keep this far below Instant's range; a saturating add guards the rest.
+        let at = Instant::now().checked_add(after).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
+        self.inner.timers.schedule(at, TimerEvent::Expiry { session: session.clone(), generation });
+    }
+
+    fn fire(&self, event: TimerEvent) {
+        match event {
+            TimerEvent::Will { session, generation, will } => {
+                let state = session.lock();
+                let due = state.generation == generation && state.attachment.is_none();
+                drop(state);
+                if due {
+                    self.publish_will(*will);
+                }
+            }
+            TimerEvent::Expiry { session, generation } => {
+                let mut table = self.sessions();
+                let state = session.lock();
+                let due = state.generation == generation && state.attachment.is_none() && !state.ended;
+                drop(state);
+                if due {
+                    debug!(client_id = %session.client_id(), "session expired");
+                    table.remove(session.client_id());
+                    self.end_session(&session);
+                }
+            }
+        }
+    }
+
+    fn publish_will(&self, will: Message) {
+        self.inner.metrics.inc(0, Counter::WillsPublished);
+        self.publish(Arc::new(will), 0);
+    }
+
+    /// Routes `message` to every matching subscriber's session (and sets the topic's retained message when
+    /// RETAIN is set). `worker` picks the metrics slot.
+    pub fn publish(&self, message: Arc<Message>, worker: usize) -> Published {
+        let store = self.inner.store.as_ref();
+        let mut published = Published::default();
+        if message.retain {
+            self.inner.retained.set(message.clone(), store);
+            published.persisted = store.is_some();
+        }
+        let mut routes: Vec<Route<SessionRef>> = Vec::new();
+        self.inner.router.route(&message.topic, message.publisher, &mut routes);
+        published.matched = routes.len();
+        let limits = self.limits();
+        for route in routes {
+            let qos = message.qos.min(route.max_qos);
+            let persistent = qos != QoS::AtMostOnce && store.is_some();
+            let out = Outgoing {
+                qos,
+                retain: message.retain && route.retain_as_published,
+                subscription_ids: route.subscription_ids,
+                message: message.clone(),
+            };
+            match route.subscriber.deliver(out, limits, store) {
+                Ok(()) => published.persisted |= persistent,
+                Err(Dropped::QueueFull) => self.inner.metrics.inc(worker, Counter::DroppedQueueFull),
+                Err(Dropped::Offline) => self.inner.metrics.inc(worker, Counter::DroppedOffline),
+                Err(Dropped::Gone) => {}
+            }
+        }
+        published
+    }
+
+    /// Adds (or replaces) the session's subscription to `filter` and queues the retained messages its
+    /// Retain Handling asks for (none for a shared subscription, 4.8.2). Returns whether the store was
+    /// written (the SUBACK waits for [`Broker::sync`]).
+    pub fn subscribe(
+        &self,
+        session: &SessionRef,
+        filter: &ByteString,
+        options: SubscriptionOptions,
+        id: Option<SubscriptionId>,
+    ) -> bool {
+        let mut state = session.lock();
+        let existed = self.inner.router.subscribe(filter, session.clone(), options, id);
+        state.subscriptions.insert(filter.clone(), SubscriptionRecord { options, id });
+        let persist = state.is_persistent() && self.inner.store.is_some();
+        if persist {
+            self.submit(StoreOp::PutSession {
+                client_id: session.client_id().clone(),
+                session: persisted(&state, None),
+            });
+        }
+        drop(state);
+        let parsed = FilterRef::parse(filter);
+        let send_retained = match options.retain_handling {
+            RetainHandling::OnSubscribe => true,
+            RetainHandling::OnNewSubscription => !existed,
+            RetainHandling::Never => false,
+        };
+        if send_retained && !parsed.is_shared() {
+            let store = self.inner.store.as_ref();
+            for message in self.inner.retained.matching(parsed.filter) {
+                let out = Outgoing {
+                    qos: message.qos.min(options.qos),
+                    retain: true, // [MQTT-3.3.1-8]
+                    subscription_ids: id.into_iter().collect(),
+                    message,
+                };
+                let _ = session.deliver(out, self.limits(), store);
+            }
+        }
+        persist
+    }
+
+    /// Removes the session's subscription to `filter`; returns (whether there was one, whether the store was
+    /// written).
+    pub fn unsubscribe(&self, session: &SessionRef, filter: &ByteString) -> (bool, bool) {
+        let mut state = session.lock();
+        let existed = state.subscriptions.remove(filter).is_some();
+        self.inner.router.unsubscribe(filter, session.key());
+        let persist = existed && state.is_persistent() && self.inner.store.is_some();
+        if persist {
+            self.submit(StoreOp::PutSession {
+                client_id: session.client_id().clone(),
+                session: persisted(&state, None),
+            });
+        }
+        (existed, persist)
+    }
+
+    /// Appends the broker's metrics in the Prometheus text format.
+    pub fn render_metrics(&self, out: &mut String) {
+        let m = &self.inner.metrics;
+        let mut line = |name: &str, kind: &str, help: &str, samples: &[(&str, i64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        line(
+            "portico_mqtt_connections_total",
+            "counter",
+            "MQTT connections accepted.",
+            &[("", m.get(Counter::ConnectionsAccepted))],
+        );
+        line(
+            "portico_mqtt_connections",
+            "gauge",
+            "MQTT connections past CONNECT.",
+            &[("", m.get(Counter::Connections))],
+        );
+        line(
+            "portico_mqtt_connect_refused_total",
+            "counter",
+            "CONNECTs refused.",
+            &[("", m.get(Counter::ConnectRefused))],
+        );
+        line("portico_mqtt_sessions", "gauge", "Sessions, connected or not.", &[("", self.session_count() as i64)]);
+        line(
+            "portico_mqtt_subscriptions",
+            "gauge",
+            "Subscriptions in the router.",
+            &[("", self.subscription_count() as i64)],
+        );
+        line("portico_mqtt_retained_messages", "gauge", "Retained messages.", &[("", self.retained_count() as i64)]);
+        line(
+            "portico_mqtt_messages_received_total",
+            "counter",
+            "PUBLISH packets received from clients, by QoS.",
+            &[
+                ("{qos=\"0\"}", m.get(Counter::ReceivedQos0)),
+                ("{qos=\"1\"}", m.get(Counter::ReceivedQos1)),
+                ("{qos=\"2\"}", m.get(Counter::ReceivedQos2)),
+            ],
+        );
+        line(
+            "portico_mqtt_messages_sent_total",
+            "counter",
+            "PUBLISH packets sent to clients, by QoS (redeliveries included).",
+            &[
+                ("{qos=\"0\"}", m.get(Counter::SentQos0)),
+                ("{qos=\"1\"}", m.get(Counter::SentQos1)),
+                ("{qos=\"2\"}", m.get(Counter::SentQos2)),
+            ],
+        );
+        line(
+            "portico_mqtt_messages_dropped_total",
+            "counter",
+            "Messages not delivered to a subscriber, by reason.",
+            &[
+                ("{reason=\"queue_full\"}", m.get(Counter::DroppedQueueFull)),
+                ("{reason=\"offline_qos0\"}", m.get(Counter::DroppedOffline)),
+                ("{reason=\"too_large\"}", m.get(Counter::DroppedTooLarge)),
+            ],
+        );
+        line(
+            "portico_mqtt_protocol_errors_total",
+            "counter",
+            "Connections closed for a protocol violation or malformed packet.",
+            &[("", m.get(Counter::ProtocolErrors))],
+        );
+        line(
+            "portico_mqtt_keepalive_timeouts_total",
+            "counter",
+            "Connections closed by keep-alive.",
+            &[("", m.get(Counter::KeepAliveTimeouts))],
+        );
+        line(
+            "portico_mqtt_takeovers_total",
+            "counter",
+            "Connections closed by a session takeover.",
+            &[("", m.get(Counter::TakenOver))],
+        );
+        line(
+            "portico_mqtt_wills_published_total",
+            "counter",
+            "Will messages published.",
+            &[("", m.get(Counter::WillsPublished))],
+        );
+        let (mut inflight, mut queued) = (0, 0);
+        for session in self.sessions().values() {
+            let state = session.lock();
+            inflight += state.inflight() as i64;
+            queued += state.queued() as i64;
+        }
+        line(
+            "portico_mqtt_inflight_messages",
+            "gauge",
+            "QoS 1/2 messages sent and not yet acknowledged.",
+            &[("", inflight)],
+        );
+        line("portico_mqtt_queued_messages", "gauge", "Messages waiting in session queues.", &[("", queued)]);
+        if let Some(store) = &self.inner.store {
+            let s = store.stats();
+            line(
+                "portico_mqtt_store_commits_total",
+                "counter",
+                "Store write transactions committed.",
+                &[("", s.commits.load(Ordering::Relaxed) as i64)],
+            );
+            line(
+                "portico_mqtt_store_operations_total",
+                "counter",
+                "Store writes, batched into commits.",
+                &[("", s.operations.load(Ordering::Relaxed) as i64)],
+            );
+            line(
+                "portico_mqtt_store_errors_total",
+                "counter",
+                "Failed store commits.",
+                &[("", s.errors.load(Ordering::Relaxed) as i64)],
+            );
+            let size = std::fs::metadata(store.path()).map(|m| m.len() as i64).unwrap_or(0);
+            line("portico_mqtt_store_bytes", "gauge", "Size of the store file.", &[("", size)]);
+            let seconds = s.commit_micros.load(Ordering::Relaxed) as f64 / 1e6;
+            let _ = writeln!(out, "# HELP portico_mqtt_store_commit_seconds_total Time spent committing.\n# TYPE portico_mqtt_store_commit_seconds_total counter\nportico_mqtt_store_commit_seconds_total {seconds}");
+        }
+    }
+}
+
+/// The persisted form of a session's state.
+fn persisted(state: &crate::session::SessionState, disconnected_at: Option<u64>) -> PersistedSession {
+    PersistedSession {
+        version: state.version,
+        expiry: state.expiry,
+        disconnected_at,
+        subscriptions: state
+            .subscriptions
+            .iter()
+            .map(|(filter, record)| PersistedSubscription {
+                filter: filter.clone(),
+                options: record.options,
+                id: record.id,
+            })
+            .collect(),
+    }
+}
