@@ -10,8 +10,8 @@ pub fn run(listen: &str, workers: &str, admin: &str) -> anyhow::Result<()> {
         .map(|name| demo_backend::start(name).with_context(|| format!("cannot start demo backend {name}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let endpoints: String = backends.iter().map(|b| format!("      - address: {}\n", b.addr)).collect();
-    let function = demo_function()?;
-    let function = function.display();
+    let (function, gate) = demo_functions()?;
+    let (function, gate) = (function.display(), gate.display());
     let admin_line = match admin {
         "off" => String::new(),
         address => format!("admin: {{ address: \"{address}\" }}"),
@@ -33,10 +33,16 @@ routes:
     handler: echo
   - match: {{ path_prefix: /fn/hello }}
     function: hello
+  - match: {{ path_prefix: /api/ }}
+    cluster: demo
+    filters:
+      - rewrite: {{ strip_prefix: /api }}
+      - function: api_key
   - match: {{ path_prefix: / }}
     cluster: demo
 functions:
   hello: {{ source: \"{function}\", env: {{ GREETING: hello }} }}
+  api_key: {{ source: \"{gate}\", env: {{ DEMO_KEY: demo }} }}
 clusters:
   demo:
     balancer: round_robin
@@ -56,6 +62,9 @@ clusters:
         "      curl http://{listen}/whoami    (Portico's own echo handler: the request as it would be forwarded)"
     );
     eprintln!("      curl 'http://{listen}/fn/hello?name=you'   (a JavaScript function, {function})");
+    eprintln!(
+        "      curl -H 'x-api-key: demo' http://{listen}/api/echo   (a JavaScript filter checks the key first, {gate})"
+    );
     if admin != "off" {
         eprintln!("      curl http://{admin}/metrics   (the admin API: also /admin/clusters, /admin/config)");
     }
@@ -63,8 +72,9 @@ clusters:
     crate::lifecycle::serve(loaded, None)
 }
 
-/// The demo's JavaScript function, written to a file of its own in the temporary directory.
-fn demo_function() -> anyhow::Result<std::path::PathBuf> {
+/// The demo's JavaScript functions, written to files of their own in the temporary directory: a target and a
+/// filter.
+fn demo_functions() -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
     const HELLO: &str = r#"// Portico demo function: docs/functions.md
 export default {
   async fetch(request, env) {
@@ -74,11 +84,25 @@ export default {
   },
 };
 "#;
+    const API_KEY: &str = r#"// Portico demo filter: docs/functions.md, "Functions as filters"
+export default {
+  onRequest(request, env) {
+    if (request.headers.get("x-api-key") !== env.DEMO_KEY) {
+      return Response.json({ error: "send the header x-api-key: demo" }, { status: 401 });
+    }
+    request.headers.delete("x-api-key");
+    request.headers.set("x-api-client", "demo");
+  },
+};
+"#;
     let dir = std::env::temp_dir().join(format!("portico-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let file = dir.join("hello.js");
-    std::fs::write(&file, HELLO).with_context(|| format!("cannot write {}", file.display()))?;
-    Ok(file)
+    let write = |name: &str, text: &str| -> anyhow::Result<std::path::PathBuf> {
+        let file = dir.join(name);
+        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+        Ok(file)
+    };
+    Ok((write("hello.js", HELLO)?, write("api_key.js", API_KEY)?))
 }
 
 /// `portico demo -c FILE`: serves FILE, after making the certificates it names and does not have (see

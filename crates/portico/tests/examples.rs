@@ -98,6 +98,11 @@ fn the_demo_serves_its_admin_api_too() {
     let function = Conn::open(listen.parse().unwrap()).get("/fn/hello?name=tests", "");
     assert_eq!(function.status, 200, "{}", function.text());
     assert!(function.text().contains("\"message\":\"hello, tests!\""), "{}", function.text());
+    // The function filter in front of /api/: without the key 401, with it the request goes on, changed.
+    assert_eq!(Conn::open(listen.parse().unwrap()).get("/api/echo", "").status, 401);
+    let passed = Conn::open(listen.parse().unwrap()).get("/api/echo", "x-api-key: demo\r\n");
+    assert_eq!(passed.status, 200, "{}", passed.text());
+    assert!(passed.text().contains("x-api-client") && !passed.text().contains("x-api-key"), "{}", passed.text());
     let metrics = Conn::open(admin.parse().unwrap()).get("/metrics", "");
     assert_eq!(metrics.status, 200);
     assert!(metrics.text().contains("portico_requests_total"), "{}", metrics.text());
