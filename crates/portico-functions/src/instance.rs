@@ -332,7 +332,10 @@ impl Instance {
             return Err(CallError::Exception(format!("the function has no {}", hook.name())));
         };
         let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
-        let body = ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?;
+        let body = match input.body.is_empty() {
+            true => None,
+            false => Some(ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?),
+        };
         let make = self.make_request.clone().restore(ctx).map_err(exception)?;
         let request: Value = make.call((input.method, input.url, flat, body)).map_err(exception)?;
         let handler = function.clone().restore(ctx).map_err(exception)?;
