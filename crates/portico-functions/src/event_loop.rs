@@ -44,6 +44,8 @@ struct Call {
     wait_until: Vec<Persistent<Promise<'static>>>,
     /// What its `fetch`es go through: the clusters of the configuration its request arrived under.
     upstreams: Option<Upstreams>,
+    /// Its request, `METHOD url`, for the log lines its code writes.
+    request: String,
 }
 
 /// What a pending host operation (a timer, a `fetch`) belongs to, and how to cancel it.
@@ -64,15 +66,17 @@ pub struct Host {
     pub progress: Notify,
     /// The largest response body a `fetch` reads (the function's `limits.max_response`).
     pub fetch_limit: Cell<usize>,
+    /// The function's name, for its log lines.
+    pub function: RefCell<String>,
 }
 
 impl Host {
     /// A new call with `cpu` of running time.
-    pub fn open(&self, cpu: Duration, upstreams: Option<Upstreams>) -> CallId {
+    pub fn open(&self, cpu: Duration, upstreams: Option<Upstreams>, request: String) -> CallId {
         let id = self.next_call.get() + 1;
         self.next_call.set(id);
-        let call =
-            Call { cpu_left: cpu, waiting_on: 0, failed: None, returned: None, wait_until: Vec::new(), upstreams };
+        let wait_until = Vec::new();
+        let call = Call { cpu_left: cpu, waiting_on: 0, failed: None, returned: None, wait_until, upstreams, request };
         self.calls.borrow_mut().insert(id, call);
         id
     }
@@ -123,6 +127,12 @@ impl Host {
     pub fn upstreams(&self) -> Option<Upstreams> {
         let id = self.current.get()?;
         self.calls.borrow().get(&id).and_then(|c| c.upstreams.clone())
+    }
+
+    /// The request of the call whose slice is running (empty between calls).
+    pub fn current_request(&self) -> String {
+        let Some(id) = self.current.get() else { return String::new() };
+        self.calls.borrow().get(&id).map(|c| c.request.clone()).unwrap_or_default()
     }
 
     /// The call a slice is running for.

@@ -76,7 +76,7 @@ impl Compiled {
     }
 
     fn instance(&self) -> Result<Rc<Instance>, String> {
-        Instance::new(&self.file, &self.source, self.shape, &self.env, (self.memory, self.max_response))
+        Instance::new((&self.name, &self.file), &self.source, self.shape, &self.env, (self.memory, self.max_response))
     }
 }
 
@@ -148,7 +148,8 @@ pub async fn run(
             return refused(503, format!("function {name} is at its concurrency limit ({limit} calls per worker)"));
         }
     };
-    let call = instance.open_call(compiled.cpu, Some(upstreams));
+    let request = format!("{} {}", input.method, input.url);
+    let call = instance.open_call(compiled.cpu, Some(upstreams), request);
     let outcome = tokio::time::timeout_at(deadline, call.respond(input, hook)).await.ok();
     let ending = match &outcome {
         None => Ending::WallLimit,

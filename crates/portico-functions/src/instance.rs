@@ -107,7 +107,7 @@ impl Drop for Instance {
 impl Instance {
     /// A runtime with the prelude and the function's code; `Err` is the error's text with file:line:col.
     pub fn new(
-        file: &str,
+        (name, file): (&str, &str),
         source: &str,
         shape: Shape,
         env: &[(String, String)],
@@ -129,6 +129,7 @@ impl Instance {
         let context = Context::full(&runtime).map_err(|e| e.to_string())?;
         let host = Rc::new(Host::default());
         host.fetch_limit.set(fetch_limit);
+        *host.function.borrow_mut() = name.to_string();
         // What the timers' tasks run their callbacks on, once the instance exists.
         let this: Rc<RefCell<Weak<Instance>>> = Rc::new(RefCell::new(Weak::new()));
         // Top-level code runs under a deadline too: a file that loops at load time is an error, not a hang.
@@ -238,8 +239,8 @@ impl Instance {
 
     /// Opens a call with `cpu` of running time; the call ends (its timers and fetches cancelled) when the
     /// returned guard is dropped.
-    pub fn open_call(self: &Rc<Self>, cpu: Duration, upstreams: Option<Upstreams>) -> Call {
-        Call { id: self.host.open(cpu, upstreams), cpu, instance: self.clone() }
+    pub fn open_call(self: &Rc<Self>, cpu: Duration, upstreams: Option<Upstreams>, request: String) -> Call {
+        Call { id: self.host.open(cpu, upstreams, request), cpu, instance: self.clone() }
     }
 
     /// Runs one slice of call `id`: `event`, then the microtasks it queued, within the call's remaining CPU
@@ -279,7 +280,7 @@ impl Instance {
             if let Err(e) = fire.and_then(|f| f.call::<_, ()>((number,))) {
                 let text = describe(ctx, e);
                 if !self.interrupted.get() {
-                    log_line("error", &format!("a timer failed: {text}"));
+                    log_line(&self.host, "error", &format!("a timer failed: {text}"));
                 }
                 if text.contains("out of memory") {
                     self.host.fail(call, CallError::Memory);
@@ -499,7 +500,9 @@ impl Call {
 /// The natives the prelude builds on: logging, UTF-8, crypto, timers and `waitUntil`.
 fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<Instance>>>) -> rquickjs::Result<()> {
     let globals = ctx.globals();
-    globals.set("__portico_log", Func::from(|level: String, text: String| log_line(&level, &text)))?;
+    let log_host = host.clone();
+    let log = move |level: String, text: String| log_line(&log_host, &level, &text);
+    globals.set("__portico_log", Func::from(log))?;
     // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
     globals.set("__portico_utf8_encode", Func::from(utf8_encode))?;
     globals.set("__portico_utf8_decode", Func::from(utf8_decode))?;
@@ -605,8 +608,9 @@ fn describe(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
     }
 }
 
-/// `console.log` and friends: to Portico's log, at most `LOG_LINES_PER_SECOND` per worker.
-fn log_line(level: &str, text: &str) {
+/// `console.log` and friends: to Portico's log, tagged with the function and the request whose code wrote it,
+/// at most `LOG_LINES_PER_SECOND` per worker.
+fn log_line(host: &Host, level: &str, text: &str) {
     const LOG_LINES_PER_SECOND: u32 = 100;
     thread_local! {
         static WINDOW: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
@@ -619,10 +623,12 @@ fn log_line(level: &str, text: &str) {
         return;
     }
     let text: String = text.chars().take(4096).collect();
+    let (function, request) = (host.function.borrow(), host.current_request());
+    let function = function.as_str();
     match level {
-        "error" => tracing::error!(target: "function", "{text}"),
-        "warn" => tracing::warn!(target: "function", "{text}"),
-        "debug" => tracing::debug!(target: "function", "{text}"),
-        _ => tracing::info!(target: "function", "{text}"),
+        "error" => tracing::error!(target: "function", function, request, "{text}"),
+        "warn" => tracing::warn!(target: "function", function, request, "{text}"),
+        "debug" => tracing::debug!(target: "function", function, request, "{text}"),
+        _ => tracing::info!(target: "function", function, request, "{text}"),
     }
 }

@@ -600,3 +600,91 @@ fn a_function_filter_answers_early_or_changes_the_request_before_the_target() {
         "function \"hello\" has no onRequest hook, so it cannot be a filter",
     );
 }
+
+#[test]
+fn console_lines_name_their_function_and_request() {
+    let dir = temp_dir();
+    write(
+        &dir,
+        "talk.js",
+        "export default { fetch(request) { console.log('said', { n: 1 }); console.error(new TypeError('bad')); return new Response('ok'); } };\n",
+    );
+    let (addr, log) = (format!("127.0.0.1:{}", free_port()), dir.join("stderr.log"));
+    let config = dir.join("portico.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "workers: 1\nlog: {{ format: json }}\nlisteners: [ {{ name: web, address: \"{addr}\" }} ]\n\
+             functions:\n  talk: {{ source: talk.js }}\nroutes:\n  - {{ function: talk }}\n"
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(portico_bin())
+        .args(["run", "-c"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    wait_until("portico serves", Duration::from_secs(10), || std::net::TcpStream::connect(addr).is_ok());
+    assert_eq!(Conn::open(addr).get("/spoken?x=1", "").text(), "ok");
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the console lines", Duration::from_secs(5), || lines().contains("TypeError: bad"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = lines();
+    let said = text.lines().find(|l| l.contains("said {\\\"n\\\":1}")).unwrap_or_else(|| panic!("{text}"));
+    assert!(said.contains("\"function\":\"talk\""), "{said}");
+    assert!(said.contains("\"request\":\"GET http://") && said.contains("/spoken?x=1\""), "{said}");
+    assert!(said.contains("\"level\":\"info\""), "{said}");
+    let bad = text.lines().find(|l| l.contains("TypeError: bad")).unwrap();
+    assert!(bad.contains("\"level\":\"error\""), "{bad}");
+}
+
+/// The seed's pool bugs, and reloads, under load: every request of a steady load is answered 200 while the
+/// function's code is swapped by reloads (requests in flight finish on the version they started on), and a
+/// runtime serves thousands of requests without breaking.
+#[test]
+fn reloads_under_load_fail_no_request_and_a_runtime_serves_thousands() {
+    let dir = temp_dir();
+    let version = |n: u32| {
+        format!(
+            "let served = 0;\nexport default {{ async fetch(request) {{\n  served++;\n  await new Promise((r) => setTimeout(r, 1));\n  return new Response(`v{n} ${{served}}\\n`);\n}} }};\n"
+        )
+    };
+    write(&dir, "live.js", &version(0));
+    let p = Portico::start_in(
+        &dir,
+        "workers: 2\nadmin: { address: \"{admin}\" }\nlisteners: [ { name: web, address: \"{listen}\" } ]\n\
+         functions:\n  live: { source: live.js, limits: { concurrency: 2 } }\nroutes:\n  - { function: live }\n",
+    );
+    // More connections than the function's concurrency per worker: they queue for a turn, never a 503.
+    let load = Load::start(p.addr, 8);
+    for n in 1..=5 {
+        std::thread::sleep(Duration::from_millis(300));
+        write(&dir, "live.js", &version(n));
+        p.signal(libc::SIGHUP);
+        wait_until("the new version", Duration::from_secs(10), || {
+            Conn::open(p.addr).get("/", "").text().starts_with(&format!("v{n} "))
+        });
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (ok, failed) = load.finish();
+    assert!(failed.is_empty(), "{} failed, e.g. {:?}", failed.len(), &failed[..failed.len().min(5)]);
+    assert!(ok > 500, "only {ok} requests");
+    // One runtime per worker per version: none was made again for a broken one.
+    let created = p.metric("portico_function_runtimes_created_total{function=\"live\"}");
+    assert!(created <= 2.0 * 6.0, "{created} runtimes for 6 versions on 2 workers");
+    assert_eq!(p.metric("portico_function_errors_total{function=\"live\",kind=\"concurrency_limit\"}"), 0.0);
+    // Thousands of requests on the last version's runtimes, module state counting up.
+    let mut conn = Conn::open(p.addr);
+    let mut last = 0u64;
+    for _ in 0..1200 {
+        let text = conn.get("/", "").text();
+        let count: u64 = text.trim().split(' ').nth(1).unwrap().parse().unwrap();
+        assert!(text.starts_with("v5 "), "{text}");
+        last = last.max(count);
+    }
+    assert!(last >= 600, "module state kept across requests: {last}");
+}
