@@ -11,6 +11,7 @@ use portico_http::subrequest::Upstreams;
 use rquickjs::{Persistent, Promise};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::task::Waker;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -29,6 +30,8 @@ pub enum CallError {
     Memory,
     /// Its promise never settled, and nothing it waits for is left that could settle it.
     Unsettled,
+    /// It read more of the request body whole than `limits.max_request`.
+    RequestTooLarge,
 }
 
 /// One call's state between its slices.
@@ -46,12 +49,28 @@ struct Call {
     upstreams: Option<Upstreams>,
     /// Its request, `METHOD url`, for the log lines its code writes.
     request: String,
+    /// A read of the request body JavaScript asked for (its operation's number), not yet served.
+    body_wanted: Option<u32>,
 }
 
-/// What a pending host operation (a timer, a `fetch`) belongs to, and how to cancel it.
+/// What a pending host operation (a timer, a `fetch`, a read of the request body) belongs to, and how to
+/// cancel it (a read of the request body has no task: the call's driver serves it).
 struct Operation {
     call: CallId,
-    task: AbortHandle,
+    task: Option<AbortHandle>,
+}
+
+/// Where a response body streamed from JavaScript stands (one read at a time: back-pressure).
+#[derive(Debug)]
+pub enum Outgoing {
+    /// No read asked for.
+    Idle,
+    /// A read is under way in JavaScript.
+    Reading,
+    /// A chunk arrived, not yet taken.
+    Chunk(bytes::Bytes),
+    Done,
+    Failed(String),
 }
 
 #[derive(Default)]
@@ -64,8 +83,14 @@ pub struct Host {
     operations: RefCell<HashMap<u32, Operation>>,
     /// Woken after every slice: calls waiting for their promise look again.
     pub progress: Notify,
+    /// Response bodies streamed from JavaScript, by the number JavaScript knows them by.
+    outgoing: RefCell<HashMap<u32, Outgoing>>,
+    /// Bodies being streamed that wait for a slice to make progress (woken with `progress`).
+    wakers: RefCell<Vec<Waker>>,
     /// The largest response body a `fetch` reads (the function's `limits.max_response`).
     pub fetch_limit: Cell<usize>,
+    /// The largest request body the handler may read whole (`limits.max_request`).
+    pub request_limit: Cell<usize>,
     /// The function's name, for its log lines.
     pub function: RefCell<String>,
 }
@@ -76,7 +101,16 @@ impl Host {
         let id = self.next_call.get() + 1;
         self.next_call.set(id);
         let wait_until = Vec::new();
-        let call = Call { cpu_left: cpu, waiting_on: 0, failed: None, returned: None, wait_until, upstreams, request };
+        let call = Call {
+            cpu_left: cpu,
+            waiting_on: 0,
+            failed: None,
+            returned: None,
+            wait_until,
+            upstreams,
+            request,
+            body_wanted: None,
+        };
         self.calls.borrow_mut().insert(id, call);
         id
     }
@@ -87,8 +121,8 @@ impl Host {
         let call = self.calls.borrow_mut().remove(&id);
         self.operations.borrow_mut().retain(|_, op| {
             let mine = op.call == id;
-            if mine {
-                op.task.abort();
+            if let Some(task) = op.task.as_ref().filter(|_| mine) {
+                task.abort();
             }
             !mine
         });
@@ -98,8 +132,11 @@ impl Host {
     /// Forgets every call and cancels every operation: before the runtime they refer to goes.
     pub fn clear(&self) {
         for (_, op) in self.operations.borrow_mut().drain() {
-            op.task.abort();
+            if let Some(task) = op.task {
+                task.abort();
+            }
         }
+        self.outgoing.borrow_mut().clear();
         let calls: Vec<Call> = self.calls.borrow_mut().drain().map(|(_, c)| c).collect();
         drop(calls);
     }
@@ -185,30 +222,100 @@ impl Host {
 
     /// Records operation `number` (a timer or fetch JavaScript knows by it) for the running slice's call;
     /// `false` (and the task is cancelled) when no call is running: the file's top-level code.
-    pub fn start_operation(&self, number: u32, task: AbortHandle) -> bool {
+    pub fn start_operation(&self, number: u32, task: Option<AbortHandle>) -> bool {
+        let abort = |task: Option<AbortHandle>| {
+            if let Some(task) = task {
+                task.abort();
+            }
+        };
         let Some(id) = self.current.get() else {
-            task.abort();
+            abort(task);
             return false;
         };
         let Some(call) = self.calls.borrow_mut().get_mut(&id).map(|c| {
             c.waiting_on += 1;
             id
         }) else {
-            task.abort();
+            abort(task);
             return false;
         };
         if let Some(old) = self.operations.borrow_mut().insert(number, Operation { call, task }) {
-            old.task.abort();
+            abort(old.task);
             self.settled(old.call);
         }
         true
     }
 
+    /// JavaScript asks for the next piece of the request body (operation `number`), in the running slice.
+    pub fn want_body(&self, number: u32) -> bool {
+        let Some(id) = self.current.get() else { return false };
+        if !self.start_operation(number, None) {
+            return false;
+        }
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.body_wanted = Some(number);
+        }
+        true
+    }
+
+    /// The read of the request body call `id` waits for, taken (its driver serves it).
+    pub fn take_body_wanted(&self, id: CallId) -> Option<u32> {
+        self.calls.borrow_mut().get_mut(&id).and_then(|c| c.body_wanted.take())
+    }
+
+    /// Whether call `id` waits for a piece of the request body.
+    pub fn body_wanted(&self, id: CallId) -> bool {
+        self.calls.borrow().get(&id).is_some_and(|c| c.body_wanted.is_some())
+    }
+
+    /// A response body streamed from JavaScript as `number`.
+    pub fn outgoing_open(&self, number: u32) {
+        self.outgoing.borrow_mut().insert(number, Outgoing::Idle);
+    }
+
+    /// How stream `number` stands; a chunk or an end is taken (the state goes back to `Idle`).
+    pub fn outgoing_take(&self, number: u32) -> Outgoing {
+        let mut all = self.outgoing.borrow_mut();
+        let Some(state) = all.get_mut(&number) else { return Outgoing::Failed("the stream is gone".into()) };
+        match state {
+            Outgoing::Idle => Outgoing::Idle,
+            Outgoing::Reading => Outgoing::Reading,
+            _ => std::mem::replace(state, Outgoing::Idle),
+        }
+    }
+
+    pub fn outgoing_set(&self, number: u32, state: Outgoing) {
+        if let Some(slot) = self.outgoing.borrow_mut().get_mut(&number) {
+            *slot = state;
+        }
+    }
+
+    pub fn outgoing_close(&self, number: u32) {
+        self.outgoing.borrow_mut().remove(&number);
+    }
+
+    /// Wakes `waker` after the next slice.
+    pub fn wake_after_slice(&self, waker: &Waker) {
+        let mut wakers = self.wakers.borrow_mut();
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+    }
+
+    /// A slice ran: whoever waits for one looks again.
+    pub fn after_slice(&self) {
+        self.progress.notify_waiters();
+        let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
     /// Operation `number` is over (it fired, answered, or was cancelled): the call it belonged to, if any.
     pub fn finish_operation(&self, number: u32, cancel: bool) -> Option<CallId> {
         let op = self.operations.borrow_mut().remove(&number)?;
-        if cancel {
-            op.task.abort();
+        if let Some(task) = op.task.filter(|_| cancel) {
+            task.abort();
         }
         self.settled(op.call);
         Some(op.call)

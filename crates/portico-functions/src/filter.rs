@@ -3,7 +3,7 @@
 //! request goes on with what the hook changed: its headers (changed in place or on a returned `Request`) and
 //! its URL's path and query.
 
-use crate::function::{input_of, run, Compiled};
+use crate::function::{input_of, run, AnswerBody, Compiled};
 use crate::instance::Hook;
 use bytes::Bytes;
 use portico_http::codec::RequestHead;
@@ -34,7 +34,7 @@ impl Gate for FunctionGate {
                 .collect();
             let input = input_of(head, client.https, forwarded_headers(head), Vec::new());
             let name = &self.compiled.name;
-            let out = match run(&self.compiled, input, upstreams, Hook::OnRequest).await {
+            let out = match run(&self.compiled, input, upstreams, Hook::OnRequest, None).await {
                 Ok(out) => out,
                 Err(refused) => return Some(LocalResponse::text(refused.status, &refused.reason)),
             };
@@ -49,7 +49,16 @@ impl Gate for FunctionGate {
                     .filter(|(k, _)| !matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection"))
                     .map(|(k, v)| (k.to_ascii_lowercase().into_boxed_str(), v.into_boxed_str()))
                     .collect();
-                return Some(LocalResponse { status: out.status, headers, body: Bytes::from(out.body) });
+                let body = match out.body {
+                    AnswerBody::Whole(bytes) => Bytes::from(bytes),
+                    // A filter's answer is made whole (`LocalResponse`): a streamed one is refused.
+                    AnswerBody::Streamed(_) => {
+                        let reason =
+                            format!("function {name}'s onRequest answered with a stream, which a filter cannot");
+                        return Some(LocalResponse::text(500, &reason));
+                    }
+                };
+                return Some(LocalResponse { status: out.status, headers, body });
             };
             if !valid_target(&target) {
                 let reason = format!("function {name}'s onRequest set a URL whose path cannot be sent: {target:?}");

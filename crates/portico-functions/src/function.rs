@@ -2,9 +2,11 @@
 //! limits: what the route target (handler.rs) and the filter (filter.rs) share.
 
 use crate::event_loop::CallError;
-use crate::instance::{CallInput, CallOutput, Hook, Instance, Shape};
+use crate::instance::{Call, CallInput, CallOutput, Hook, Instance, Shape};
 use crate::stats::{Ending, FunctionStats};
+use crate::streaming::CallBody;
 use portico_http::codec::RequestHead;
+use portico_http::handler::RequestBody;
 use portico_http::subrequest::Upstreams;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,7 +15,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A function's code and settings, checked when the configuration was loaded.
 pub struct Compiled {
@@ -76,7 +78,8 @@ impl Compiled {
     }
 
     fn instance(&self) -> Result<Rc<Instance>, String> {
-        Instance::new((&self.name, &self.file), &self.source, self.shape, &self.env, (self.memory, self.max_response))
+        let limits = (self.memory, self.max_response, self.max_request);
+        Instance::new((&self.name, &self.file), &self.source, self.shape, &self.env, limits)
     }
 }
 
@@ -122,13 +125,29 @@ pub struct Refused {
     pub reason: String,
 }
 
-/// Calls `hook` of the function on this worker's runtime for its version, within its limits.
-pub async fn run(
+/// A call's answer: its status and headers, and its body in hand or streamed by the call.
+pub struct Answer<'a> {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: AnswerBody<'a>,
+    /// From an `onRequest` hook that let the request go on: its new target.
+    pub next: Option<String>,
+}
+
+pub enum AnswerBody<'a> {
+    Whole(Vec<u8>),
+    Streamed(CallBody<'a>),
+}
+
+/// Calls `hook` of the function on this worker's runtime for its version, within its limits. `body`: the
+/// request body, when `input` says the handler streams it.
+pub async fn run<'a>(
     compiled: &Arc<Compiled>,
     input: CallInput,
     upstreams: Upstreams,
     hook: Hook,
-) -> Result<CallOutput, Refused> {
+    mut body: Option<RequestBody<'a>>,
+) -> Result<Answer<'a>, Refused> {
     let name = &compiled.name;
     let refused = |status, reason| Err(Refused { status, reason });
     let deadline = tokio::time::Instant::now() + compiled.wall;
@@ -150,7 +169,7 @@ pub async fn run(
     };
     let request = format!("{} {}", input.method, input.url);
     let call = instance.open_call(compiled.cpu, Some(upstreams), request);
-    let outcome = tokio::time::timeout_at(deadline, call.respond(input, hook)).await.ok();
+    let outcome = tokio::time::timeout_at(deadline, call.respond(input, hook, &mut body)).await.ok();
     let ending = match &outcome {
         None => Ending::WallLimit,
         Some(Ok(out)) if out.body.len() > compiled.max_response => Ending::ResponseTooLarge,
@@ -158,32 +177,54 @@ pub async fn run(
         Some(Err(CallError::Cpu)) => Ending::CpuLimit,
         Some(Err(CallError::Memory)) => Ending::MemoryLimit,
         Some(Err(CallError::Unsettled)) => Ending::Unsettled,
-        Some(Err(CallError::Exception(_))) => Ending::Exception,
+        Some(Err(CallError::Exception(_) | CallError::RequestTooLarge)) => Ending::Exception,
     };
     compiled.stats.record(ending, call.cpu_used());
-    if outcome.as_ref().is_some_and(|o| o.as_ref().is_ok()) && call.has_work_left() {
-        // `ctx.waitUntil`: the call goes on after its response, within the wall limit, holding its permit.
+    let out = match outcome {
+        Some(Ok(out)) if out.body.len() <= compiled.max_response => out,
+        outcome => {
+            drop((call, permit));
+            return Err(refusal(compiled, outcome));
+        }
+    };
+    let body = match out.stream {
+        // The call lives on in its body until the body ends.
+        Some(stream) => AnswerBody::Streamed(CallBody::new(call, permit, stream, body, (compiled.wall, deadline))),
+        None => {
+            end_call(call, permit, deadline);
+            AnswerBody::Whole(out.body)
+        }
+    };
+    Ok(Answer { status: out.status, headers: out.headers, body, next: out.next })
+}
+
+/// What the client is told of a call that gave no usable answer.
+fn refusal(compiled: &Compiled, outcome: Option<Result<CallOutput, CallError>>) -> Refused {
+    let name = &compiled.name;
+    let (status, reason) = match outcome {
+        None => (504, format!("function {name} did not answer within its wall limit ({:?})", compiled.wall)),
+        Some(Ok(_)) => (500, format!("function {name}'s response is larger than its max_response")),
+        Some(Err(CallError::Cpu)) => (500, format!("function {name} ran past its CPU limit ({:?})", compiled.cpu)),
+        Some(Err(CallError::Memory)) => (500, format!("function {name} ran out of memory (its limit)")),
+        Some(Err(CallError::Unsettled)) => (500, format!("function {name} returned a promise that never settles")),
+        Some(Err(CallError::RequestTooLarge)) => {
+            (413, format!("request body larger than function {name}'s max_request"))
+        }
+        Some(Err(CallError::Exception(text))) => (500, format!("function {name} failed: {text}")),
+    };
+    Refused { status, reason }
+}
+
+/// Ends a call whose answer has gone out: at once, or once its `ctx.waitUntil` work is done (by `deadline`),
+/// holding its concurrency permit meanwhile.
+pub fn end_call(call: Call, permit: OwnedSemaphorePermit, deadline: tokio::time::Instant) {
+    if call.has_work_left() {
         tokio::task::spawn_local(async move {
             let _ = tokio::time::timeout_at(deadline, call.linger()).await;
             drop(permit);
         });
     } else {
         drop((call, permit));
-    }
-    match outcome {
-        None => refused(504, format!("function {name} did not answer within its wall limit ({:?})", compiled.wall)),
-        Some(Ok(out)) if out.body.len() > compiled.max_response => {
-            refused(500, format!("function {name}'s response is larger than its max_response"))
-        }
-        Some(Ok(out)) => Ok(out),
-        Some(Err(CallError::Cpu)) => {
-            refused(500, format!("function {name} ran past its CPU limit ({:?})", compiled.cpu))
-        }
-        Some(Err(CallError::Memory)) => refused(500, format!("function {name} ran out of memory (its limit)")),
-        Some(Err(CallError::Unsettled)) => {
-            refused(500, format!("function {name} returned a promise that never settles"))
-        }
-        Some(Err(CallError::Exception(text))) => refused(500, format!("function {name} failed: {text}")),
     }
 }
 
@@ -197,5 +238,5 @@ pub fn input_of(head: &RequestHead, https: bool, headers: Vec<(&[u8], &[u8])>, b
         .into_iter()
         .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()))
         .collect();
-    CallInput { method, url, headers, body }
+    CallInput { method, url, headers, body, streamed: false }
 }

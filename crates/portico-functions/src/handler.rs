@@ -1,10 +1,11 @@
 //! A function as a route target: `portico_http::handler::Handler`, its `fetch` handler answering.
 
-use crate::function::{input_of, run, Compiled};
+use crate::function::{input_of, run, AnswerBody, Compiled};
 use crate::instance::Hook;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use portico_http::handler::{full, Handler, HandlerFuture, Request};
+use portico_http::codec::BodyFraming;
+use portico_http::handler::{boxed, full, Handler, HandlerFuture, Request};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -18,30 +19,47 @@ impl FunctionHandler {
     }
 }
 
+/// A request body up to this size whose length is known is read before the call (one piece, no pulls);
+/// larger ones and chunked ones stream to the handler as it reads.
+const READ_BEFORE: u64 = 64 * 1024;
+
 impl Handler for FunctionHandler {
     fn handle<'a>(&self, req: Request<'a>) -> HandlerFuture<'a> {
         let compiled = self.compiled.clone();
         Box::pin(async move {
             let upstreams = req.upstreams.clone();
-            let too_large =
-                || answer(413, format!("request body larger than function {}'s max_request", compiled.name));
-            if let portico_http::codec::BodyFraming::Length(n) = req.head.body {
-                if n > compiled.max_request as u64 {
-                    return Ok(too_large()); // before any of it is read
-                }
-            }
-            let body = match http_body_util::Limited::new(req.body, compiled.max_request).collect().await {
-                Ok(collected) => collected.to_bytes().to_vec(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(too_large()),
-                Err(e) => return Err(e),
-            };
             let headers = portico_http::handler::forwarded_headers(&req.head);
-            let input = input_of(&req.head, req.client.https, headers, body);
-            Ok(match run(&compiled, input, upstreams, Hook::Fetch).await {
-                Ok(out) => {
-                    let mut response = hyper::Response::new(full(Bytes::from(out.body)));
-                    *response.status_mut() = hyper::StatusCode::from_u16(out.status).unwrap_or(hyper::StatusCode::OK);
-                    for (k, v) in out.headers {
+            let mut input = input_of(&req.head, req.client.https, headers, Vec::new());
+            let small = match req.head.body {
+                BodyFraming::None => Some(0),
+                BodyFraming::Length(n) if n <= READ_BEFORE.min(compiled.max_request as u64) => Some(n),
+                _ => None,
+            };
+            let body = match small {
+                Some(0) => None,
+                Some(_) => {
+                    let read = http_body_util::Limited::new(req.body, compiled.max_request).collect().await;
+                    input.body = match read {
+                        Ok(collected) => collected.to_bytes().to_vec(),
+                        Err(e) => return Err(e),
+                    };
+                    None
+                }
+                None => {
+                    input.streamed = true;
+                    Some(req.body)
+                }
+            };
+            Ok(match run(&compiled, input, upstreams, Hook::Fetch, body).await {
+                Ok(answer) => {
+                    let body = match answer.body {
+                        AnswerBody::Whole(bytes) => full(Bytes::from(bytes)),
+                        AnswerBody::Streamed(stream) => boxed(stream),
+                    };
+                    let mut response = hyper::Response::new(body);
+                    *response.status_mut() =
+                        hyper::StatusCode::from_u16(answer.status).unwrap_or(hyper::StatusCode::OK);
+                    for (k, v) in answer.headers {
                         let name = hyper::header::HeaderName::from_bytes(k.as_bytes());
                         let value = hyper::header::HeaderValue::from_str(&v);
                         if let (Ok(name), Ok(value)) = (name, value) {

@@ -2,7 +2,7 @@
 //! then called for each request under the function's limits. Calls run in slices on the worker's event loop
 //! (event_loop.rs): the handler's first run, then each of its timers and fetches as they settle.
 
-use crate::event_loop::{is_pending, CallError, CallId, Host};
+use crate::event_loop::{is_pending, CallError, CallId, Host, Outgoing};
 use bytes::Bytes;
 use portico_http::subrequest::{SubRequest, SubResponse, SubrequestError, Upstreams};
 use rquickjs::function::Func;
@@ -13,6 +13,8 @@ use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 const PRELUDE: &str = include_str!("prelude.js");
+/// The Streams Standard (vendor/README.md), evaluated on first use.
+const STREAMS: &str = include_str!("vendor/web-streams-polyfill.js");
 
 /// Deepest JavaScript stack a call may use: deep recursion is a `RangeError`, not a crashed worker.
 const MAX_STACK: usize = 512 * 1024;
@@ -42,6 +44,17 @@ pub struct CallInput {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The body is not in `body`: the handler pulls it from the call's driver as it reads.
+    pub streamed: bool,
+}
+
+/// A response body that is not in hand: what the call's driver streams to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streamed {
+    /// A `ReadableStream`, read a chunk at a time (its number).
+    Js(u32),
+    /// The request body, untouched, as the response's: piped without JavaScript.
+    RequestBody,
 }
 
 /// A response as the function gave it; or, from an `onRequest` hook that let the request go on, the request
@@ -52,6 +65,8 @@ pub struct CallOutput {
     pub body: Vec<u8>,
     /// The origin-form target (path and query) of a request an `onRequest` hook let go on.
     pub next: Option<String>,
+    /// The body is streamed, not in `body`.
+    pub stream: Option<Streamed>,
 }
 
 /// Which of the function's entry points a call runs.
@@ -111,7 +126,7 @@ impl Instance {
         source: &str,
         shape: Shape,
         env: &[(String, String)],
-        (memory_limit, fetch_limit): (usize, usize),
+        (memory_limit, fetch_limit, request_limit): (usize, usize, usize),
     ) -> Result<Rc<Instance>, String> {
         let runtime = Runtime::new().map_err(|e| e.to_string())?;
         runtime.set_memory_limit(memory_limit);
@@ -129,6 +144,7 @@ impl Instance {
         let context = Context::full(&runtime).map_err(|e| e.to_string())?;
         let host = Rc::new(Host::default());
         host.fetch_limit.set(fetch_limit);
+        host.request_limit.set(request_limit);
         *host.function.borrow_mut() = name.to_string();
         // What the timers' tasks run their callbacks on, once the instance exists.
         let this: Rc<RefCell<Weak<Instance>>> = Rc::new(RefCell::new(Weak::new()));
@@ -262,7 +278,7 @@ impl Instance {
             self.retired.set(true);
         }
         if wake {
-            self.host.progress.notify_waiters();
+            self.host.after_slice();
         }
         Some(result)
     }
@@ -316,6 +332,54 @@ impl Instance {
         });
     }
 
+    /// A piece of the request body (`None`: its end; `Err`: it broke off) for read `number` of call `call`.
+    pub fn deliver_body(&self, call: CallId, number: u32, piece: Result<Option<Bytes>, String>) {
+        self.host.finish_operation(number, false);
+        self.slice(call, true, |ctx| {
+            let deliver = || -> rquickjs::Result<()> {
+                let f: Function = ctx.globals().get("__portico_body_chunk")?;
+                match piece {
+                    Ok(Some(bytes)) => f.call((number, ArrayBuffer::new_copy(ctx.clone(), &bytes[..])?)),
+                    Ok(None) => f.call((number, Value::new_null(ctx.clone()))),
+                    Err(reason) => f.call((number, Value::new_null(ctx.clone()), reason)),
+                }
+            };
+            if let Err(e) = deliver() {
+                let _ = describe(ctx, e);
+            }
+        });
+    }
+
+    /// Asks JavaScript for the next chunk of response stream `number` (it arrives through
+    /// `__portico_stream_push` in this slice or a later one).
+    pub fn read_stream(&self, call: CallId, number: u32) {
+        self.host.outgoing_set(number, Outgoing::Reading);
+        let ran = self.slice(call, true, |ctx| {
+            let read: rquickjs::Result<Function> = ctx.globals().get("__portico_stream_read");
+            if let Err(e) = read.and_then(|f| f.call::<_, ()>((number,))) {
+                let text = describe(ctx, e);
+                self.host.outgoing_set(number, Outgoing::Failed(text));
+            }
+        });
+        if ran.is_none() {
+            let reason = self.host.failure(call).map_or("the call ended".into(), |e| format!("{e:?}"));
+            self.host.outgoing_set(number, Outgoing::Failed(reason));
+        }
+    }
+
+    /// The client went away: JavaScript's stream `number` is cancelled.
+    pub fn cancel_stream(&self, call: CallId, number: u32) {
+        self.host.outgoing_close(number);
+        self.slice(call, false, |ctx| {
+            let cancel: rquickjs::Result<Function> = ctx.globals().get("__portico_stream_cancel");
+            let _ = cancel.and_then(|f| f.call::<_, ()>((number,)));
+        });
+    }
+
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
     /// The handler's first slice: the request made, the handler called, and its answer taken if it has one.
     fn start<'js>(
         &self,
@@ -333,9 +397,10 @@ impl Instance {
             return Err(CallError::Exception(format!("the function has no {}", hook.name())));
         };
         let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
-        let body = match input.body.is_empty() {
-            true => None,
-            false => Some(ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?),
+        let body: Value = match (input.streamed, input.body.is_empty()) {
+            (true, _) => Value::new_bool(ctx.clone(), true),
+            (false, true) => Value::new_null(ctx.clone()),
+            (false, false) => ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?.into_value(),
         };
         let make = self.make_request.clone().restore(ctx).map_err(exception)?;
         let request: Value = make.call((input.method, input.url, flat, body)).map_err(exception)?;
@@ -388,6 +453,15 @@ impl Instance {
         let headers: Vec<String> = parts.get(1).map_err(exception)?;
         let body: Value = parts.get(2).map_err(exception)?;
         let next: Option<String> = parts.get(3).map_err(exception)?;
+        let stream = match parts.get::<Option<i64>>(4).map_err(exception)? {
+            None => None,
+            Some(-1) => Some(Streamed::RequestBody),
+            Some(number) => {
+                let number = u32::try_from(number).map_err(|_| CallError::Exception("a bad stream".into()))?;
+                self.host.outgoing_open(number);
+                Some(Streamed::Js(number))
+            }
+        };
         let body = match (body.as_string(), ArrayBuffer::from_value(body.clone())) {
             (Some(text), _) => text.to_string().map_err(exception)?.into_bytes(),
             // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
@@ -396,7 +470,7 @@ impl Instance {
         };
         let mut headers = headers.into_iter();
         let headers = std::iter::from_fn(|| Some((headers.next()?, headers.next()?))).collect();
-        Ok(CallOutput { status, headers, body, next })
+        Ok(CallOutput { status, headers, body, next, stream })
     }
 
     fn classify(&self, ctx: &Ctx<'_>, e: rquickjs::Error) -> CallError {
@@ -429,7 +503,13 @@ impl Drop for Call {
 impl Call {
     /// Runs the handler on `input` and waits for its response: slices run as its timers fire and its fetches
     /// answer, each within what is left of its CPU time. (The wall limit is the caller's: it drops the future.)
-    pub async fn respond(&self, input: CallInput, hook: Hook) -> Result<CallOutput, CallError> {
+    /// `body`: the request body when `input` says it is streamed; the handler's reads are served from it.
+    pub async fn respond(
+        &self,
+        input: CallInput,
+        hook: Hook,
+        body: &mut Option<portico_http::handler::RequestBody<'_>>,
+    ) -> Result<CallOutput, CallError> {
         let (instance, id) = (&self.instance, self.id);
         let started = instance.slice(id, true, |ctx| instance.start(ctx, id, input, hook));
         if let Some(failure) = instance.host.failure(id) {
@@ -455,8 +535,20 @@ impl Call {
             if !instance.host.is_waiting(id) {
                 return Err(CallError::Unsettled);
             }
-            progress.await;
+            let serve = std::future::poll_fn(|cx| crate::streaming::poll_serve_body(self, body, cx));
+            tokio::select! {
+                () = progress => {}
+                () = serve => {}
+            }
         }
+    }
+
+    pub fn instance(&self) -> &Rc<Instance> {
+        &self.instance
+    }
+
+    pub fn id(&self) -> CallId {
+        self.id
     }
 
     /// CPU time the call has used so far.
@@ -523,7 +615,7 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
                 instance.fire_timer(number);
             }
         });
-        timer_host.start_operation(number, task.abort_handle())
+        timer_host.start_operation(number, Some(task.abort_handle()))
     };
     globals.set("__portico_timer_start", Func::from(start_timer))?;
     let cancel_host = host.clone();
@@ -567,10 +659,43 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
                 instance.fetched(number, result);
             }
         });
-        fetch_host.start_operation(number, task.abort_handle());
+        fetch_host.start_operation(number, Some(task.abort_handle()));
         Ok(())
     };
     globals.set("__portico_fetch", Func::from(fetch))?;
+    let limit_host = host.clone();
+    globals.set("__portico_request_limit", Func::from(move || limit_host.request_limit.get() as f64))?;
+    let large_host = host.clone();
+    let too_large = move || {
+        if let Some(id) = large_host.current() {
+            large_host.fail(id, CallError::RequestTooLarge);
+        }
+    };
+    globals.set("__portico_request_too_large", Func::from(too_large))?;
+    let pull_host = host.clone();
+    globals.set("__portico_body_pull", Func::from(move |number: u32| pull_host.want_body(number)))?;
+    let push_host = host.clone();
+    let push = move |number: u32, chunk: Option<ArrayBuffer<'js>>| {
+        let state = match chunk {
+            // SAFETY: copied at once; no JavaScript runs while the slice is borrowed.
+            Some(buffer) => {
+                Outgoing::Chunk(unsafe { buffer.as_bytes() }.map(Bytes::copy_from_slice).unwrap_or_default())
+            }
+            None => Outgoing::Done,
+        };
+        push_host.outgoing_set(number, state);
+    };
+    globals.set("__portico_stream_push", Func::from(push))?;
+    let fail_host = host.clone();
+    let fail = move |number: u32, reason: String| fail_host.outgoing_set(number, Outgoing::Failed(reason));
+    globals.set("__portico_stream_fail", Func::from(fail))?;
+    let load = |ctx: Ctx<'js>| -> rquickjs::Result<()> {
+        let mut options = rquickjs::context::EvalOptions::default();
+        options.filename = Some("web-streams-polyfill.js".into());
+        options.global = true;
+        ctx.eval_with_options::<(), _>(STREAMS, options)
+    };
+    globals.set("__portico_load_streams", Func::from(load))?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ mod function;
 mod handler;
 mod instance;
 mod stats;
+mod streaming;
 
 pub use stats::FunctionsView;
 

@@ -169,6 +169,82 @@
   }
 
   // A body is kept as it was given (a string stays a string) and turned into bytes only when asked.
+  // Streams: the WHATWG Streams API of web-streams-polyfill (vendor/, MIT), evaluated the first time a handler
+  // touches one of these names: 65 KB of JavaScript that handlers which never use a stream do not compile.
+  const STREAM_NAMES = ["ReadableStream", "ReadableStreamDefaultReader", "ReadableStreamBYOBReader",
+    "ReadableStreamDefaultController", "ReadableByteStreamController", "ReadableStreamBYOBRequest", "WritableStream",
+    "WritableStreamDefaultWriter", "WritableStreamDefaultController", "TransformStream",
+    "TransformStreamDefaultController", "ByteLengthQueuingStrategy", "CountQueuingStrategy"];
+  let streamsLoaded = false;
+  const loadStreams = () => {
+    if (streamsLoaded) return;
+    streamsLoaded = true;
+    for (const name of STREAM_NAMES) delete globalThis[name];
+    __portico_load_streams();
+  };
+  for (const name of STREAM_NAMES) {
+    Object.defineProperty(globalThis, name, {
+      configurable: true, enumerable: false,
+      get() { loadStreams(); return globalThis[name]; },
+      set(value) { loadStreams(); globalThis[name] = value; },
+    });
+  }
+  const isStream = (x) => streamsLoaded && x instanceof globalThis.ReadableStream;
+
+  // The request body Portico has not read yet: pulled from the client a piece at a time as the handler reads.
+  class NativeBody {}
+  const bodyPulls = new Map();
+  const pullNative = () => new Promise((resolve, reject) => {
+    const id = nextOperation++;
+    if (!__portico_body_pull(id)) throw new TypeError("the request body can only be read while its request is handled");
+    bodyPulls.set(id, { resolve, reject });
+  });
+  define("__portico_body_chunk", (id, chunk, error) => {
+    const pull = bodyPulls.get(id);
+    if (!pull) return;
+    bodyPulls.delete(id);
+    if (error !== undefined) pull.reject(new TypeError(error));
+    else pull.resolve(chunk === null ? null : new Uint8Array(chunk));
+  });
+  const nativeStream = () => new globalThis.ReadableStream({
+    async pull(controller) {
+      const chunk = await pullNative();
+      if (chunk === null) controller.close();
+      else controller.enqueue(chunk);
+    },
+  }, { highWaterMark: 0 });
+  const concat = (chunks, length) => {
+    const out = new Uint8Array(length);
+    let at = 0;
+    for (const c of chunks) { out.set(c, at); at += c.byteLength; }
+    return out;
+  };
+  const readAll = async (source) => {
+    const chunks = [];
+    let length = 0;
+    if (source instanceof NativeBody) {
+      const limit = __portico_request_limit();
+      for (let c = await pullNative(); c !== null; c = await pullNative()) {
+        chunks.push(c);
+        length += c.byteLength;
+        if (length > limit) {
+          __portico_request_too_large();
+          throw new RangeError(`the request body is larger than the function's max_request (${limit} bytes)`);
+        }
+      }
+    } else {
+      const reader = source.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        const c = toBytes(value);
+        chunks.push(c);
+        length += c.byteLength;
+      }
+    }
+    return concat(chunks, length);
+  };
+
   // Each of Body, Request and Response keeps its state in one array in one private field: QuickJS pays for
   // every property an object gains (about a thousand instructions each), so fewer fields make a request cheaper.
   const NO_INIT = Object.freeze({});
@@ -176,32 +252,56 @@
   const PORTICO = Object.freeze({});
   let portico = null;
   class Body {
-    #b; // [source, bytes, used]: a body is kept as it was given (a string stays a string), bytes made when asked
+    // [source, bytes, used]: a body is kept as it was given (a string stays a string, a stream a stream), its
+    // bytes made when asked.
+    #b;
     constructor(body) {
-      this.#b = [body === null || body === undefined ? null : typeof body === "string" ? body : toBytes(body), undefined, false];
+      const source = body === null || body === undefined ? null
+        : typeof body === "string" || body instanceof NativeBody || isStream(body) ? body : toBytes(body);
+      this.#b = [source, undefined, false];
     }
-    get body() { return this.__bytes(); }
-    get bodyUsed() { return this.#b[2]; }
+    get body() {
+      const b = this.#b;
+      const source = b[0];
+      if (source === null || isStream(source)) return source;
+      const stream = source instanceof NativeBody ? nativeStream() : new globalThis.ReadableStream({
+        start(controller) { controller.enqueue(toBytes(source)); controller.close(); },
+      });
+      b[0] = stream;
+      return stream;
+    }
+    get bodyUsed() { return this.#b[2] || (isStream(this.#b[0]) && this.#b[0].locked); }
     #use() {
-      if (this.#b[2]) throw new TypeError("body already used");
+      if (this.bodyUsed) throw new TypeError("body already used");
       this.#b[2] = true;
     }
-    async arrayBuffer() { this.#use(); const b = this.__bytes() || new Uint8Array(0); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
+    async #whole() {
+      const source = this.#b[0];
+      if (source instanceof NativeBody || isStream(source)) return readAll(source);
+      return this.__bytes() || new Uint8Array(0);
+    }
+    async arrayBuffer() { this.#use(); const b = await this.#whole(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
     async bytes() { return new Uint8Array(await this.arrayBuffer()); }
     async text() {
       this.#use();
       const source = this.#b[0];
       if (typeof source === "string") return source;
-      return source === null ? "" : fastDecode(source);
+      if (source === null) return "";
+      return fastDecode(await this.#whole());
     }
     async json() { return JSON.parse(await this.text()); }
     async formData() { throw new TypeError("formData() is not supported"); }
+    // The bytes of a body in hand (`null` for none; a stream's are not in hand: see `__source`).
     __bytes() {
       const b = this.#b;
-      if (b[1] === undefined) b[1] = typeof b[0] === "string" ? toBytes(b[0]) : b[0];
+      if (b[1] === undefined) {
+        const source = b[0];
+        b[1] = typeof source === "string" ? toBytes(source) : source instanceof NativeBody || isStream(source) ? null : source;
+      }
       return b[1];
     }
     __source() { return this.#b[0]; }
+    __readAll() { return this.#whole(); }
   }
 
   class Request extends Body {
@@ -561,6 +661,12 @@
     const url = new URL(request.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`fetch: unsupported scheme ${url.protocol}`);
     if (init && init.signal && init.signal.aborted) throw init.signal.reason;
+    const source = request.__source();
+    if (source instanceof NativeBody || isStream(source)) {
+      // A streamed body is read whole first (fetch sends bodies in hand).
+      request.__readAll().then((bytes) => resolve(fetch(new Request(request, { body: bytes }))), reject);
+      return;
+    }
     const bytes = request.__bytes();
     const body = bytes ? bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) : null;
     const id = nextOperation++;
@@ -608,10 +714,29 @@
   // Portico's side: a request in, a response out.
   // Portico's URL is absolute and already normalised: not parsed again.
   define("__portico_request", (method, url, flat, body) => {
-    portico = [method, flat, method === "GET" || method === "HEAD" ? null : body];
+    portico = [method, flat, method === "GET" || method === "HEAD" ? null : body === true ? new NativeBody() : body];
     const request = new Request(url, PORTICO);
     portico = null;
     return request;
+  });
+  // Response bodies streamed from JavaScript: Portico asks for one chunk at a time, as the client takes them.
+  const outgoing = new Map();
+  define("__portico_stream_read", (id) => {
+    const reader = outgoing.get(id);
+    if (!reader) return __portico_stream_fail(id, "the stream is gone");
+    reader.read().then(({ done, value }) => {
+      if (done) { outgoing.delete(id); __portico_stream_push(id, null); return; }
+      const bytes = toBytes(value);
+      __portico_stream_push(id, bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+    }, (e) => {
+      outgoing.delete(id);
+      __portico_stream_fail(id, e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    });
+  });
+  define("__portico_stream_cancel", (id) => {
+    const reader = outgoing.get(id);
+    outgoing.delete(id);
+    if (reader) reader.cancel().catch(() => {});
   });
   define("__portico_response", (value) => {
     if (!(value instanceof Response) && value && value[PASSED]) {
@@ -624,6 +749,15 @@
     }
     const source = value.__source();
     if (typeof source === "string") return [value.status, value.__headerList(), source];
+    if (source instanceof NativeBody) {
+      // The request body, untouched, as the response's: Portico pipes it without JavaScript.
+      return [value.status, value.__headerList(), null, undefined, -1];
+    }
+    if (isStream(source)) {
+      const id = nextOperation++;
+      outgoing.set(id, source.getReader());
+      return [value.status, value.__headerList(), null, undefined, id];
+    }
     return [value.status, value.__headerList(),
       source === null ? null : source.buffer.slice(source.byteOffset, source.byteOffset + source.byteLength)];
   });
