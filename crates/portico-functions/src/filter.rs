@@ -3,12 +3,15 @@
 //! request goes on with what the hook changed: its headers (changed in place or on a returned `Request`) and
 //! its URL's path and query.
 
-use crate::function::{input_of, run, AnswerBody, Compiled};
+use crate::event_loop::CallError;
+use crate::function::{input_of, run, slot_for, AnswerBody, Compiled};
 use crate::instance::Hook;
+use crate::stats::Ending;
 use bytes::Bytes;
 use portico_http::codec::RequestHead;
+use portico_http::filters::Filter;
 use portico_http::handler::{forwarded_headers, ClientInfo, Gate, GateFuture};
-use portico_http::message::LocalResponse;
+use portico_http::message::{LocalResponse, ResponseEdits};
 use portico_http::subrequest::Upstreams;
 use std::sync::Arc;
 
@@ -106,4 +109,63 @@ fn valid_target(target: &str) -> bool {
 /// A field JavaScript's `Headers` let through that HTTP/1 can carry: no line breaks or NULs in the value.
 fn valid_field(name: &str, value: &str) -> bool {
     !name.is_empty() && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+}
+
+/// A function's `onResponse` hook as a response filter: it sees the response's status and the request, and
+/// sets or removes response headers. It runs in one slice (it cannot wait), outside the concurrency limit; a
+/// hook that fails is logged and counted, and the response goes out without its changes.
+#[derive(Debug)]
+pub struct FunctionResponse {
+    compiled: Arc<Compiled>,
+}
+
+impl FunctionResponse {
+    pub fn new(compiled: Arc<Compiled>) -> FunctionResponse {
+        FunctionResponse { compiled }
+    }
+}
+
+impl Filter for FunctionResponse {
+    fn has_response_hook(&self) -> bool {
+        true
+    }
+
+    fn on_response(&self, head: &RequestHead, status: u16, edits: &mut ResponseEdits) {
+        let compiled = &self.compiled;
+        let Ok((instance, _)) = slot_for(compiled) else { return };
+        let input = input_of(head, false, forwarded_headers(head), Vec::new());
+        let call = instance.open_call(compiled.cpu, None, format!("{} {}", input.method, input.url));
+        let outcome = instance.on_response(call.id(), status, input);
+        let ending = match &outcome {
+            Ok(_) => Ending::Answered,
+            Err(CallError::Cpu) => Ending::CpuLimit,
+            Err(CallError::Memory) => Ending::MemoryLimit,
+            Err(CallError::Unsettled) => Ending::Unsettled,
+            Err(_) => Ending::Exception,
+        };
+        compiled.stats.record(ending, call.cpu_used());
+        match outcome {
+            Ok((set, removed)) => {
+                for name in removed {
+                    edits.remove(name);
+                }
+                let mut seen: Vec<&str> = Vec::new();
+                for (name, value) in &set {
+                    if !valid_field(name, value) {
+                        continue;
+                    }
+                    if seen.contains(&name.as_str()) {
+                        edits.add(name.as_str(), value.as_str());
+                    } else {
+                        seen.push(name);
+                        edits.set(name.as_str(), value.as_str());
+                    }
+                }
+            }
+            Err(e) => {
+                let name = &compiled.name;
+                tracing::warn!(target: "function", function = %name, "onResponse failed, the response goes out unchanged: {e:?}");
+            }
+        }
+    }
 }

@@ -57,7 +57,7 @@ impl Compiled {
         source: String,
         env: Vec<(String, String)>,
         function: &portico_config::Function,
-    ) -> Result<(Compiled, [bool; 2]), String> {
+    ) -> Result<(Compiled, [bool; 3]), String> {
         let compiled = Compiled {
             version: VERSIONS.fetch_add(1, Ordering::Relaxed),
             name: name.to_string(),
@@ -74,7 +74,7 @@ impl Compiled {
             stats: crate::stats::stats_for(name),
         };
         let instance = compiled.instance()?;
-        Ok((compiled, [Hook::Fetch, Hook::OnRequest].map(|hook| instance.has(hook))))
+        Ok((compiled, [Hook::Fetch, Hook::OnRequest, Hook::OnResponse].map(|hook| instance.has(hook))))
     }
 
     fn instance(&self) -> Result<Rc<Instance>, String> {
@@ -97,7 +97,7 @@ thread_local! {
 
 /// This worker's runtime for `compiled` (made on first use, and again after one was retired) and its
 /// concurrency permits.
-fn slot_for(compiled: &Compiled) -> Result<(Rc<Instance>, Arc<Semaphore>), String> {
+pub fn slot_for(compiled: &Compiled) -> Result<(Rc<Instance>, Arc<Semaphore>), String> {
     SLOTS.with_borrow_mut(|slots| {
         let slot = slots.get_mut(&compiled.name).filter(|s| s.version == compiled.version);
         if let Some(slot) = slot {

@@ -74,8 +74,10 @@ pub struct CallOutput {
 pub enum Hook {
     /// `fetch(request, env, ctx)`: the function as a route's target.
     Fetch,
-    /// `onRequest(request, env, ctx)`: the function as a filter.
+    /// `onRequest(request, env, ctx)`: the function as a filter, before the target.
     OnRequest,
+    /// `onResponse(response, request, env, ctx)`: the function as a filter, on the response's head.
+    OnResponse,
 }
 
 impl Hook {
@@ -83,6 +85,7 @@ impl Hook {
         match self {
             Hook::Fetch => "fetch handler",
             Hook::OnRequest => "onRequest hook",
+            Hook::OnResponse => "onResponse hook",
         }
     }
 }
@@ -93,6 +96,8 @@ pub struct Instance {
     handler: Option<Persistent<Function<'static>>>,
     /// The `onRequest` hook of a function used as a filter, if there is one.
     on_request: Option<Persistent<Function<'static>>>,
+    /// The `onResponse` hook of a function used as a filter, if there is one.
+    on_response: Option<Persistent<Function<'static>>>,
     target: Persistent<Value<'static>>,
     env: Persistent<Object<'static>>,
     /// `__portico_request`, `__portico_call`, `__portico_filter` and `__portico_response`, looked up once.
@@ -153,7 +158,8 @@ impl Instance {
         let loaded = context.with(|ctx| -> Result<_, String> {
             install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
-            let (target, fetch, on_request): (Value, Option<Function>, Option<Function>) = match shape {
+            type Entry<'js> = Option<Function<'js>>;
+            let (target, fetch, on_request, on_response): (Value, Entry, Entry, Entry) = match shape {
                 Shape::Module => {
                     let declared =
                         rquickjs::Module::declare(ctx.clone(), file, source).map_err(|e| describe(&ctx, e))?;
@@ -164,13 +170,14 @@ impl Instance {
                     })?;
                     let fetch: Option<Function> = default.get("fetch").ok();
                     let on_request: Option<Function> = default.get("onRequest").ok();
-                    if fetch.is_none() && on_request.is_none() {
+                    let on_response: Option<Function> = default.get("onResponse").ok();
+                    if fetch.is_none() && on_request.is_none() && on_response.is_none() {
                         return Err(format!(
                             "{file}: the default export has neither a `fetch(request, env, ctx)` handler nor an \
                              `onRequest(request, env, ctx)` hook"
                         ));
                     }
-                    (default.into_value(), fetch, on_request)
+                    (default.into_value(), fetch, on_request, on_response)
                 }
                 Shape::Script => {
                     let options = {
@@ -182,12 +189,13 @@ impl Instance {
                     ctx.eval_with_options::<(), _>(source, options).map_err(|e| describe(&ctx, e))?;
                     let handler: Option<Function> = ctx.globals().get("handler").ok();
                     let on_request: Option<Function> = ctx.globals().get("onRequest").ok();
-                    if handler.is_none() && on_request.is_none() {
+                    let on_response: Option<Function> = ctx.globals().get("onResponse").ok();
+                    if handler.is_none() && on_request.is_none() && on_response.is_none() {
                         return Err(format!(
                             "{file}: defines neither `function handler(request)` nor `export default {{ fetch }}`"
                         ));
                     }
-                    (Value::new_undefined(ctx.clone()), handler, on_request)
+                    (Value::new_undefined(ctx.clone()), handler, on_request, on_response)
                 }
             };
             let env_object = Object::new(ctx.clone()).map_err(|e| describe(&ctx, e))?;
@@ -201,7 +209,7 @@ impl Instance {
             };
             Ok((
                 Persistent::save(&ctx, target),
-                [fetch.map(|f| Persistent::save(&ctx, f)), on_request.map(|f| Persistent::save(&ctx, f))],
+                [fetch, on_request, on_response].map(|f| f.map(|f| Persistent::save(&ctx, f))),
                 Persistent::save(&ctx, env_object),
                 [
                     internal("__portico_request")?,
@@ -212,7 +220,7 @@ impl Instance {
             ))
         });
         deadline.set(None);
-        let (target, [handler, on_request], env, [make_request, call_handler, call_filter, take_response]) =
+        let (target, [handler, on_request, on_response], env, [make_request, call_handler, call_filter, take_response]) =
             loaded.map_err(|e| {
                 if interrupted.get() {
                     format!("{file}: its top-level code ran for more than 1s")
@@ -223,6 +231,7 @@ impl Instance {
         let instance = Rc::new(Instance {
             handler,
             on_request,
+            on_response,
             target,
             env,
             make_request,
@@ -245,6 +254,7 @@ impl Instance {
         match hook {
             Hook::Fetch => self.handler.is_some(),
             Hook::OnRequest => self.on_request.is_some(),
+            Hook::OnResponse => self.on_response.is_some(),
         }
     }
 
@@ -332,6 +342,48 @@ impl Instance {
         });
     }
 
+    /// Runs the `onResponse` hook of call `id` for a response with `status` to `input`, in one slice: the
+    /// headers it set (name, value) and the names it deleted. A promise it returns must settle within the
+    /// slice (its reactions run; timers and fetches do not complete in it).
+    pub fn on_response(
+        &self,
+        id: CallId,
+        status: u16,
+        input: CallInput,
+    ) -> Result<(Vec<(String, String)>, Vec<String>), CallError> {
+        let ran = self.slice(id, false, |ctx| -> Result<_, CallError> {
+            let exception = |e: rquickjs::Error| self.classify(ctx, e);
+            let Some(hook) = &self.on_response else {
+                return Err(CallError::Exception("the function has no onResponse hook".into()));
+            };
+            let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
+            let make = self.make_request.clone().restore(ctx).map_err(exception)?;
+            let request: Value =
+                make.call((input.method, input.url, flat, Value::new_null(ctx.clone()))).map_err(exception)?;
+            let hook = hook.clone().restore(ctx).map_err(exception)?;
+            let target = self.target.clone().restore(ctx).map_err(exception)?;
+            let env = self.env.clone().restore(ctx).map_err(exception)?;
+            let call: Function = ctx.globals().get("__portico_on_response").map_err(exception)?;
+            let promise: rquickjs::Promise = call.call((hook, target, status, request, env)).map_err(exception)?;
+            self.run_jobs(ctx);
+            match promise.result::<rquickjs::Array>() {
+                None => Err(CallError::Unsettled),
+                Some(Err(e)) => Err(exception(e)),
+                Some(Ok(parts)) => {
+                    let set: Vec<String> = parts.get(0).map_err(exception)?;
+                    let removed: Vec<String> = parts.get(1).map_err(exception)?;
+                    let mut set = set.into_iter();
+                    let set = std::iter::from_fn(|| Some((set.next()?, set.next()?))).collect();
+                    Ok((set, removed))
+                }
+            }
+        });
+        match ran {
+            Some(result) => result,
+            None => Err(self.host.failure(id).unwrap_or(CallError::Exception("the call ended".into()))),
+        }
+    }
+
     /// A piece of the request body (`None`: its end; `Err`: it broke off) for read `number` of call `call`.
     pub fn deliver_body(&self, call: CallId, number: u32, piece: Result<Option<Bytes>, String>) {
         self.host.finish_operation(number, false);
@@ -392,6 +444,7 @@ impl Instance {
         let (function, wrapper) = match hook {
             Hook::Fetch => (&self.handler, &self.call_handler),
             Hook::OnRequest => (&self.on_request, &self.call_filter),
+            Hook::OnResponse => return Err(CallError::Exception("onResponse is called through on_response".into())),
         };
         let Some(function) = function else {
             return Err(CallError::Exception(format!("the function has no {}", hook.name())));

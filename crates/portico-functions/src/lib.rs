@@ -37,11 +37,12 @@ impl FunctionPlane for Plane {
             let value = secret.read(loaded).map_err(|e| format!("secret {key}: {e}"))?;
             env.push((key.clone(), value));
         }
-        let (compiled, [fetch, on_request]) = function::Compiled::new(name, &path, source, env, function)?;
+        let (compiled, [fetch, on_request, on_response]) = function::Compiled::new(name, &path, source, env, function)?;
         let compiled = Arc::new(compiled);
         Ok(CompiledFunction {
             handler: fetch.then(|| Arc::new(handler::FunctionHandler::new(compiled.clone())) as _),
-            gate: on_request.then(|| Arc::new(filter::FunctionGate::new(compiled)) as _),
+            gate: on_request.then(|| Arc::new(filter::FunctionGate::new(compiled.clone())) as _),
+            response: on_response.then(|| Arc::new(filter::FunctionResponse::new(compiled)) as _),
         })
     }
 }

@@ -711,6 +711,18 @@
     return out && typeof out.then === "function" ? Promise.resolve(out).then(settle) : settle(out);
   });
 
+  // A filter's `onResponse`: given the response's status and a Headers that starts empty, whatever it sets
+  // there is set on the response and whatever it deletes is removed. Answers [set (flat), removed names].
+  define("__portico_on_response", (hook, target, status, request, env) => {
+    const removed = [];
+    class ResponseEdits extends Headers {
+      delete(name) { removed.push(normalizeName(name)); super.delete(name); }
+    }
+    const headers = new ResponseEdits();
+    const response = new Response(null, { status: status < 200 ? 200 : status, headers, [TRUSTED]: true });
+    return Promise.resolve(hook.call(target, response, request, env, callContext)).then(() => [headers.__flat(), removed]);
+  });
+
   // Portico's side: a request in, a response out.
   // Portico's URL is absolute and already normalised: not parsed again.
   define("__portico_request", (method, url, flat, body) => {

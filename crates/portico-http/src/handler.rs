@@ -54,11 +54,13 @@ pub trait FunctionPlane: Send + Sync {
     ) -> Result<CompiledFunction, String>;
 }
 
-/// What a function can be used as: a route target (it has a `fetch` handler), a filter (an `onRequest`
-/// hook), or both.
+/// What a function can be used as: a route target (it has a `fetch` handler), a filter (an `onRequest` hook,
+/// an `onResponse` hook, or both), or both.
 pub struct CompiledFunction {
     pub handler: Option<std::sync::Arc<dyn Handler>>,
     pub gate: Option<std::sync::Arc<dyn Gate>>,
+    /// An `onResponse` hook: a response filter.
+    pub response: Option<std::sync::Arc<dyn crate::filters::Filter>>,
 }
 
 /// What a `Gate` decided.

@@ -363,15 +363,16 @@ impl Filters {
     ) {
         if let portico_config::Filter::Function(name) = f {
             // A function that did not compile was reported at its source, an unknown one by validation.
-            match functions.get(name).map(|f| f.gate.clone()) {
-                Some(Some(gate)) => self.gates.push(gate),
-                Some(None) => problems.push((
+            let Some(function) = functions.get(name) else { return };
+            if function.gate.is_none() && function.response.is_none() {
+                problems.push((
                     format!("{base}.function"),
-                    format!("function {name:?} has no onRequest hook, so it cannot be a filter"),
+                    format!("function {name:?} has no onRequest or onResponse hook, so it cannot be a filter"),
                     Some("export one: `export default { onRequest(request, env, ctx) { ... } }`".into()),
-                )),
-                None => {}
+                ));
             }
+            self.gates.extend(function.gate.clone());
+            self.chain.extend(function.response.clone());
             return;
         }
         match filters::compile(f, names) {

@@ -530,6 +530,11 @@ const AUTH: &str = r#"export default {
     request.headers.delete("authorization");
     if (url.pathname === "/old") return new Request("http://ignored/echo?rewritten=1", { headers: request.headers });
   },
+  onResponse(response, request) {
+    response.headers.set("x-checked-for", request.headers.get("x-user") ?? "nobody");
+    response.headers.set("x-status-seen", String(response.status));
+    response.headers.delete("x-backend");
+  },
   fetch() { return new Response("the same module is a target too\n"); },
 };
 "#;
@@ -560,6 +565,7 @@ fn a_function_filter_answers_early_or_changes_the_request_before_the_target() {
     let r = Conn::open(p.addr).get("/echo", "");
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(r.header("www-authenticate").as_deref(), Some("Bearer"));
+    assert_eq!(r.header("x-status-seen").as_deref(), Some("401"), "the filter's own answer goes through onResponse");
     assert_eq!(backend.requests(), before);
     let r = Conn::open(p.addr).get("/echo?login", "");
     assert_eq!((r.status, r.header("location").as_deref()), (302, Some("https://login.example/")));
@@ -574,6 +580,10 @@ fn a_function_filter_answers_early_or_changes_the_request_before_the_target() {
     };
     assert_eq!(header("x-user").as_deref(), Some("alice"));
     assert_eq!(header("x-before").as_deref(), Some("sync"));
+    // The response went through onResponse: a header set, the backend's removed.
+    assert_eq!(r.header("x-checked-for").as_deref(), Some("alice"));
+    assert_eq!(r.header("x-status-seen").as_deref(), Some("200"));
+    assert_eq!(r.header("x-backend"), None);
     assert_eq!(header("authorization"), None);
     assert_eq!(echo["target"], "/echo");
     // A Request returned with another URL: its path and query go upstream.
@@ -600,7 +610,7 @@ fn a_function_filter_answers_early_or_changes_the_request_before_the_target() {
             .replace("HELLO", &dir.join("hello.js").display().to_string())
             .as_str(),
         5..=5,
-        "function \"hello\" has no onRequest hook, so it cannot be a filter",
+        "function \"hello\" has no onRequest or onResponse hook, so it cannot be a filter",
     );
 }
 
