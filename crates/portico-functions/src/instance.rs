@@ -69,6 +69,9 @@ pub struct CallOutput {
     pub stream: Option<Streamed>,
 }
 
+/// What an `onResponse` hook changed: the fields it set (name, value), and the names it deleted.
+pub type HeaderChanges = (Vec<(String, String)>, Vec<String>);
+
 /// Which of the function's entry points a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
@@ -350,7 +353,7 @@ impl Instance {
         id: CallId,
         status: u16,
         input: CallInput,
-    ) -> Result<(Vec<(String, String)>, Vec<String>), CallError> {
+    ) -> Result<HeaderChanges, CallError> {
         let ran = self.slice(id, false, |ctx| -> Result<_, CallError> {
             let exception = |e: rquickjs::Error| self.classify(ctx, e);
             let Some(hook) = &self.on_response else {
