@@ -348,12 +348,7 @@ impl Instance {
     /// Runs the `onResponse` hook of call `id` for a response with `status` to `input`, in one slice: the
     /// headers it set (name, value) and the names it deleted. A promise it returns must settle within the
     /// slice (its reactions run; timers and fetches do not complete in it).
-    pub fn on_response(
-        &self,
-        id: CallId,
-        status: u16,
-        input: CallInput,
-    ) -> Result<HeaderChanges, CallError> {
+    pub fn on_response(&self, id: CallId, status: u16, input: CallInput) -> Result<HeaderChanges, CallError> {
         let ran = self.slice(id, false, |ctx| -> Result<_, CallError> {
             let exception = |e: rquickjs::Error| self.classify(ctx, e);
             let Some(hook) = &self.on_response else {
@@ -692,17 +687,19 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
                       body: Option<ArrayBuffer<'js>>|
           -> rquickjs::Result<()> {
         let refuse = |message: String| rquickjs::Exception::throw_type(&ctx, &message);
-        let [method, cluster, authority, target]: [String; 4] =
+        let [method, host, authority, target, scheme, port]: [String; 6] =
             parts.try_into().map_err(|_| refuse("fetch: a malformed request".into()))?;
         let Some(upstreams) = fetch_host.upstreams() else {
             return Err(refuse("fetch() is only available while a request is handled".into()));
         };
-        if !upstreams.has_cluster(&cluster) {
+        let https = scheme == "https:";
+        let port = port.parse().unwrap_or(if https { 443 } else { 80 });
+        let Some(cluster) = upstreams.cluster_for(https, &host, port).map(str::to_string) else {
             return Err(refuse(format!(
-                "fetch to {authority}: not a cluster of this configuration (a function reaches a cluster by its name: \
-                 fetch(\"http://CLUSTER/path\"))"
+                "fetch to {authority}: not a cluster of this configuration (a function reaches a cluster by its \
+                 name, fetch(\"http://CLUSTER/path\"), or by the origin of one of its endpoints)"
             )));
-        }
+        };
         let mut headers = headers.into_iter();
         let headers = std::iter::from_fn(|| Some((headers.next()?, headers.next()?))).collect();
         // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.

@@ -670,7 +670,8 @@
     const bytes = request.__bytes();
     const body = bytes ? bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) : null;
     const id = nextOperation++;
-    __portico_fetch(id, [request.method, url.hostname, url.host, url.pathname + url.search], request.headers.__flat(), body);
+    const parts = [request.method, url.hostname, url.host, url.pathname + url.search, url.protocol, url.port];
+    __portico_fetch(id, parts, request.headers.__flat(), body);
     fetches.set(id, { resolve, reject, url: request.url });
     if (init && init.signal && typeof init.signal.addEventListener === "function") {
       init.signal.addEventListener("abort", () => {

@@ -82,6 +82,21 @@ impl Upstreams {
         self.snapshot.clusters.iter().any(|c| c.name == name)
     }
 
+    /// The cluster a URL reaches: the one its host names (`http://api/...`), else one with an endpoint at its
+    /// origin (`https://api.example.com/...` reaches a cluster whose endpoint is `https://api.example.com:443`):
+    /// what the configuration lists is what handlers may reach.
+    pub fn cluster_for(&self, https: bool, host: &str, port: u16) -> Option<&str> {
+        let clusters = &self.snapshot.clusters;
+        if let Some(c) = clusters.iter().find(|c| c.name == host) {
+            return Some(&c.name);
+        }
+        let authority = format!("{host}:{port}");
+        let at_origin = |e: &std::sync::Arc<crate::snapshot::Endpoint>| {
+            e.tls.is_some() == https && e.authority.eq_ignore_ascii_case(&authority)
+        };
+        clusters.iter().find(|c| c.endpoints.iter().any(at_origin)).map(|c| c.name.as_str())
+    }
+
     /// Sends `request` to cluster `name` and reads its answer, whose body may be at most `max_body` bytes.
     pub async fn send(&self, name: &str, request: SubRequest, max_body: usize) -> Result<SubResponse, SubrequestError> {
         let snapshot = &self.snapshot;

@@ -425,8 +425,15 @@ fn cpu_time_is_counted_across_a_calls_slices_and_wait_until_runs_after_the_respo
 }
 
 const GATEWAY: &str = r#"export default {
-  async fetch(request) {
+  async fetch(request, env) {
     const path = new URL(request.url).pathname;
+    if (path === "/gw/origin") {
+      // A listed endpoint's origin reaches its cluster; another origin does not.
+      const listed = await (await fetch(`${env.ORIGIN}/echo`)).json();
+      let other;
+      try { await fetch("http://127.0.0.1:1/"); other = "fetched"; } catch (e) { other = e.message; }
+      return Response.json({ backend: listed.backend, other });
+    }
     if (path === "/gw/echo") {
       const r = await fetch("http://api/echo?x=1", { method: "POST", headers: { "x-from": "function" }, body: "payload" });
       const echo = await r.json();
@@ -469,7 +476,7 @@ fn fetch_reaches_the_configurations_clusters_through_their_pools() {
              \x20 api: {{ endpoints: [ {{ address: \"{}\" }}, {{ address: \"{}\" }} ], balancer: round_robin }}\n\
              \x20 dead: {{ endpoints: [ {{ address: \"127.0.0.1:{dead}\" }} ] }}\n\
              functions:\n\
-             \x20 gateway: {{ source: gateway.js, limits: {{ wall: 1s }} }}\n\
+             \x20 gateway: {{ source: gateway.js, limits: {{ wall: 1s }}, env: {{ ORIGIN: \"http://{1}\" }} }}\n\
              routes:\n\
              \x20 - {{ match: {{ path_prefix: /gw }}, function: gateway }}\n",
             a.addr, b.addr
@@ -486,6 +493,10 @@ fn fetch_reaches_the_configurations_clusters_through_their_pools() {
     assert_eq!(json["from"], "function");
     assert_eq!(json["forwarded"], "127.0.0.1", "the subrequest says whom it is for");
     assert_eq!(json["url"], "http://api/echo?x=1");
+    let r = Conn::open(p.addr).get("/gw/origin", "");
+    let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
+    assert!(json["backend"] == "a" || json["backend"] == "b", "through cluster api: {json}");
+    assert!(json["other"].as_str().unwrap().contains("not a cluster of this configuration"), "{json}");
     // Concurrent fetches, balanced over the cluster, on pooled connections.
     let r = Conn::open(p.addr).get("/gw/both", "");
     let answers: Vec<String> = serde_json::from_slice(&r.body).unwrap();
