@@ -124,6 +124,7 @@ pub mod config;
 pub mod connection;
 pub mod message;
 pub mod metrics;
+pub mod plane;
 pub mod retained;
 pub mod router;
 pub mod server;
@@ -134,5 +135,5 @@ pub mod topic;
 
 pub use broker::{Broker, BrokerError};
 pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-pub use connection::{serve, ConnectionError};
+pub use connection::{serve, serve_until, ConnectionError};
 pub use server::Server;
