@@ -6,6 +6,7 @@ mod demo_backend;
 mod demo_certs;
 mod lifecycle;
 mod logging;
+mod mqtt;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
