@@ -194,14 +194,14 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         },
         (
             _,
-            "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/config" | "/admin/reload"
+            "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/mqtt" | "/admin/config" | "/admin/reload"
             | "/admin/process" | "/admin/upgrade",
         ) => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/config, /admin/reload, \
-             /admin/process, POST /admin/reload, POST /admin/upgrade\n",
+            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/mqtt, /admin/config, \
+             /admin/reload, /admin/process, POST /admin/reload, POST /admin/upgrade\n",
         ),
     };
     Ok(response)

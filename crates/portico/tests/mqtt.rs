@@ -463,3 +463,32 @@ fn mosquitto_clients_publish_and_subscribe_through_portico() {
         wait_until("the subscriber gone", WAIT, || p.metric("portico_mqtt_subscriptions") == 0.0);
     }
 }
+
+#[tokio::test]
+async fn a_damaged_store_is_moved_aside_or_refused_as_configured() {
+    let dir = temp_dir();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/store.redb"), b"not a database, whatever it was").unwrap();
+    // `fail`: Portico does not start, and says which file and what to do.
+    let failing = both("mqtt: { persistence: { path: data, on_corrupt_store: fail } }\n")
+        .replace("{listen}", &format!("127.0.0.1:{}", free_port()))
+        .replace("{mqtt}", &format!("127.0.0.1:{}", free_port()))
+        .replace("{admin}", &format!("127.0.0.1:{}", free_port()));
+    std::fs::write(dir.join("fail.yaml"), failing).unwrap();
+    let out =
+        std::process::Command::new(portico_bin()).args(["run", "-c"]).arg(dir.join("fail.yaml")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot open the MQTT store") && stderr.contains("store.redb"), "{stderr}");
+    assert!(stderr.contains("on_corrupt_store: move_aside"), "{stderr}");
+    // `move_aside` (the default): the file is kept aside and the broker starts empty, and serves.
+    let p = Portico::start_in(&dir, &both("mqtt: { persistence: { path: data } }\n"));
+    let aside: Vec<String> = std::fs::read_dir(dir.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("store.redb.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let (mut c, _) = v5(v5_options(p.mqtt, "after-damage")).await;
+    c.subscribe("t", v5_qos(1)).await;
+}
