@@ -398,24 +398,25 @@ async fn a_drain_disconnects_v5_clients_with_server_shutting_down() {
 }
 
 #[tokio::test]
-async fn qos1_messages_acknowledged_to_a_persistent_session_survive_kill_9() {
+async fn messages_acknowledged_to_a_persistent_session_survive_kill_9_and_qos2_ones_arrive_once() {
     let dir = temp_dir();
     let yaml = both("mqtt:\n  persistence: { path: data/mqtt }\n");
     let mut p = Portico::start_in(&dir, &yaml);
     let mut options = v4_options(p.mqtt, "durable");
     options.set_clean_session(false);
     let mut sub = v4(options).await;
-    sub.subscribe("orders/#", v4_qos(1)).await;
+    sub.subscribe("orders/#", v4_qos(2)).await;
     sub.client.disconnect().await.unwrap();
     eventually("the subscriber offline", || p.metric("portico_mqtt_connections") == 0.0).await;
     drop(sub);
     let mut publisher = v4(v4_options(p.mqtt, "producer")).await;
-    for n in 0..20 {
-        publisher.publish_acked(&format!("orders/{n}"), v4_qos(1), &format!("order {n}")).await;
+    for n in 0..30 {
+        let qos = if n < 20 { 1 } else { 2 };
+        publisher.publish_acked(&format!("orders/{n}"), v4_qos(qos), &format!("order {n}")).await;
     }
     assert!(p.metric("portico_mqtt_store_commits_total") >= 1.0);
     assert!(p.metric("portico_mqtt_store_bytes") > 0.0);
-    // Every PUBACK above promised the message is on disk: SIGKILL, no drain, no chance to write more.
+    // Every PUBACK and PUBCOMP above promised the message is on disk: SIGKILL, no drain, no chance to write more.
     p.child.kill().unwrap();
     p.child.wait().unwrap();
     assert!(dir.join("data/mqtt/store.redb").exists());
@@ -424,12 +425,19 @@ async fn qos1_messages_acknowledged_to_a_persistent_session_survive_kill_9() {
     options.set_clean_session(false);
     let mut sub = v4(options).await;
     let mut got = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..30 {
         let m = sub.publish().await;
-        got.push(String::from_utf8(m.payload.to_vec()).unwrap());
+        got.push((m.qos, String::from_utf8(m.payload.to_vec()).unwrap()));
     }
-    let expected: Vec<String> = (0..20).map(|n| format!("order {n}")).collect();
-    assert_eq!(got, expected, "every acknowledged message, in order");
+    let expected: Vec<_> = (0..30).map(|n| (v4_qos(if n < 20 { 1 } else { 2 }), format!("order {n}"))).collect();
+    assert_eq!(got, expected, "every acknowledged message, in order, at its QoS");
+    // Nothing more: no QoS 2 message twice.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, sub.events.recv()).await {
+        if let Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(m))) = event {
+            panic!("delivered again: {m:?}");
+        }
+    }
     assert_eq!(p.metric("portico_mqtt_sessions"), 1.0, "the durable session, resumed");
 }
 
