@@ -384,6 +384,9 @@ impl Conn {
     ) -> Result<bool, ConnectionError> {
         let wake = self.attached.wake.clone();
         let mut last_seen = Instant::now();
+        // Packets that arrived in the same read as CONNECT (a client may send them without waiting for CONNACK)
+        // are handled first: no further read may come to trigger them.
+        let mut unread = !io.rbuf.is_empty();
         loop {
             self.write_ready_acks(io);
             self.take_outbound(io);
@@ -393,6 +396,10 @@ impl Conn {
             let has_wait = front_wait.is_some();
             let outcome: Result<Option<bool>, ConnectionError> = tokio::select! {
                 biased;
+                _ = std::future::ready(()), if unread => {
+                    unread = false;
+                    self.process(io)
+                }
                 _ = &mut self.attached.kicked => {
                     if self.version.is_v5() {
                         io.send_and_close(disconnect_packet(ReasonCode::SessionTakenOver, "session taken over"), self.version).await;
