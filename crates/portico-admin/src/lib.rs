@@ -146,6 +146,11 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
             let own = || state.planes.iter().find_map(|p| p.admin_view("clusters"));
             json(StatusCode::OK, first.or_else(own).unwrap_or_else(|| serde_json::json!({ "clusters": [] })))
         }
+        // The broker's state: connections, sessions, subscriptions, retained messages, its store.
+        (&Method::GET, "/admin/mqtt") => match state.planes.iter().find_map(|p| p.admin_view("mqtt")) {
+            Some(view) => json(StatusCode::OK, view),
+            None => json(StatusCode::NOT_FOUND, serde_json::json!({ "error": "no MQTT broker in this process" })),
+        },
         (&Method::GET, "/admin/config") => match state.planes.first().map(|p| p.running_config()) {
             Some(config) => {
                 json(StatusCode::OK, serde_json::json!({ "file": config.file, "yaml": mask_secrets(&config.source) }))
@@ -189,14 +194,14 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         },
         (
             _,
-            "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/config" | "/admin/reload"
+            "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/mqtt" | "/admin/config" | "/admin/reload"
             | "/admin/process" | "/admin/upgrade",
         ) => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/config, /admin/reload, \
-             /admin/process, POST /admin/reload, POST /admin/upgrade\n",
+            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/mqtt, /admin/config, \
+             /admin/reload, /admin/process, POST /admin/reload, POST /admin/upgrade\n",
         ),
     };
     Ok(response)

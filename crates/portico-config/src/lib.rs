@@ -3,6 +3,7 @@
 
 mod diff;
 mod function;
+mod mqtt;
 mod read;
 mod route;
 mod schema;

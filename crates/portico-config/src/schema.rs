@@ -43,6 +43,9 @@ pub struct Config {
     /// `threads` (one process, a thread per worker) or `multi_process` (a master and a process per worker).
     #[serde(default)]
     pub process_model: ProcessModel,
+    /// The MQTT broker that serves the listeners with `protocol: mqtt` (docs/mqtt.md).
+    #[serde(default)]
+    pub mqtt: Mqtt,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -130,7 +133,8 @@ pub struct Listener {
     pub name: String,
     /// `IP:PORT`, for example `127.0.0.1:8080`, `0.0.0.0:80` or `[::]:8080`.
     pub address: String,
-    /// What the listener speaks: `http` (HTTP/1.1 and HTTP/2). The MQTT plane will add its own.
+    /// What the listener speaks: `http` (HTTP/1.1 and HTTP/2) or `mqtt` (MQTT 3.1, 3.1.1 and 5.0, served by
+    /// the broker configured under `mqtt:`).
     #[serde(default)]
     pub protocol: ListenerProtocol,
     #[serde(default)]
@@ -152,6 +156,92 @@ pub struct Listener {
 pub enum ListenerProtocol {
     #[default]
     Http,
+    Mqtt,
+}
+
+/// The MQTT broker (`mqtt:`). Every key has a default; the defaults are those of `portico_mqtt::config`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Mqtt {
+    /// Where sessions, their subscriptions and queued messages, and retained messages are kept. Absent: in
+    /// memory only, gone when the process stops.
+    pub persistence: Option<MqttPersistence>,
+    pub limits: MqttLimits,
+}
+
+/// The broker's store.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttPersistence {
+    /// The directory of the store (created if missing; the store is the file `store.redb` in it). Relative
+    /// paths start at the configuration file's directory.
+    pub path: String,
+    /// How long a commit waits for more writes to batch after the first: 0 commits at once (batches still
+    /// grow with load, from the writes that arrive during a commit).
+    #[serde(default = "default_commit_delay")]
+    pub commit_delay: HumanDuration,
+    /// fsync every commit: an acknowledged message survives power loss. `false`: it survives `kill -9` of
+    /// Portico (the kernel has it), not a power loss.
+    #[serde(default = "default_true")]
+    pub fsync: bool,
+    /// A store that cannot be read: `move_aside` (renamed `store.redb.corrupt-<unix time>`, logged, start
+    /// empty) or `fail` (do not start).
+    #[serde(default)]
+    pub on_corrupt_store: OnCorruptStore,
+}
+
+fn default_commit_delay() -> HumanDuration {
+    HumanDuration::millis(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCorruptStore {
+    #[default]
+    MoveAside,
+    Fail,
+}
+
+/// Limits per MQTT connection and session.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttLimits {
+    /// The largest packet, both ways (CONNACK's Maximum Packet Size); a larger one from a client closes its
+    /// connection (v5: Packet too large, 0x95), a larger one for a client is not sent to it.
+    pub max_packet_size: ByteSize,
+    /// QoS 1/2 messages a client may have unacknowledged towards the broker (CONNACK's Receive Maximum).
+    pub receive_maximum: u32,
+    /// QoS 1/2 messages the broker has unacknowledged towards a client (also capped by the client's own).
+    pub max_inflight: u32,
+    /// Messages waiting in one session's queue; when full, QoS 0 messages are dropped first, then new ones.
+    pub max_queued_messages: usize,
+    /// Queue QoS 0 messages for a persistent session whose client is offline.
+    pub queue_qos0_offline: bool,
+    /// A v5 client asking for a longer keep-alive is told this one (Server Keep Alive). `0s`: no maximum.
+    pub max_keepalive: HumanDuration,
+    /// The longest a session outlives its connection (caps v5 Session Expiry Interval; v3 persistent
+    /// sessions expire after it).
+    pub max_session_expiry: HumanDuration,
+    /// Topic aliases a v5 client may define towards the broker.
+    pub topic_alias_maximum: u32,
+    /// CONNECT must arrive within this long after the connection opens (after the TLS handshake).
+    pub connect_timeout: HumanDuration,
+}
+
+impl Default for MqttLimits {
+    fn default() -> Self {
+        MqttLimits {
+            max_packet_size: ByteSize(1 << 20),
+            receive_maximum: 100,
+            max_inflight: 100,
+            max_queued_messages: 1000,
+            queue_qos0_offline: false,
+            max_keepalive: HumanDuration::secs(60),
+            max_session_expiry: HumanDuration::secs(7 * 24 * 3600),
+            topic_alias_maximum: 32,
+            connect_timeout: HumanDuration::secs(10),
+        }
+    }
 }
 
 /// HTTP/2 from clients: through ALPN on TLS listeners, by prior knowledge (h2c) on plain ones.

@@ -223,8 +223,15 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
                     Some("mark one, or none to use the first"),
                 );
             }
+            let mqtt = l.protocol == crate::schema::ListenerProtocol::Mqtt;
             for (j, proto) in tls.alpn.iter().flatten().enumerate() {
                 match proto.as_str() {
+                    "mqtt" if mqtt => {}
+                    _ if mqtt => err(
+                        &format!("{base}.tls.alpn[{j}]"),
+                        format!("ALPN protocol {proto:?} on an MQTT listener"),
+                        Some("offer `[mqtt]`, or leave `alpn` out to negotiate none"),
+                    ),
                     "http/1.1" | "http/1.0" => {}
                     "h2" if l.http2.enabled => {}
                     "h2" => err(
@@ -239,7 +246,7 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
                     ),
                 }
             }
-            if tls.alpn.as_ref().is_some_and(Vec::is_empty) {
+            if tls.alpn.as_ref().is_some_and(Vec::is_empty) && !mqtt {
                 err(&format!("{base}.tls.alpn"), "alpn is empty".into(), Some("offer `[h2, http/1.1]`"));
             }
             if tls.client_auth.is_some() && tls.client_ca.is_none() {
@@ -284,6 +291,8 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
             }
         }
     }
+
+    crate::mqtt::validate(cfg, left_out, &mut err);
 
     for (j, f) in cfg.filters.iter().enumerate() {
         crate::route::validate_filter(f, &format!("filters[{j}]"), None, &mut err);

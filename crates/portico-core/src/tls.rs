@@ -159,6 +159,9 @@ pub fn build_terminator(
     config.ignore_client_order = true;
     config.alpn_protocols = match &tls.alpn {
         Some(offered) => offered.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        // MQTT clients rarely offer ALPN, and some offer names of their own (`mqtt`, a cloud's): negotiating
+        // none accepts them all.
+        None if listener.protocol == portico_config::ListenerProtocol::Mqtt => Vec::new(),
         // `http/1.0` last: a client that offers only that (curl -0) is served rather than refused.
         None if listener.http2.enabled => vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()],
         None => vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()],

@@ -51,6 +51,8 @@ impl std::fmt::Debug for Broker {
 
 struct Inner {
     config: BrokerConfig,
+    /// The limits in force: `config.limits` at first, then whatever [`Broker::set_limits`] gave.
+    limits: arc_swap::ArcSwap<Limits>,
     router: Router<SessionRef>,
     sessions: Mutex<HashMap<ByteString, SessionRef>>,
     retained: Retained,
@@ -118,6 +120,7 @@ impl Broker {
             }
         })?;
         let inner = Arc::new(Inner {
+            limits: arc_swap::ArcSwap::from_pointee(config.limits.clone()),
             config,
             router: Router::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -177,12 +180,21 @@ impl Broker {
         info!(sessions, messages, retained = self.inner.retained.len(), skipped = loaded.skipped, "MQTT store loaded");
     }
 
+    /// The configuration the broker was opened with (its `limits` as they were then; see [`Broker::limits`]).
     pub fn config(&self) -> &BrokerConfig {
         &self.inner.config
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.inner.config.limits
+    /// The limits in force now. A connection reads them when it is accepted and keeps them; the queue limits
+    /// (`max_queued_messages`, `queue_qos0_offline`) are read at each delivery.
+    pub fn limits(&self) -> Arc<Limits> {
+        self.inner.limits.load_full()
+    }
+
+    /// Replaces the limits (a configuration reload): new connections get them, open ones keep theirs
+    /// (what a client was told in CONNACK stays true), queues apply them from the next delivery.
+    pub fn set_limits(&self, limits: Limits) {
+        self.inner.limits.store(Arc::new(limits));
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -384,7 +396,7 @@ impl Broker {
         let mut routes: Vec<Route<SessionRef>> = Vec::new();
         self.inner.router.route(&message.topic, message.publisher, &mut routes);
         published.matched = routes.len();
-        let limits = self.limits();
+        let limits = self.inner.limits.load();
         for route in routes {
             let qos = message.qos.min(route.max_qos);
             let persistent = qos != QoS::AtMostOnce && store.is_some();
@@ -394,7 +406,7 @@ impl Broker {
                 subscription_ids: route.subscription_ids,
                 message: message.clone(),
             };
-            match route.subscriber.deliver(out, limits, store) {
+            match route.subscriber.deliver(out, &limits, store) {
                 Ok(()) => published.persisted |= persistent,
                 Err(Dropped::QueueFull) => self.inner.metrics.inc(worker, Counter::DroppedQueueFull),
                 Err(Dropped::Offline) => self.inner.metrics.inc(worker, Counter::DroppedOffline),
@@ -440,7 +452,7 @@ impl Broker {
                     subscription_ids: id.into_iter().collect(),
                     message,
                 };
-                let _ = session.deliver(out, self.limits(), store);
+                let _ = session.deliver(out, &self.inner.limits.load(), store);
             }
         }
         persist

@@ -34,6 +34,7 @@ use crate::codec::{
     ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, PacketId, ProtocolVersion, Publish,
     PublishAck, QoS, ReasonCode, SubAck, Subscribe, UnsubAck, Unsubscribe, Will,
 };
+use crate::config::Limits;
 use crate::message::Message;
 use crate::metrics::Counter;
 use crate::session::Outbound;
@@ -41,6 +42,9 @@ use crate::store::{StoreError, StoreOp};
 
 /// Bytes read from the socket at a time, at least.
 const READ_CHUNK: usize = 8 * 1024;
+
+/// How long a drain waits for the store to commit what the connection's pending acknowledgements depend on.
+pub const DRAIN_ACKS: Duration = Duration::from_secs(2);
 
 /// How a connection ended. Returned for logging and tests; every case has already been handled.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +69,8 @@ pub enum ConnectionError {
     Closed,
     #[error("the store failed: {0}")]
     Store(Arc<StoreError>),
+    #[error("the server is shutting down")]
+    ServerShutdown,
 }
 
 type StoreWait = Pin<Box<dyn Future<Output = Result<(), Arc<StoreError>>> + Send>>;
@@ -83,11 +89,32 @@ pub async fn serve<S>(stream: S, peer: SocketAddr, broker: &Broker, worker: usiz
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    serve_until(stream, peer, broker, worker, std::future::pending()).await
+}
+
+/// [`serve`], ended by the server when `shutdown` completes (a graceful drain): acknowledgements already
+/// waiting for the store are written once it has committed them (for at most [`DRAIN_ACKS`]), then a v5
+/// client gets DISCONNECT with Server shutting down (0x8B) and the connection closes; a 3.1/3.1.1 client's
+/// connection just closes (those versions have no server DISCONNECT). The will is published as after any
+/// connection the server closes [MQTT-3.1.2-8]. A connection still before CONNECT is closed at once.
+pub async fn serve_until<S, F>(
+    stream: S,
+    peer: SocketAddr,
+    broker: &Broker,
+    worker: usize,
+    shutdown: F,
+) -> Result<(), ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = ()>,
+{
+    let mut shutdown = std::pin::pin!(shutdown);
     broker.metrics().inc(worker, Counter::ConnectionsAccepted);
     let mut io = Io { stream, rbuf: BytesMut::with_capacity(READ_CHUNK), wbuf: BytesMut::new() };
-    let limits = broker.limits().clone();
-    let connect =
-        match tokio::time::timeout(limits.connect_timeout, read_connect(&mut io, limits.max_packet_size)).await {
+    let limits = broker.limits();
+    let connecting = tokio::time::timeout(limits.connect_timeout, read_connect(&mut io, limits.max_packet_size));
+    let connect = tokio::select! {
+        connect = connecting => match connect {
             Ok(Ok(connect)) => connect,
             Ok(Err(err)) => {
                 if matches!(err, ConnectionError::Decode(_) | ConnectionError::Protocol { .. }) {
@@ -97,14 +124,19 @@ where
                 return Err(err);
             }
             Err(_) => return Err(ConnectionError::ConnectTimeout),
-        };
+        },
+        _ = &mut shutdown => {
+            let _ = io.stream.shutdown().await;
+            return Err(ConnectionError::ServerShutdown);
+        }
+    };
     let version = connect.version;
-    let mut conn = match accept(&mut io, &connect, broker, worker).await? {
+    let mut conn = match accept(&mut io, &connect, broker, worker, limits).await? {
         Some(conn) => conn,
         None => return Err(ConnectionError::Refused(ReasonCode::ClientIdentifierNotValid)),
     };
     broker.metrics().inc(worker, Counter::Connections);
-    let result = conn.run(&mut io).await;
+    let result = conn.run(&mut io, shutdown).await;
     broker.metrics().add(worker, Counter::Connections, -1);
     // Anything but a DISCONNECT without 0x04 publishes the will [MQTT-3.1.2-8], [MQTT-3.14.4-3].
     let will = match (&result, conn.will.take()) {
@@ -225,8 +257,8 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     connect: &Connect,
     broker: &Broker,
     worker: usize,
+    limits: Arc<Limits>,
 ) -> Result<Option<Conn>, ConnectionError> {
-    let limits = broker.limits();
     let version = connect.version;
     let v5 = version.is_v5();
     let refuse = |reason: ReasonCode| Packet::ConnAck(ConnAck::refused(reason));
@@ -300,6 +332,7 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         inbound_qos1: 0,
         outbound: Vec::new(),
         attached,
+        limits,
     }))
 }
 
@@ -309,6 +342,8 @@ struct Conn {
     worker: usize,
     version: ProtocolVersion,
     attached: Attached,
+    /// The broker's limits when the connection was accepted (a reload does not change what CONNACK said).
+    limits: Arc<Limits>,
     /// QoS 1 and 2 messages the broker may have in flight to the client.
     send_window: usize,
     /// The client's Maximum Packet Size (v5).
@@ -342,9 +377,16 @@ fn protocol(reason: ReasonCode, what: &'static str) -> ConnectionError {
 impl Conn {
     /// Runs until the connection ends. `Ok(true)`: a normal DISCONNECT that discards the will; `Ok(false)`:
     /// DISCONNECT with "Disconnect with Will Message" (0x04).
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(&mut self, io: &mut Io<S>) -> Result<bool, ConnectionError> {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut Io<S>,
+        mut shutdown: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<bool, ConnectionError> {
         let wake = self.attached.wake.clone();
         let mut last_seen = Instant::now();
+        // Packets that arrived in the same read as CONNECT (a client may send them without waiting for CONNACK)
+        // are handled first: no further read may come to trigger them.
+        let mut unread = !io.rbuf.is_empty();
         loop {
             self.write_ready_acks(io);
             self.take_outbound(io);
@@ -354,6 +396,10 @@ impl Conn {
             let has_wait = front_wait.is_some();
             let outcome: Result<Option<bool>, ConnectionError> = tokio::select! {
                 biased;
+                _ = std::future::ready(()), if unread => {
+                    unread = false;
+                    self.process(io)
+                }
                 _ = &mut self.attached.kicked => {
                     if self.version.is_v5() {
                         io.send_and_close(disconnect_packet(ReasonCode::SessionTakenOver, "session taken over"), self.version).await;
@@ -380,6 +426,7 @@ impl Conn {
                     Err(err) => Err(err.into()),
                 },
                 _ = wake.notified() => Ok(None),
+                _ = &mut shutdown => Err(ConnectionError::ServerShutdown),
                 _ = async { sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
                     Err(ConnectionError::KeepAliveTimeout)
                 }
@@ -393,11 +440,15 @@ impl Conn {
                     return Ok(discard_will);
                 }
                 Err(err) => {
+                    if matches!(err, ConnectionError::ServerShutdown) {
+                        self.drain_acks(io).await;
+                    }
                     let reason = match &err {
                         ConnectionError::Decode(err) => Some(err.reason_code()),
                         ConnectionError::Protocol { reason, .. } => Some(*reason),
                         ConnectionError::KeepAliveTimeout => Some(ReasonCode::KeepAliveTimeout),
                         ConnectionError::Store(_) => Some(ReasonCode::ImplementationSpecificError),
+                        ConnectionError::ServerShutdown => Some(ReasonCode::ServerShuttingDown),
                         _ => None,
                     };
                     match reason {
@@ -418,7 +469,7 @@ impl Conn {
 
     /// Handles every whole packet in the read buffer. `Some(discard_will)` on DISCONNECT.
     fn process<S>(&mut self, io: &mut Io<S>) -> Result<Option<bool>, ConnectionError> {
-        let max = self.broker.limits().max_packet_size;
+        let max = self.limits.max_packet_size;
         while let Some(packet) = Packet::decode(&mut io.rbuf, self.version, max)? {
             if let Some(discard_will) = self.handle(packet)? {
                 return Ok(Some(discard_will));
@@ -497,6 +548,25 @@ impl Conn {
     }
 
     /// Moves the acknowledgements no longer waiting (in order) into the write buffer.
+    /// At a drain: writes the acknowledgements still waiting for the store once it has committed them (for
+    /// at most [`DRAIN_ACKS`]), so that what the client sent before the drain is acknowledged if it was kept.
+    async fn drain_acks<S>(&mut self, io: &mut Io<S>) {
+        let deadline = tokio::time::Instant::now() + DRAIN_ACKS;
+        while let Some(wait) = self.pending.front_mut().and_then(|p| p.wait.as_mut()) {
+            match tokio::time::timeout_at(deadline, wait).await {
+                Ok(Ok(())) => {
+                    if let Some(front) = self.pending.front_mut() {
+                        front.wait = None;
+                    }
+                    self.write_ready_acks(io);
+                }
+                // Not committed: not acknowledged; the client sends it again to whoever serves next.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        self.write_ready_acks(io);
+    }
+
     fn write_ready_acks<S>(&mut self, io: &mut Io<S>) {
         while self.pending.front().is_some_and(|p| p.wait.is_none()) {
             let Some(ack) = self.pending.pop_front() else { break };
@@ -511,7 +581,7 @@ impl Conn {
     fn publish(&mut self, mut publish: Publish) -> Result<(), ConnectionError> {
         let v5 = self.version.is_v5();
         if let Some(alias) = publish.properties.topic_alias.take() {
-            let max = self.broker.limits().topic_alias_maximum;
+            let max = self.limits.topic_alias_maximum;
             if alias.get() > max {
                 return Err(protocol(ReasonCode::TopicAliasInvalid, "topic alias above the maximum [MQTT-3.3.2-9]"));
             }
@@ -540,7 +610,7 @@ impl Conn {
         let session = self.attached.session.clone();
         if publish.qos != QoS::AtMostOnce {
             let in_window = self.inbound_qos1 + session.lock().inbound_qos2.len();
-            if v5 && in_window >= usize::from(self.broker.limits().receive_maximum) {
+            if v5 && in_window >= usize::from(self.limits.receive_maximum) {
                 return Err(protocol(
                     ReasonCode::ReceiveMaximumExceeded,
                     "more unacknowledged PUBLISHes than Receive Maximum [MQTT-3.3.4-8]",
@@ -645,7 +715,7 @@ impl Conn {
                     "DISCONNECT sets a session expiry after 0 [MQTT-3.14.2-2]",
                 ));
             }
-            self.attached.session.lock().expiry = expiry.min(self.broker.limits().max_session_expiry);
+            self.attached.session.lock().expiry = expiry.min(self.limits.max_session_expiry);
         }
         Ok(disconnect.reason != ReasonCode::DisconnectWithWillMessage)
     }

@@ -24,7 +24,9 @@
 //!
 //! # Wiring
 //!
-//! What a listener with `protocol: mqtt` calls. Nothing else of the crate is needed by the gateway.
+//! The gateway uses the crate through [`plane`]: [`plane::MqttPlane`] (the `Plane` whose workers serve the
+//! listeners with `protocol: mqtt`), [`plane::MqttView`] (its metrics and `/admin/mqtt`), and
+//! [`plane::broker_config`] / [`plane::reload`] (the `mqtt:` section). Underneath, what a listener calls:
 //!
 //! 1. **Once per process, at start-up:** [`Broker::open`]`(config: BrokerConfig) -> Result<Broker, BrokerError>`.
 //!    It opens the store (if `persistence` is set), reads back sessions, their subscriptions, queued and
@@ -34,28 +36,30 @@
 //!    moved aside and reported (`error!`), unless `on_corrupt_store: fail`, when `open` returns
 //!    [`BrokerError::Store`] and the process should not start.
 //! 2. **Per accepted connection, on the worker that accepted it:**
-//!    [`serve`]`(stream, peer: SocketAddr, &broker, worker_index: usize).await`, spawned with
-//!    `tokio::task::spawn_local` on the worker's current-thread runtime (the future is not required to be
-//!    `Send`). `stream` is any `AsyncRead + AsyncWrite + Unpin`: the TCP stream, the TLS stream after the
-//!    handshake, or a WebSocket adapter carrying binary frames as bytes. `worker_index` picks the metrics
-//!    slot. It returns when the connection ends; the `Result` ([`ConnectionError`]) is for logging only,
-//!    everything has already been answered and cleaned up.
-//! 3. **On a metrics scrape:** [`Broker::render_metrics`]`(&mut String)` appends the Prometheus text below.
+//!    [`serve_until`]`(stream, peer: SocketAddr, &broker, worker_index: usize, shutdown).await` (or [`serve`],
+//!    which never drains), spawned with `tokio::task::spawn_local` on the worker's current-thread runtime (the
+//!    future is not required to be `Send`). `stream` is any `AsyncRead + AsyncWrite + Unpin`: the TCP stream,
+//!    the TLS stream after the handshake, or a WebSocket adapter carrying binary frames as bytes.
+//!    `worker_index` picks the metrics slot. When `shutdown` completes the connection is drained: committed
+//!    acknowledgements written, DISCONNECT Server shutting down (0x8B) to a v5 client, closed. It returns when
+//!    the connection ends; the `Result` ([`ConnectionError`]) is for logging only, everything has already been
+//!    answered and cleaned up.
+//! 3. **On a reload:** [`Broker::set_limits`]: connections accepted afterwards get the new limits.
+//! 4. **On a metrics scrape:** [`Broker::render_metrics`]`(&mut String)` appends the Prometheus text below.
 //!
 //! [`Server`] is the same thing with its own threads and listener, for tests and a standalone broker; the
-//! gateway does not use it. Not yet there for the gateway: a graceful drain (DISCONNECT 0x8B Server shutting
-//! down, then close) and applying reloaded limits to a running broker (limits are read per connection from
-//! [`Broker::limits`], so a setter would reach new connections at once).
+//! gateway does not use it.
 //!
 //! ## Configuration
 //!
-//! The `mqtt:` section of the YAML file maps onto [`BrokerConfig`] one key per field; defaults are the
-//! `DEFAULT_*` constants of [`config`]:
+//! The `mqtt:` section of the YAML file (`portico_config::Mqtt`) maps onto [`BrokerConfig`] one key per field
+//! ([`plane::broker_config`]); defaults are the `DEFAULT_*` constants of [`config`] (a test checks the
+//! configuration layer's are the same):
 //!
 //! ```yaml
 //! mqtt:
 //!   persistence:                   # absent: sessions and retained messages in memory only
-//!     path: data/mqtt/store.redb   # PersistenceConfig::path (directory created if missing)
+//!     path: data/mqtt              # a directory (created if missing): PersistenceConfig::path is data/mqtt/store.redb
 //!     commit_delay: 0ms            # extra wait for a fuller group commit (0: commit at once; batches grow with load)
 //!     fsync: true                  # false: survives kill -9, not power loss
 //!     on_corrupt_store: move_aside # or: fail
@@ -124,6 +128,7 @@ pub mod config;
 pub mod connection;
 pub mod message;
 pub mod metrics;
+pub mod plane;
 pub mod retained;
 pub mod router;
 pub mod server;
@@ -134,5 +139,6 @@ pub mod topic;
 
 pub use broker::{Broker, BrokerError};
 pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-pub use connection::{serve, ConnectionError};
+pub use connection::{serve, serve_until, ConnectionError};
+pub use plane::{MqttPlane, MqttView};
 pub use server::Server;

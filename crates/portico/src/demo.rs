@@ -4,7 +4,7 @@
 use crate::demo_backend;
 use anyhow::{anyhow, Context};
 
-pub fn run(listen: &str, workers: &str, admin: &str) -> anyhow::Result<()> {
+pub fn run(listen: &str, workers: &str, admin: &str, mqtt: &str) -> anyhow::Result<()> {
     let backends = ["alpha", "beta", "gamma"]
         .iter()
         .map(|name| demo_backend::start(name).with_context(|| format!("cannot start demo backend {name}")))
@@ -16,12 +16,16 @@ pub fn run(listen: &str, workers: &str, admin: &str) -> anyhow::Result<()> {
         "off" => String::new(),
         address => format!("admin: {{ address: \"{address}\" }}"),
     };
+    let mqtt_listener = match mqtt {
+        "off" => String::new(),
+        address => format!("\n  - name: mqtt\n    address: {address}\n    protocol: mqtt"),
+    };
     let yaml = format!(
         "workers: {workers}
 {admin_line}
 listeners:
   - name: demo
-    address: {listen}
+    address: {listen}{mqtt_listener}
 filters:
   - headers: {{ response: {{ set: {{ x-served-by: portico-demo }} }} }}
 routes:
@@ -67,6 +71,10 @@ clusters:
     );
     if admin != "off" {
         eprintln!("      curl http://{admin}/metrics   (the admin API: also /admin/clusters, /admin/config)");
+    }
+    if let Some((host, port)) = (mqtt != "off").then(|| mqtt.rsplit_once(':')).flatten() {
+        eprintln!("      mosquitto_sub -h {host} -p {port} -t 'demo/#' -v   (the MQTT broker; in another terminal:)");
+        eprintln!("      mosquitto_pub -h {host} -p {port} -t demo/hello -m 'hello, MQTT'");
     }
     eprintln!("Stop with Ctrl-C.\n");
     crate::lifecycle::serve(loaded, None)
@@ -150,7 +158,13 @@ pub fn run_config(path: &std::path::Path) -> anyhow::Result<()> {
         // `0.0.0.0:8080` is reached as `127.0.0.1:8080`.
         let reach = l.address.replace("0.0.0.0:", "127.0.0.1:").replace("[::]:", "[::1]:");
         let scheme = if l.tls.is_some() { "https" } else { "http" };
-        eprintln!("Try:  curl {scheme}://{reach}/");
+        match reach.rsplit_once(':') {
+            Some((host, port)) if l.protocol == portico_config::ListenerProtocol::Mqtt => {
+                let tls = if l.tls.is_some() { " --cafile CA.pem" } else { "" };
+                eprintln!("Try:  mosquitto_sub -h {host} -p {port}{tls} -t '#' -v   (MQTT listener {})", l.name);
+            }
+            _ => eprintln!("Try:  curl {scheme}://{reach}/"),
+        }
     }
     if let Some(admin) = &loaded.config.admin {
         eprintln!("      curl http://{}/admin/clusters   (the admin API)", admin.address);

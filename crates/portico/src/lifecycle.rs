@@ -172,6 +172,8 @@ struct Reloader {
     path: PathBuf,
     shared: Arc<ArcSwap<Snapshot>>,
     registry: Arc<Registry>,
+    /// The MQTT broker, which takes reloaded `mqtt.limits`.
+    broker: Option<portico_mqtt::Broker>,
     admin: OnceLock<Arc<AdminState>>,
     /// One reload at a time, whatever triggered it.
     lock: Mutex<()>,
@@ -195,6 +197,7 @@ impl Reloader {
         // Listeners added or moved are bound before anything is applied, so an address that cannot be had
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
+            crate::mqtt::protocol_changes(&self.shared.load().source, &next.source)?;
             let plan = ListenerPlan::between(&addresses(&self.shared.load()), &addresses(&next));
             let workers = match &self.listeners {
                 _ if plan.is_empty() => return Ok((next, None)),
@@ -222,6 +225,9 @@ impl Reloader {
                     if changed {
                         tracing::warn!("`{key}` is applied at start-up; restart to change it");
                     }
+                }
+                if let Some(broker) = &self.broker {
+                    portico_mqtt::plane::reload(broker, &old.mqtt, &new.mqtt);
                 }
                 let next = Arc::new(next);
                 // The configuration first: a worker accepts on a listener only once its configuration has it.
@@ -343,8 +349,29 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let http_view: Arc<dyn portico_core::view::PlaneView> =
         Arc::new(portico_http::plane::HttpView { snapshot: shared.clone(), registry: registry.clone() });
     // Every plane's metrics: HTTP's, then the functions' (for the functions the running configuration has).
-    let views: Vec<Arc<dyn portico_core::view::PlaneView>> =
+    let mut views: Vec<Arc<dyn portico_core::view::PlaneView>> =
         vec![http_view.clone(), Arc::new(portico_functions::FunctionsView { running: http_view.clone() })];
+    // One broker per process: with worker processes there would be one per process, so MQTT listeners are
+    // refused there (validation) and no broker is opened.
+    let broker = match loaded.config.process_model {
+        portico_config::ProcessModel::Threads => Some(crate::mqtt::open(&loaded)?),
+        portico_config::ProcessModel::MultiProcess => None,
+    };
+    let mqtt_listeners: Arc<dyn portico_mqtt::plane::Listeners> =
+        Arc::new(crate::mqtt::SnapshotListeners(shared.clone()));
+    if let Some(broker) = &broker {
+        views.push(Arc::new(portico_mqtt::plane::MqttView {
+            broker: broker.clone(),
+            listeners: mqtt_listeners.clone(),
+        }));
+    }
+    // The MQTT plane first: a worker gives a listener to the first plane that serves it, and the HTTP plane
+    // takes any.
+    let mut planes: Vec<Arc<dyn Plane>> = Vec::new();
+    if let Some(broker) = &broker {
+        planes.push(Arc::new(portico_mqtt::plane::MqttPlane { broker: broker.clone(), listeners: mqtt_listeners }));
+    }
+    planes.push(Arc::new(HttpPlane { snapshot: shared.clone() }));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // Reloads change the listeners of worker threads; a worker process's come from its master.
     let worker_sockets = (!master).then(|| {
@@ -362,7 +389,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             threads: Vec::with_capacity(slots),
             sockets: worker_sockets.clone().unwrap_or_default(),
             deaths: vec![(0, std::time::Instant::now(), None); slots],
-            planes: Arc::new([Arc::new(HttpPlane { snapshot: shared.clone() }) as Arc<dyn Plane>]),
+            planes: planes.into(),
             shutdown: shutdown_rx.clone(),
             access_log: access_log.clone(),
             global: registry.global.clone(),
@@ -379,6 +406,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             path,
             shared: shared.clone(),
             registry: registry.clone(),
+            broker: broker.clone(),
             admin: OnceLock::new(),
             lock: Mutex::new(()),
         })

@@ -6,6 +6,7 @@ mod demo_backend;
 mod demo_certs;
 mod lifecycle;
 mod logging;
+mod mqtt;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ const RELEASE: &str = release!();
 /// `portico --version`: the release, the commit it was built from, and what this build can do.
 const VERSION: &str = concat!(
     release!(),
-    "\nfeatures: http1, http2 (clients and upstreams), tls (rustls, ring), mtls, websocket, grpc, pipelining"
+    "\nfeatures: http1, http2 (clients and upstreams), tls (rustls, ring), mtls, websocket, grpc, pipelining, mqtt (3.1, 3.1.1, 5.0)"
 );
 
 #[derive(Parser)]
@@ -69,7 +70,8 @@ enum Command {
         #[arg(long, value_name = "URL")]
         admin: Option<String>,
     },
-    /// Start three built-in demo backends behind a round-robin load balancer, ready for curl; or, with
+    /// Start three built-in demo backends behind a round-robin load balancer, ready for curl, and an MQTT
+    /// broker, ready for an MQTT client; or, with
     /// `--config`, a configuration of yours (an example) with stand-in backends on its loopback endpoints.
     Demo {
         /// Where the load balancer listens.
@@ -81,9 +83,12 @@ enum Command {
         /// Where the admin API listens (`/metrics`, `/admin/clusters`, ...); `off` for none.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
         admin: String,
+        /// Where the MQTT broker listens (try mosquitto_sub / mosquitto_pub); `off` for none.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:1883")]
+        mqtt: String,
         /// Serve this configuration instead, with a demo backend on each of its endpoints that is a free
         /// loopback address (plain HTTP/1): `portico demo -c examples/gateway.yaml`.
-        #[arg(short, long, value_name = "FILE", conflicts_with_all = ["listen", "workers", "admin"])]
+        #[arg(short, long, value_name = "FILE", conflicts_with_all = ["listen", "workers", "admin", "mqtt"])]
         config: Option<PathBuf>,
     },
 }
@@ -97,7 +102,7 @@ fn main() -> ExitCode {
         Command::Check { config, against } => return lifecycle::check(&config, against.as_deref()),
         Command::Upgrade { config, admin } => lifecycle::upgrade(&config, admin.as_deref()),
         Command::Demo { config: Some(config), .. } => demo::run_config(&config),
-        Command::Demo { listen, workers, admin, config: None } => demo::run(&listen, &workers, &admin),
+        Command::Demo { listen, workers, admin, mqtt, config: None } => demo::run(&listen, &workers, &admin, &mqtt),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -91,9 +91,18 @@ fn the_gateway_example_answers_on_its_routes_and_admin_api() {
 }
 
 #[test]
-fn the_demo_serves_its_admin_api_too() {
+fn the_demo_serves_its_admin_api_and_broker_too() {
     let (listen, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let _demo = demo(&["--listen", &listen, "--admin", &admin, "--workers", "1"], listen.parse().unwrap());
+    let mqtt = format!("127.0.0.1:{}", free_port());
+    let args = ["--listen", &listen, "--admin", &admin, "--mqtt", &mqtt, "--workers", "1"];
+    let _demo = demo(&args, listen.parse().unwrap());
+    // The broker answers a CONNECT with CONNACK accepted, and PINGREQ with PINGRESP.
+    let mut client = std::net::TcpStream::connect(&mqtt).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    mqtt_packet(&mut client, 0x10, b"\x00\x04MQTT\x04\x02\x00\x1e\x00\x04demo");
+    assert_eq!(mqtt_read(&mut client), (0x20, vec![0, 0]));
+    mqtt_packet(&mut client, 0xc0, b"");
+    assert_eq!(mqtt_read(&mut client), (0xd0, vec![]));
     assert_eq!(Conn::open(listen.parse().unwrap()).get("/", "").status, 200);
     let function = Conn::open(listen.parse().unwrap()).get("/fn/hello?name=tests", "");
     assert_eq!(function.status, 200, "{}", function.text());
@@ -146,4 +155,49 @@ fn the_functions_example_answers_from_its_function_and_its_backend() {
     assert_eq!((r.status, r.text().as_str()), (200, "Hello, you!\n"));
     assert_eq!(r.header("x-served-by").as_deref(), Some("portico-function"));
     assert_eq!(Conn::open(listen).get("/", "").status, 200);
+}
+
+#[test]
+fn the_mqtt_example_brokers_over_tcp_and_tls_beside_http() {
+    let (yaml, moved) = with_free_ports("mqtt.yaml");
+    let dir = temp_dir();
+    let file = dir.join("mqtt.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let (web, mqtt, mqtts) = (moved["127.0.0.1:8080"], moved["127.0.0.1:1883"], moved["127.0.0.1:8883"]);
+    let _demo = demo(&["-c", file.to_str().unwrap()], web);
+    assert_eq!(Conn::open(web).get("/healthz", "").status, 200);
+    // A subscriber over TLS (trusting the demo CA, which ends the certificate file) gets what a plain client
+    // publishes at QoS 1, and the store is where the example says.
+    let mut sub = common::pki::connect(mqtts, "localhost", &dir.join("certs/site.pem"), None, &[]).unwrap();
+    mqtt_packet(&mut sub, 0x10, b"\x00\x04MQTT\x04\x02\x00\x1e\x00\x03sub");
+    assert_eq!(mqtt_read(&mut sub), (0x20, vec![0, 0]));
+    mqtt_packet(&mut sub, 0x82, b"\x00\x01\x00\x09sensors/#\x01");
+    assert_eq!(mqtt_read(&mut sub), (0x90, vec![0, 1, 1]));
+    let mut publisher = std::net::TcpStream::connect(mqtt).unwrap();
+    publisher.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    mqtt_packet(&mut publisher, 0x10, b"\x00\x04MQTT\x04\x02\x00\x1e\x00\x03pub");
+    assert_eq!(mqtt_read(&mut publisher), (0x20, vec![0, 0]));
+    mqtt_packet(&mut publisher, 0x32, b"\x00\x0csensors/temp\x00\x07" as &[u8]);
+    assert_eq!(mqtt_read(&mut publisher), (0x40, vec![0, 7]));
+    let (first, body) = mqtt_read(&mut sub);
+    assert_eq!((first & 0xf0, &body[..14]), (0x30, &b"\x00\x0csensors/temp"[..]));
+    assert!(dir.join("data/mqtt/store.redb").exists());
+}
+
+/// Writes one MQTT packet (its first byte, then a one-byte length: these are short).
+fn mqtt_packet(stream: &mut impl std::io::Write, first: u8, body: &[u8]) {
+    let mut out = vec![first, body.len() as u8];
+    out.extend_from_slice(body);
+    stream.write_all(&out).unwrap();
+    stream.flush().unwrap();
+}
+
+/// Reads one MQTT packet with a one-byte length: its first byte and body.
+fn mqtt_read(stream: &mut impl std::io::Read) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    stream.read_exact(&mut head).unwrap();
+    assert!(head[1] < 0x80, "a short packet");
+    let mut body = vec![0u8; usize::from(head[1])];
+    stream.read_exact(&mut body).unwrap();
+    (head[0], body)
 }

@@ -49,6 +49,8 @@ pub struct Portico {
     pub addr: SocketAddr,
     /// Where `{admin}` in the configuration pointed.
     pub admin: SocketAddr,
+    /// Where `{mqtt}` in the configuration pointed (a second free port, for an MQTT listener).
+    pub mqtt: SocketAddr,
     pub config: PathBuf,
 }
 
@@ -85,8 +87,9 @@ impl Portico {
         for _ in 0..5 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let mqtt: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
             let config = dir.join("portico.yaml");
-            std::fs::write(&config, fill(yaml, addr, admin)).unwrap();
+            std::fs::write(&config, fill(yaml, addr, admin, mqtt)).unwrap();
             let mut command = Command::new(bin);
             if let Some(working_dir) = working_dir {
                 command.current_dir(working_dir);
@@ -102,7 +105,7 @@ impl Portico {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("start portico");
-            let mut p = Portico { child, addr, admin, config };
+            let mut p = Portico { child, addr, admin, mqtt, config };
             if p.wait_ready() {
                 return p;
             }
@@ -133,9 +136,9 @@ impl Portico {
         panic!("portico did not start listening on {}", self.addr);
     }
 
-    /// Replaces the configuration file (for a reload), with `{listen}` and `{admin}` as at start.
+    /// Replaces the configuration file (for a reload), with `{listen}`, `{admin}` and `{mqtt}` as at start.
     pub fn rewrite_config(&self, yaml: &str) {
-        std::fs::write(&self.config, fill(yaml, self.addr, self.admin)).unwrap();
+        std::fs::write(&self.config, fill(yaml, self.addr, self.admin, self.mqtt)).unwrap();
     }
 
     /// GET on the admin server.
@@ -205,8 +208,10 @@ pub fn answers_ready(admin: SocketAddr) -> bool {
         && &head == b"HTTP/1.1 200"
 }
 
-fn fill(yaml: &str, listen: SocketAddr, admin: SocketAddr) -> String {
-    yaml.replace("{listen}", &listen.to_string()).replace("{admin}", &admin.to_string())
+fn fill(yaml: &str, listen: SocketAddr, admin: SocketAddr, mqtt: SocketAddr) -> String {
+    yaml.replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string())
+        .replace("{mqtt}", &mqtt.to_string())
 }
 
 impl Drop for Portico {

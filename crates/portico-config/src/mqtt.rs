@@ -1,0 +1,161 @@
+//! Checks of the `mqtt:` section and of the listeners that speak MQTT: ranges the protocol's fields impose
+//! (a Receive Maximum is two bytes, a Keep Alive whole seconds), and what the broker cannot do yet.
+
+use crate::schema::{Config, ListenerProtocol, ProcessModel};
+use crate::LeftOut;
+use std::time::Duration;
+
+/// The largest packet MQTT can carry: a Remaining Length of at most 268,435,455 bytes, plus its header.
+const MQTT_MAX_PACKET: u64 = 268_435_460;
+
+pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&str, String, Option<&str>)) {
+    if cfg.process_model == ProcessModel::MultiProcess && !left_out.setting("process_model") {
+        for (i, l) in cfg.listeners.iter().enumerate() {
+            if l.protocol == ListenerProtocol::Mqtt {
+                err(
+                    &format!("listeners[{i}].protocol"),
+                    "MQTT listeners are served by one process's broker: not with `process_model: multi_process`".into(),
+                    Some("use `process_model: threads` (the default) for a configuration with MQTT listeners"),
+                );
+            }
+        }
+    }
+    if left_out.setting("mqtt") {
+        return;
+    }
+    let mqtt = &cfg.mqtt;
+    if let Some(p) = &mqtt.persistence {
+        if p.path.trim().is_empty() {
+            err(
+                "mqtt.persistence.path",
+                "the store's path is empty".into(),
+                Some("name a directory, for example `path: data/mqtt`"),
+            );
+        }
+        if p.commit_delay.0 > Duration::from_secs(1) {
+            err(
+                "mqtt.persistence.commit_delay",
+                format!("commit_delay may be at most 1s, got {}", p.commit_delay),
+                Some("every QoS 1/2 acknowledgement waits for it; a few milliseconds is plenty (default 0ms)"),
+            );
+        }
+    }
+    let l = &mqtt.limits;
+    if l.max_packet_size.0 < 64 || l.max_packet_size.0 > MQTT_MAX_PACKET {
+        err(
+            "mqtt.limits.max_packet_size",
+            format!(
+                "max_packet_size must be between 64 bytes and 256MiB (MQTT's largest packet), got {}",
+                l.max_packet_size
+            ),
+            Some("the default is 1MiB"),
+        );
+    }
+    for (key, value, min) in [
+        ("receive_maximum", l.receive_maximum, 1),
+        ("max_inflight", l.max_inflight, 1),
+        ("topic_alias_maximum", l.topic_alias_maximum, 0),
+    ] {
+        if value < min || value > u32::from(u16::MAX) {
+            err(
+                &format!("mqtt.limits.{key}"),
+                format!("{key} must be between {min} and 65535 (a two-byte field of MQTT 5), got {value}"),
+                None,
+            );
+        }
+    }
+    if l.max_queued_messages == 0 {
+        err(
+            "mqtt.limits.max_queued_messages",
+            "max_queued_messages must be at least 1".into(),
+            Some("messages for a subscriber wait in its queue until sent; the default is 1000"),
+        );
+    }
+    let whole_seconds = |d: Duration| d.subsec_nanos() == 0;
+    if !whole_seconds(l.max_keepalive.0) || l.max_keepalive.0.as_secs() > u64::from(u16::MAX) {
+        err(
+            "mqtt.limits.max_keepalive",
+            format!("max_keepalive must be whole seconds, at most 65535s (18h 12m 15s), got {}", l.max_keepalive),
+            Some("`0s` sets no maximum; the default is 60s"),
+        );
+    }
+    if !whole_seconds(l.max_session_expiry.0) || l.max_session_expiry.0.as_secs() > u64::from(u32::MAX) {
+        err(
+            "mqtt.limits.max_session_expiry",
+            format!(
+                "max_session_expiry must be whole seconds, at most 4294967295s (136 years), got {}",
+                l.max_session_expiry
+            ),
+            Some("the default is 7d"),
+        );
+    }
+    if l.connect_timeout.0.is_zero() {
+        err("mqtt.limits.connect_timeout", "connect_timeout must be above 0".into(), Some("the default is 10s"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::schema::{ListenerProtocol, OnCorruptStore};
+
+    fn problems(yaml: &str) -> Vec<String> {
+        crate::check_str(yaml, "t.yaml")
+            .problems
+            .iter()
+            .map(|d| format!("{}:{} {}", d.line, d.col, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn an_mqtt_listener_and_the_defaults_of_the_section() {
+        let loaded = crate::load_str(
+            "listeners:\n  - { name: m, address: 127.0.0.1:1883, protocol: mqtt }\nmqtt:\n  persistence: { path: data/mqtt }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(loaded.config.listeners[0].protocol, ListenerProtocol::Mqtt);
+        let p = loaded.config.mqtt.persistence.as_ref().unwrap();
+        assert_eq!((p.path.as_str(), p.fsync, p.on_corrupt_store), ("data/mqtt", true, OnCorruptStore::MoveAside));
+        assert!(p.commit_delay.0.is_zero());
+        assert_eq!(loaded.config.mqtt.limits, crate::schema::MqttLimits::default());
+        let plain = crate::load_str("listeners: [ { name: w, address: 127.0.0.1:1 } ]\n", "t.yaml").unwrap();
+        assert_eq!(plain.config.listeners[0].protocol, ListenerProtocol::Http);
+        assert!(plain.config.mqtt.persistence.is_none());
+    }
+
+    #[test]
+    fn out_of_range_limits_are_reported_where_they_are_written() {
+        let p = problems(
+            "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  limits:\n    receive_maximum: 70000\n    max_keepalive: 1500ms\n    max_packet_size: 1GiB\n    max_queued_messages: 0\n  persistence: { path: \"\", commit_delay: 5s }\n",
+        );
+        assert_eq!(p.len(), 6, "{p:#?}");
+        assert!(p[0].starts_with("4:22 receive_maximum must be between 1 and 65535"), "{p:#?}");
+        assert!(p[1].starts_with("5:20 max_keepalive must be whole seconds"), "{p:#?}");
+        assert!(p[2].starts_with("6:22 max_packet_size must be between"), "{p:#?}");
+        assert!(p[3].starts_with("7:26 max_queued_messages must be at least 1"), "{p:#?}");
+        assert!(
+            p[4].contains("the store's path is empty") && p[5].contains("commit_delay may be at most 1s"),
+            "{p:#?}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_values_are_refused() {
+        let p = problems("listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqttt } ]\nmqtt: { limit: {} }\n");
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert!(p[0].contains("unknown variant `mqttt`"), "{p:#?}");
+        assert!(p[1].contains("unknown field `limit`"), "{p:#?}");
+        let p = problems("listeners: [ { name: m, address: 127.0.0.1:1, protocol: mqtt } ]\nmqtt: { persistence: { path: d, on_corrupt_store: ignore } }\n");
+        assert!(p.len() == 1 && p[0].contains("unknown variant `ignore`"), "{p:#?}");
+    }
+
+    #[test]
+    fn mqtt_listeners_need_one_process_and_speak_no_http_alpn() {
+        let p = problems(
+            "process_model: multi_process\nlisteners:\n  - name: m\n    address: 127.0.0.1:8883\n    protocol: mqtt\n    tls: { certificates: [ { cert: a.pem, key: a.key } ], alpn: [mqtt, h2] }\n",
+        );
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert!(p[0].starts_with("5:15 MQTT listeners are served by one process"), "{p:#?}");
+        assert!(p[1].contains("ALPN protocol \"h2\" on an MQTT listener"), "{p:#?}");
+    }
+}

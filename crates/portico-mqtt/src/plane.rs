@@ -1,0 +1,237 @@
+//! The broker as a plane of the gateway: the listeners with `protocol: mqtt` are served on every worker
+//! thread with [`serve_until`], after the TLS handshake when the listener has `tls:`; the broker's metrics go
+//! to the admin server's `/metrics` through [`MqttView`].
+//!
+//! One [`Broker`] per process, opened at start-up from the `mqtt:` section ([`broker_config`]). The
+//! listeners themselves (their TLS acceptor, connection limit and counters) are the running configuration's,
+//! which the binary hands over through [`Listeners`]: a reload's new certificates serve new MQTT connections
+//! as they do HTTP ones, and the listener counters (`portico_tls_handshakes_total`, `portico_panics_total`)
+//! count MQTT connections too. On shutdown every MQTT connection is drained (see [`serve_until`]).
+
+use crate::broker::Broker;
+use crate::config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
+use crate::connection::serve_until;
+use portico_config::LoadedConfig;
+use portico_core::stats::{slot, ListenerStats};
+use portico_core::tls::TlsTerminator;
+use portico_core::view::PlaneView;
+use portico_core::worker::{Plane, PlaneWorker, WorkerCore};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// The store's file inside `mqtt.persistence.path`.
+pub const STORE_FILE: &str = "store.redb";
+
+/// One MQTT listener as the running configuration has it.
+pub struct MqttListener {
+    pub tls: Option<Arc<TlsTerminator>>,
+    /// The listener's counters, the ones the listener metrics report.
+    pub stats: Arc<ListenerStats>,
+    /// Connections open on the listener at most, across all workers.
+    pub max_connections: usize,
+}
+
+/// Where the plane finds the running configuration's listeners.
+pub trait Listeners: Send + Sync {
+    /// Listener `name` of the running configuration, if it is `protocol: mqtt`.
+    fn mqtt_listener(&self, name: &str) -> Option<MqttListener>;
+    /// Worker threads (a listener's connection limit is shared among them).
+    fn workers(&self) -> usize;
+    /// How long open connections have to finish at shutdown (`shutdown.grace_period`).
+    fn shutdown_grace(&self) -> Duration;
+    /// The configuration running now.
+    fn running_config(&self) -> Arc<LoadedConfig>;
+}
+
+/// What the broker is opened with, from the `mqtt:` section of `loaded` (a relative `persistence.path`
+/// starts at the configuration file's directory).
+pub fn broker_config(loaded: &LoadedConfig) -> BrokerConfig {
+    let mqtt = &loaded.config.mqtt;
+    BrokerConfig {
+        persistence: mqtt.persistence.as_ref().map(|p| PersistenceConfig {
+            path: loaded.resolve(&p.path).join(STORE_FILE),
+            commit_delay: p.commit_delay.0,
+            fsync: p.fsync,
+            on_corrupt: match p.on_corrupt_store {
+                portico_config::OnCorruptStore::MoveAside => OnCorruptStore::MoveAside,
+                portico_config::OnCorruptStore::Fail => OnCorruptStore::Fail,
+            },
+        }),
+        limits: limits(&mqtt.limits),
+    }
+}
+
+/// The broker's limits from `mqtt.limits` (validated: the narrowing casts cannot truncate).
+pub fn limits(l: &portico_config::MqttLimits) -> Limits {
+    let u16_of = |n: u32| u16::try_from(n).unwrap_or(u16::MAX);
+    Limits {
+        max_packet_size: u32::try_from(l.max_packet_size.0).unwrap_or(u32::MAX),
+        receive_maximum: u16_of(l.receive_maximum),
+        max_inflight: u16_of(l.max_inflight),
+        max_queued_messages: l.max_queued_messages,
+        queue_qos0_offline: l.queue_qos0_offline,
+        max_keepalive: u16::try_from(l.max_keepalive.0.as_secs()).unwrap_or(u16::MAX),
+        max_session_expiry: u32::try_from(l.max_session_expiry.0.as_secs()).unwrap_or(u32::MAX),
+        topic_alias_maximum: u16_of(l.topic_alias_maximum),
+        connect_timeout: l.connect_timeout.0,
+    }
+}
+
+/// Applies a reloaded configuration to the running broker: new limits serve new connections (open ones
+/// keep what their CONNACK told them; queue limits apply from the next message). A changed `persistence`
+/// needs a restart: said in the log, and the broker keeps its store.
+pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_config::Mqtt) {
+    if before.limits != after.limits {
+        broker.set_limits(limits(&after.limits));
+        tracing::info!("MQTT limits reloaded: new connections get them");
+    }
+    if before.persistence != after.persistence {
+        tracing::warn!("`mqtt.persistence` is applied at start-up; restart to change it");
+    }
+}
+
+/// The MQTT plane.
+pub struct MqttPlane {
+    pub broker: Broker,
+    pub listeners: Arc<dyn Listeners>,
+}
+
+impl Plane for MqttPlane {
+    fn start_worker(&self, core: &Rc<WorkerCore>) -> Rc<dyn PlaneWorker> {
+        Rc::new(MqttWorker { core: core.clone(), broker: self.broker.clone(), listeners: self.listeners.clone() })
+    }
+}
+
+struct MqttWorker {
+    core: Rc<WorkerCore>,
+    broker: Broker,
+    listeners: Arc<dyn Listeners>,
+}
+
+impl PlaneWorker for MqttWorker {
+    fn serves(&self, listener: &str) -> bool {
+        self.listeners.mqtt_listener(listener).is_some()
+    }
+
+    fn serve(self: Rc<Self>, io: TcpStream, peer: SocketAddr, listener: Arc<str>) -> Pin<Box<dyn Future<Output = ()>>> {
+        Box::pin(async move {
+            let Some(settings) = self.listeners.mqtt_listener(&listener) else { return };
+            let index = self.core.index;
+            let mut shutdown = self.core.shutdown.clone();
+            // Resolves when the process starts shutting down (or can no longer tell).
+            let draining = async move {
+                let _ = shutdown.wait_for(|down| *down).await;
+            };
+            let ended = match &settings.tls {
+                None => serve_until(io, peer, &self.broker, index, draining).await,
+                Some(tls) => match handshake(io, tls, &settings.stats, index).await {
+                    Some(stream) => serve_until(stream, peer, &self.broker, index, draining).await,
+                    None => return,
+                },
+            };
+            if let Err(e) = ended {
+                tracing::debug!(listener = %listener, client = %peer, "MQTT connection ended: {e}");
+            }
+        })
+    }
+
+    fn connection_limit(&self, listener: &str) -> usize {
+        let total = self.listeners.mqtt_listener(listener).map_or(usize::MAX, |l| l.max_connections);
+        total.div_ceil(self.listeners.workers().max(1))
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.listeners.shutdown_grace()
+    }
+
+    fn connection_panicked(&self, listener: &str) {
+        if let Some(l) = self.listeners.mqtt_listener(listener) {
+            slot(&l.stats.slots, self.core.index).panics.inc();
+        }
+    }
+
+    fn connection_evicted(&self, listener: &str) {
+        if let Some(l) = self.listeners.mqtt_listener(listener) {
+            slot(&l.stats.slots, self.core.index).evictions.inc();
+        }
+    }
+}
+
+/// The TLS handshake within the listener's handshake timeout, counted as on HTTP listeners.
+async fn handshake(
+    io: TcpStream,
+    tls: &TlsTerminator,
+    stats: &ListenerStats,
+    worker: usize,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let counters = slot(&stats.slots, worker);
+    match tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(io)).await {
+        Ok(Ok(stream)) => {
+            counters.tls_handshakes.inc();
+            Some(stream)
+        }
+        Ok(Err(e)) => {
+            counters.tls_handshake_failures.inc();
+            tracing::debug!(listener = %stats.listener, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            counters.tls_handshake_timeouts.inc();
+            None
+        }
+    }
+}
+
+/// What the MQTT plane shows the admin server: the broker's metrics and `/admin/mqtt`.
+pub struct MqttView {
+    pub broker: Broker,
+    pub listeners: Arc<dyn Listeners>,
+}
+
+impl PlaneView for MqttView {
+    fn render_metrics(&self, out: &mut String) {
+        self.broker.render_metrics(out);
+    }
+
+    fn admin_view(&self, name: &str) -> Option<serde_json::Value> {
+        (name == "mqtt").then(|| {
+            let m = self.broker.metrics();
+            serde_json::json!({
+                "connections": m.get(crate::metrics::Counter::Connections),
+                "sessions": self.broker.session_count(),
+                "subscriptions": self.broker.subscription_count(),
+                "retained_messages": self.broker.retained_count(),
+                "persistence": self.broker.store().map(|s| s.path().display().to_string()),
+            })
+        })
+    }
+
+    fn running_config(&self) -> Arc<LoadedConfig> {
+        self.listeners.running_config()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The configuration layer's defaults are the broker's own.
+    #[test]
+    fn the_configuration_defaults_are_the_brokers() {
+        let loaded = portico_config::load_str(
+            "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt: { persistence: { path: data } }\n",
+            "/etc/portico/portico.yaml",
+        )
+        .expect("valid");
+        let config = broker_config(&loaded);
+        assert_eq!(format!("{:?}", config.limits), format!("{:?}", Limits::default()));
+        let persistence = config.persistence.expect("persistence");
+        let expected = PersistenceConfig::new("/etc/portico/data/store.redb");
+        assert_eq!(format!("{persistence:?}"), format!("{expected:?}"));
+    }
+}

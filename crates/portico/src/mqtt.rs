@@ -1,0 +1,71 @@
+//! The MQTT plane's wiring: its listeners are the running snapshot's (TLS acceptor, connection limit and
+//! counters built with the HTTP listeners'), and the broker is opened once per process.
+
+use anyhow::anyhow;
+use arc_swap::ArcSwap;
+use portico_config::{ListenerProtocol, LoadedConfig};
+use portico_http::Snapshot;
+use portico_mqtt::plane::{Listeners, MqttListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The running snapshot's listeners, as the MQTT plane asks for them.
+pub struct SnapshotListeners(pub Arc<ArcSwap<Snapshot>>);
+
+impl Listeners for SnapshotListeners {
+    fn mqtt_listener(&self, name: &str) -> Option<MqttListener> {
+        let snapshot = self.0.load();
+        let listener = snapshot.listener(name)?;
+        protocol(&snapshot.source, name).filter(|p| *p == ListenerProtocol::Mqtt)?;
+        Some(MqttListener {
+            tls: listener.tls.clone(),
+            stats: listener.stats.clone(),
+            max_connections: listener.max_connections,
+        })
+    }
+
+    fn workers(&self) -> usize {
+        self.0.load().workers
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.0.load().shutdown_grace
+    }
+
+    fn running_config(&self) -> Arc<LoadedConfig> {
+        self.0.load().source.clone()
+    }
+}
+
+/// The `protocol` of listener `name` in `loaded`.
+pub fn protocol(loaded: &LoadedConfig, name: &str) -> Option<ListenerProtocol> {
+    loaded.config.listeners.iter().find(|l| l.name == name).map(|l| l.protocol)
+}
+
+/// Opens the broker the configuration describes (reading its store back, if it has one).
+pub fn open(loaded: &LoadedConfig) -> anyhow::Result<portico_mqtt::Broker> {
+    let config = portico_mqtt::plane::broker_config(loaded);
+    let store = config.persistence.as_ref().map(|p| (p.path.display().to_string(), p.on_corrupt));
+    portico_mqtt::Broker::open(config).map_err(|e| match store {
+        Some((file, portico_mqtt::OnCorruptStore::Fail)) => anyhow!(
+            "cannot open the MQTT store {file}: {e}\n  hint: `mqtt.persistence.on_corrupt_store: move_aside` moves a damaged store aside and starts empty"
+        ),
+        Some((file, _)) => anyhow!("cannot open the MQTT store {file}: {e}"),
+        None => anyhow!("cannot start the MQTT broker: {e}"),
+    })
+}
+
+/// A reload may not change the protocol of a listener that stays where it is: its sockets keep serving the
+/// plane they started with.
+pub fn protocol_changes(before: &LoadedConfig, after: &LoadedConfig) -> Result<(), String> {
+    for l in &after.config.listeners {
+        let kept = before.config.listeners.iter().find(|b| b.name == l.name && b.address == l.address);
+        if let Some(b) = kept.filter(|b| b.protocol != l.protocol) {
+            return Err(format!(
+                "listener {:?} changes its protocol from {:?} to {:?}: give it a new name or address, or restart",
+                l.name, b.protocol, l.protocol
+            ));
+        }
+    }
+    Ok(())
+}

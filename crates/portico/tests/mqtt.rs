@@ -1,0 +1,502 @@
+//! The MQTT plane through the binary: real MQTT clients (rumqttc, v3.1.1 and v5; mosquitto_pub/sub when
+//! installed; a hand-written client over TLS) on `protocol: mqtt` listeners of a running Portico, beside an
+//! HTTP listener: delivery at every QoS, TLS, metrics, reloads, drains, and persistence across `kill -9`.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// An HTTP listener on `{listen}` (a static route) and an MQTT listener on `{mqtt}`, with `extra` appended.
+fn both(extra: &str) -> String {
+    format!(
+        "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\nshutdown: {{ grace: 20s }}\nlisteners:\n  - name: web\n    address: \"{{listen}}\"\n  - name: mqtt\n    address: \"{{mqtt}}\"\n    protocol: mqtt\nroutes:\n  - match: {{ path: /healthz }}\n    static: {{ body: \"ok\\n\" }}\n{extra}"
+    )
+}
+
+/// A rumqttc client of either version, its events on a channel (the event loop stops at the first error).
+struct Client<C, E> {
+    client: C,
+    events: mpsc::UnboundedReceiver<Result<E, String>>,
+}
+
+type V4 = Client<rumqttc::AsyncClient, rumqttc::Event>;
+type V5 = Client<rumqttc::v5::AsyncClient, rumqttc::v5::Event>;
+type V5Packet = rumqttc::v5::mqttbytes::v5::Packet;
+
+impl<C, E> Client<C, E> {
+    async fn next(&mut self) -> Option<Result<E, String>> {
+        tokio::time::timeout(WAIT, self.events.recv()).await.ok().flatten()
+    }
+
+    /// The first event `pick` takes, skipping the others; panics on the end of the connection.
+    async fn wait_for<T>(&mut self, what: &str, mut pick: impl FnMut(&E) -> Option<T>) -> T
+    where
+        E: std::fmt::Debug,
+    {
+        loop {
+            match self.next().await {
+                Some(Ok(event)) => {
+                    if let Some(found) = pick(&event) {
+                        return found;
+                    }
+                }
+                other => panic!("waiting for {what}: {other:?}"),
+            }
+        }
+    }
+
+    /// How the connection ended (the event loop's error).
+    async fn closed(&mut self) -> String {
+        loop {
+            match self.next().await {
+                Some(Err(e)) => return e,
+                Some(Ok(_)) => {}
+                None => panic!("the connection did not end"),
+            }
+        }
+    }
+}
+
+/// Polls `f` until it holds (failing after [`WAIT`]), letting the clients' tasks run meanwhile.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn v4_options(addr: SocketAddr, id: &str) -> rumqttc::MqttOptions {
+    let mut options = rumqttc::MqttOptions::new(id, addr.ip().to_string(), addr.port());
+    options.set_keep_alive(Duration::from_secs(30));
+    options
+}
+
+async fn v4(options: rumqttc::MqttOptions) -> V4 {
+    let (client, mut eventloop) = rumqttc::AsyncClient::new(options, 100);
+    let (tx, events) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let event = eventloop.poll().await.map_err(|e| e.to_string());
+            let end = event.is_err();
+            if tx.send(event).is_err() || end {
+                return;
+            }
+        }
+    });
+    let mut c = Client { client, events };
+    c.wait_for("CONNACK", |e| matches!(e, rumqttc::Event::Incoming(rumqttc::Packet::ConnAck(_))).then_some(())).await;
+    c
+}
+
+impl V4 {
+    async fn subscribe(&mut self, filter: &str, qos: rumqttc::QoS) {
+        self.client.subscribe(filter, qos).await.unwrap();
+        self.wait_for("SUBACK", |e| matches!(e, rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_))).then_some(()))
+            .await;
+    }
+
+    async fn publish(&mut self) -> rumqttc::Publish {
+        self.wait_for("PUBLISH", |e| match e {
+            rumqttc::Event::Incoming(rumqttc::Packet::Publish(p)) => Some(p.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Publishes and waits for the broker's acknowledgement (PUBACK at QoS 1, PUBCOMP at QoS 2).
+    async fn publish_acked(&mut self, topic: &str, qos: rumqttc::QoS, payload: &str) {
+        self.client.publish(topic, qos, false, payload.as_bytes().to_vec()).await.unwrap();
+        match qos {
+            rumqttc::QoS::AtMostOnce => {
+                self.wait_for("the PUBLISH sent", |e| {
+                    matches!(e, rumqttc::Event::Outgoing(rumqttc::Outgoing::Publish(_))).then_some(())
+                })
+                .await
+            }
+            rumqttc::QoS::AtLeastOnce => {
+                self.wait_for("PUBACK", |e| {
+                    matches!(e, rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_))).then_some(())
+                })
+                .await
+            }
+            rumqttc::QoS::ExactlyOnce => {
+                self.wait_for("PUBCOMP", |e| {
+                    matches!(e, rumqttc::Event::Incoming(rumqttc::Packet::PubComp(_))).then_some(())
+                })
+                .await
+            }
+        }
+    }
+}
+
+fn v5_options(addr: SocketAddr, id: &str) -> rumqttc::v5::MqttOptions {
+    let mut options = rumqttc::v5::MqttOptions::new(id, addr.ip().to_string(), addr.port());
+    options.set_keep_alive(Duration::from_secs(30));
+    options
+}
+
+async fn v5(options: rumqttc::v5::MqttOptions) -> (V5, rumqttc::v5::mqttbytes::v5::ConnAck) {
+    let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, 100);
+    let (tx, events) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let event = eventloop.poll().await.map_err(|e| format!("{e:?}"));
+            let end = event.is_err();
+            if tx.send(event).is_err() || end {
+                return;
+            }
+        }
+    });
+    let mut c = Client { client, events };
+    let ack = c
+        .wait_for("CONNACK", |e| match e {
+            rumqttc::v5::Event::Incoming(V5Packet::ConnAck(ack)) => Some(ack.clone()),
+            _ => None,
+        })
+        .await;
+    (c, ack)
+}
+
+impl V5 {
+    async fn subscribe(&mut self, filter: &str, qos: rumqttc::v5::mqttbytes::QoS) {
+        self.client.subscribe(filter, qos).await.unwrap();
+        self.wait_for("SUBACK", |e| matches!(e, rumqttc::v5::Event::Incoming(V5Packet::SubAck(_))).then_some(())).await;
+    }
+
+    async fn publish(&mut self) -> rumqttc::v5::mqttbytes::v5::Publish {
+        self.wait_for("PUBLISH", |e| match e {
+            rumqttc::v5::Event::Incoming(V5Packet::Publish(p)) => Some(p.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn publish_acked(&mut self, topic: &str, qos: rumqttc::v5::mqttbytes::QoS, payload: &str) {
+        use rumqttc::v5::mqttbytes::QoS as Q;
+        self.client.publish(topic, qos, false, payload.as_bytes().to_vec()).await.unwrap();
+        match qos {
+            Q::AtMostOnce => {
+                self.wait_for("the PUBLISH sent", |e| {
+                    matches!(e, rumqttc::v5::Event::Outgoing(rumqttc::Outgoing::Publish(_))).then_some(())
+                })
+                .await
+            }
+            Q::AtLeastOnce => {
+                self.wait_for("PUBACK", |e| {
+                    matches!(e, rumqttc::v5::Event::Incoming(V5Packet::PubAck(_))).then_some(())
+                })
+                .await
+            }
+            Q::ExactlyOnce => {
+                self.wait_for("PUBCOMP", |e| {
+                    matches!(e, rumqttc::v5::Event::Incoming(V5Packet::PubComp(_))).then_some(())
+                })
+                .await
+            }
+        }
+    }
+}
+
+fn v4_qos(n: u8) -> rumqttc::QoS {
+    [rumqttc::QoS::AtMostOnce, rumqttc::QoS::AtLeastOnce, rumqttc::QoS::ExactlyOnce][usize::from(n)]
+}
+
+fn v5_qos(n: u8) -> rumqttc::v5::mqttbytes::QoS {
+    use rumqttc::v5::mqttbytes::QoS as Q;
+    [Q::AtMostOnce, Q::AtLeastOnce, Q::ExactlyOnce][usize::from(n)]
+}
+
+#[tokio::test]
+async fn v3_and_v5_clients_publish_and_subscribe_at_every_qos_beside_an_http_listener() {
+    let p = Portico::start(&both(""));
+    let (mut sub5, _) = v5(v5_options(p.mqtt, "sub5")).await;
+    let mut sub4 = v4(v4_options(p.mqtt, "sub4")).await;
+    sub5.subscribe("from/v4/#", v5_qos(2)).await;
+    sub4.subscribe("from/v5/#", v4_qos(2)).await;
+    let mut pub4 = v4(v4_options(p.mqtt, "pub4")).await;
+    let (mut pub5, _) = v5(v5_options(p.mqtt, "pub5")).await;
+    for qos in 0..3 {
+        pub4.publish_acked(&format!("from/v4/{qos}"), v4_qos(qos), &format!("v4 at {qos}")).await;
+        let got = sub5.publish().await;
+        assert_eq!(
+            (&got.topic[..], &got.payload[..], got.qos),
+            (format!("from/v4/{qos}").as_bytes(), format!("v4 at {qos}").as_bytes(), v5_qos(qos))
+        );
+        pub5.publish_acked(&format!("from/v5/{qos}"), v5_qos(qos), &format!("v5 at {qos}")).await;
+        let got = sub4.publish().await;
+        assert_eq!(
+            (got.topic.as_str(), &got.payload[..], got.qos),
+            (format!("from/v5/{qos}").as_str(), format!("v5 at {qos}").as_bytes(), v4_qos(qos))
+        );
+    }
+    // The HTTP listener of the same process answers.
+    let r = Conn::open(p.addr).get("/healthz", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+    // And the broker's metrics are on the admin server's /metrics, beside HTTP's.
+    assert_eq!(p.metric("portico_mqtt_connections"), 4.0);
+    assert_eq!(p.metric("portico_mqtt_subscriptions"), 2.0);
+    for qos in 0..3 {
+        assert_eq!(p.metric(&format!("portico_mqtt_messages_received_total{{qos=\"{qos}\"}}")), 2.0, "qos {qos}");
+        assert_eq!(p.metric(&format!("portico_mqtt_messages_sent_total{{qos=\"{qos}\"}}")), 2.0, "qos {qos}");
+    }
+    let text = p.admin_get("/metrics").text();
+    for family in ["portico_requests_total", "portico_mqtt_connections_total", "portico_mqtt_sessions"] {
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family} missing:\n{text}");
+    }
+    let view: serde_json::Value = serde_json::from_slice(&p.admin_get("/admin/mqtt").body).unwrap();
+    assert_eq!(view["connections"], 4, "{view}");
+}
+
+/// A minimal blocking MQTT 3.1.1 client, written from the specification, over any byte stream.
+struct Wire<S: Read + Write>(S);
+
+impl<S: Read + Write> Wire<S> {
+    fn packet(&mut self, first: u8, body: &[u8]) {
+        let mut out = vec![first];
+        let mut len = body.len();
+        loop {
+            let byte = (len % 128) as u8;
+            len /= 128;
+            out.push(if len > 0 { byte | 0x80 } else { byte });
+            if len == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(body);
+        self.0.write_all(&out).unwrap();
+        self.0.flush().unwrap();
+    }
+
+    /// The next packet: its first byte and body.
+    fn read(&mut self) -> (u8, Vec<u8>) {
+        let mut byte = [0u8; 1];
+        self.0.read_exact(&mut byte).unwrap();
+        let first = byte[0];
+        let (mut len, mut shift) = (0usize, 0);
+        loop {
+            self.0.read_exact(&mut byte).unwrap();
+            len |= usize::from(byte[0] & 0x7f) << shift;
+            shift += 7;
+            if byte[0] & 0x80 == 0 {
+                break;
+            }
+        }
+        let mut body = vec![0u8; len];
+        self.0.read_exact(&mut body).unwrap();
+        (first, body)
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut out = (s.len() as u16).to_be_bytes().to_vec();
+        out.extend_from_slice(s.as_bytes());
+        out
+    }
+
+    fn connect(&mut self, id: &str) {
+        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 30];
+        body.extend(Self::string(id));
+        self.packet(0x10, &body);
+        assert_eq!(self.read(), (0x20, vec![0, 0]), "CONNACK accepted");
+    }
+
+    fn subscribe(&mut self, filter: &str, qos: u8) {
+        let mut body = vec![0, 1];
+        body.extend(Self::string(filter));
+        body.push(qos);
+        self.packet(0x82, &body);
+        assert_eq!(self.read(), (0x90, vec![0, 1, qos]), "SUBACK");
+    }
+
+    fn publish_qos1(&mut self, topic: &str, id: u16, payload: &[u8]) {
+        let mut body = Self::string(topic);
+        body.extend(id.to_be_bytes());
+        body.extend_from_slice(payload);
+        self.packet(0x32, &body);
+        let [hi, lo] = id.to_be_bytes();
+        assert_eq!(self.read(), (0x40, vec![hi, lo]), "PUBACK");
+    }
+
+    /// The next PUBLISH at QoS 1 (acknowledged): its topic and payload.
+    fn receive_qos1(&mut self) -> (String, Vec<u8>) {
+        let (first, body) = self.read();
+        assert_eq!(first & 0xf6, 0x32, "a QoS 1 PUBLISH: {first:#x}");
+        let len = usize::from(u16::from_be_bytes([body[0], body[1]]));
+        let topic = String::from_utf8(body[2..2 + len].to_vec()).unwrap();
+        let id = &body[2 + len..4 + len];
+        self.packet(0x40, id);
+        (topic, body[4 + len..].to_vec())
+    }
+}
+
+#[test]
+fn mqtt_over_tls_on_a_tls_listener() {
+    let dir = temp_dir();
+    let ca = pki::Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let tls = format!(
+        "    tls: {{ certificates: [ {{ cert: \"{}\", key: \"{}\" }} ] }}\n",
+        site.cert.display(),
+        site.key.display()
+    );
+    let yaml = both("").replace("    protocol: mqtt\n", &format!("    protocol: mqtt\n{tls}"));
+    let p = Portico::start_in(&dir, &yaml);
+    // A client offering no ALPN, and one offering `mqtt` (as some do): both are served.
+    let mut sub = Wire(pki::connect(p.mqtt, "localhost", &ca.pem, None, &[]).expect("TLS handshake"));
+    sub.connect("tls-sub");
+    sub.subscribe("secure/#", 1);
+    let mut publisher = Wire(pki::connect(p.mqtt, "localhost", &ca.pem, None, &["mqtt"]).expect("TLS with ALPN mqtt"));
+    publisher.connect("tls-pub");
+    publisher.publish_qos1("secure/door", 7, b"open");
+    assert_eq!(sub.receive_qos1(), ("secure/door".to_string(), b"open".to_vec()));
+    // Plain MQTT on the TLS port gets nowhere.
+    let (answer, closed) = raw_exchange(p.mqtt, b"\x10\x10\x00\x04MQTT\x04\x02\x00\x1e\x00\x04abcd");
+    assert!(closed && !answer.starts_with('\x20'), "{answer:?}");
+    assert_eq!(p.metric("portico_tls_handshakes_total{listener=\"mqtt\",result=\"ok\"}"), 2.0);
+    assert!(p.metric("portico_tls_handshakes_total{listener=\"mqtt\",result=\"failed\"}") >= 1.0);
+}
+
+#[tokio::test]
+async fn a_reload_keeps_mqtt_clients_connected_and_gives_new_limits_to_new_connections() {
+    let p = Portico::start(&both("mqtt: { limits: { max_keepalive: 60s } }\n"));
+    let (mut sub, ack) = v5(v5_options(p.mqtt, "stays")).await;
+    assert_eq!(ack.properties.and_then(|p| p.server_keep_alive), None, "30 s is within 60 s");
+    sub.subscribe("reload/#", v5_qos(1)).await;
+    p.rewrite_config(&both("mqtt: { limits: { max_keepalive: 20s } }\n"));
+    p.signal(libc::SIGHUP);
+    eventually("the reload", || p.metric("portico_reloads_total") == 1.0).await;
+    // The connected client is still served: a message published after the reload reaches it.
+    let (mut publisher, ack) = v5(v5_options(p.mqtt, "after")).await;
+    assert_eq!(ack.properties.and_then(|p| p.server_keep_alive), Some(20), "the new limit");
+    publisher.publish_acked("reload/x", v5_qos(1), "still here").await;
+    assert_eq!(&sub.publish().await.payload[..], b"still here");
+    assert_eq!(p.metric("portico_mqtt_connections_total"), 2.0, "no reconnection");
+    // A reload that would turn the MQTT listener into an HTTP one is refused; the broker keeps serving.
+    p.rewrite_config(&both("").replace("    protocol: mqtt\n", ""));
+    p.signal(libc::SIGHUP);
+    eventually("the refused reload", || p.metric("portico_reload_failures_total") == 1.0).await;
+    publisher.publish_acked("reload/y", v5_qos(1), "and still").await;
+    assert_eq!(&sub.publish().await.payload[..], b"and still");
+}
+
+#[tokio::test]
+async fn a_drain_disconnects_v5_clients_with_server_shutting_down() {
+    let mut p = Portico::start(&both(""));
+    let (mut c5, _) = v5(v5_options(p.mqtt, "drained5")).await;
+    let mut c4 = v4(v4_options(p.mqtt, "drained4")).await;
+    p.signal(libc::SIGTERM);
+    let ended = c5.closed().await;
+    assert!(ended.contains("ServerShuttingDown"), "{ended}");
+    c4.closed().await;
+    // The MQTT connections do not hold the process for its 20 s grace period.
+    assert!(p.wait_exit(Duration::from_secs(5)).is_some_and(|s| s.success()), "exits once drained");
+}
+
+#[tokio::test]
+async fn messages_acknowledged_to_a_persistent_session_survive_kill_9_and_qos2_ones_arrive_once() {
+    let dir = temp_dir();
+    let yaml = both("mqtt:\n  persistence: { path: data/mqtt }\n");
+    let mut p = Portico::start_in(&dir, &yaml);
+    let mut options = v4_options(p.mqtt, "durable");
+    options.set_clean_session(false);
+    let mut sub = v4(options).await;
+    sub.subscribe("orders/#", v4_qos(2)).await;
+    sub.client.disconnect().await.unwrap();
+    eventually("the subscriber offline", || p.metric("portico_mqtt_connections") == 0.0).await;
+    drop(sub);
+    let mut publisher = v4(v4_options(p.mqtt, "producer")).await;
+    for n in 0..30 {
+        let qos = if n < 20 { 1 } else { 2 };
+        publisher.publish_acked(&format!("orders/{n}"), v4_qos(qos), &format!("order {n}")).await;
+    }
+    assert!(p.metric("portico_mqtt_store_commits_total") >= 1.0);
+    assert!(p.metric("portico_mqtt_store_bytes") > 0.0);
+    // Every PUBACK and PUBCOMP above promised the message is on disk: SIGKILL, no drain, no chance to write more.
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    assert!(dir.join("data/mqtt/store.redb").exists());
+    let p = Portico::start_in(&dir, &yaml);
+    let mut options = v4_options(p.mqtt, "durable");
+    options.set_clean_session(false);
+    let mut sub = v4(options).await;
+    let mut got = Vec::new();
+    for _ in 0..30 {
+        let m = sub.publish().await;
+        got.push((m.qos, String::from_utf8(m.payload.to_vec()).unwrap()));
+    }
+    let expected: Vec<_> = (0..30).map(|n| (v4_qos(if n < 20 { 1 } else { 2 }), format!("order {n}"))).collect();
+    assert_eq!(got, expected, "every acknowledged message, in order, at its QoS");
+    // Nothing more: no QoS 2 message twice.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, sub.events.recv()).await {
+        if let Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(m))) = event {
+            panic!("delivered again: {m:?}");
+        }
+    }
+    assert_eq!(p.metric("portico_mqtt_sessions"), 1.0, "the durable session, resumed");
+}
+
+#[test]
+fn mosquitto_clients_publish_and_subscribe_through_portico() {
+    if !tool_exists("mosquitto_sub") || !tool_exists("mosquitto_pub") {
+        skip_outside_ci(
+            "mosquitto_clients_publish_and_subscribe_through_portico",
+            "mosquitto-clients is not installed",
+        );
+        return;
+    }
+    let p = Portico::start(&both(""));
+    let port = p.mqtt.port().to_string();
+    for version in ["mqttv311", "mqttv5"] {
+        let sub = std::process::Command::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &port, "-V", version, "-t", "greetings/#", "-q", "1", "-C", "1", "-v"])
+            .args(["-W", "10"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until("the subscription", WAIT, || p.metric("portico_mqtt_subscriptions") == 1.0);
+        let published = std::process::Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port, "-V", version, "-t", "greetings/world", "-q", "1", "-m"])
+            .arg(format!("hello over {version}"))
+            .status()
+            .unwrap();
+        assert!(published.success());
+        let out = sub.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("greetings/world hello over {version}\n"));
+        wait_until("the subscriber gone", WAIT, || p.metric("portico_mqtt_subscriptions") == 0.0);
+    }
+}
+
+#[tokio::test]
+async fn a_damaged_store_is_moved_aside_or_refused_as_configured() {
+    let dir = temp_dir();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/store.redb"), b"not a database, whatever it was").unwrap();
+    // `fail`: Portico does not start, and says which file and what to do.
+    let failing = both("mqtt: { persistence: { path: data, on_corrupt_store: fail } }\n")
+        .replace("{listen}", &format!("127.0.0.1:{}", free_port()))
+        .replace("{mqtt}", &format!("127.0.0.1:{}", free_port()))
+        .replace("{admin}", &format!("127.0.0.1:{}", free_port()));
+    std::fs::write(dir.join("fail.yaml"), failing).unwrap();
+    let out =
+        std::process::Command::new(portico_bin()).args(["run", "-c"]).arg(dir.join("fail.yaml")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot open the MQTT store") && stderr.contains("store.redb"), "{stderr}");
+    assert!(stderr.contains("on_corrupt_store: move_aside"), "{stderr}");
+    // `move_aside` (the default): the file is kept aside and the broker starts empty, and serves.
+    let p = Portico::start_in(&dir, &both("mqtt: { persistence: { path: data } }\n"));
+    let aside: Vec<String> = std::fs::read_dir(dir.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("store.redb.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let (mut c, _) = v5(v5_options(p.mqtt, "after-damage")).await;
+    c.subscribe("t", v5_qos(1)).await;
+}
