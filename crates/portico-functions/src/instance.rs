@@ -742,14 +742,42 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     let fail_host = host.clone();
     let fail = move |number: u32, reason: String| fail_host.outgoing_set(number, Outgoing::Failed(reason));
     globals.set("__portico_stream_fail", Func::from(fail))?;
-    let load = |ctx: Ctx<'js>| -> rquickjs::Result<()> {
-        let mut options = rquickjs::context::EvalOptions::default();
-        options.filename = Some("web-streams-polyfill.js".into());
-        options.global = true;
-        ctx.eval_with_options::<(), _>(STREAMS, options)
-    };
-    globals.set("__portico_load_streams", Func::from(load))?;
+    globals.set(
+        "__portico_load_streams",
+        Func::from(|ctx: Ctx<'js>| load_cached(&ctx, "web-streams-polyfill.js", STREAMS)),
+    )?;
     Ok(())
+}
+
+/// Bytecode of the JavaScript Portico evaluates in every runtime, compiled once per process: a runtime loads
+/// it instead of parsing and compiling the source again (most of what making a runtime costs).
+static BYTECODE: std::sync::Mutex<Vec<(&'static str, &'static [u8])>> = std::sync::Mutex::new(Vec::new());
+
+/// Evaluates `source` (a script of Portico's own, run as a module for its side effects) in `ctx` from its
+/// cached bytecode, compiling and caching it on first use.
+fn load_cached(ctx: &Ctx<'_>, name: &'static str, source: &'static str) -> rquickjs::Result<()> {
+    let cached = {
+        let all = BYTECODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        all.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
+    };
+    let declared = match cached {
+        // SAFETY: the bytes were written by `Module::write` of this same engine, in this process.
+        Some(bytes) => unsafe { rquickjs::Module::load(ctx.clone(), bytes)? },
+        None => {
+            let declared = rquickjs::Module::declare(ctx.clone(), name, source)?;
+            let bytes = declared.write(rquickjs::module::WriteOptions::default())?;
+            // Leaked once per script per process: runtimes load functions straight from the bytes (ROM data).
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            BYTECODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((name, bytes));
+            declared
+        }
+    };
+    // Portico's scripts have no top-level await: evaluating one runs it to its end, and its promise is settled.
+    let (_, promise) = declared.eval()?;
+    match promise.result::<Value>() {
+        Some(Err(e)) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The longest a timer may be set for (longer ones fire then; the wall limit ends the call sooner anyway).
