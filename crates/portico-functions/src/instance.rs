@@ -116,6 +116,7 @@ impl Instance {
             globals.set("__portico_digest", Func::from(crate::crypto::digest)).map_err(|e| describe(&ctx, e))?;
             globals.set("__portico_hmac", Func::from(crate::crypto::hmac)).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
+            crate::webapi::install(&ctx)?;
             let (target, handler): (Value, Function) = match shape {
                 Shape::Module => {
                     let declared =

@@ -14,6 +14,8 @@ mod crypto;
 mod handler;
 mod instance;
 mod stats;
+mod url;
+mod webapi;
 
 pub use stats::FunctionsView;
 
