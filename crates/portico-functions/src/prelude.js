@@ -235,10 +235,6 @@
     return out;
   };
 
-  class DOMException extends Error {
-    constructor(message = "", name = "Error") { super(message); this.name = name; }
-  }
-
   // Web Crypto: random values, digests and HMAC, on the system's generator and `ring` (crypto.rs).
   const bufferSource = (data) => {
     if (data instanceof ArrayBuffer) return new Uint8Array(data);
@@ -321,7 +317,7 @@
   const console = { log: log("info"), info: log("info"), debug: log("debug"), warn: log("warn"), error: log("error") };
 
   for (const [name, value] of Object.entries({
-    TextEncoder, TextDecoder, Headers, Request, Response, atob, btoa, DOMException, console,
+    TextEncoder, TextDecoder, Headers, Request, Response, atob, btoa, console,
     crypto, CryptoKey,
     queueMicrotask: (f) => { Promise.resolve().then(f); },
   })) define(name, value);
