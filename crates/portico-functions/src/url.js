@@ -1,14 +1,14 @@
 // URL and URLSearchParams as the WHATWG URL Standard defines them. Parsing, the setters and the
 // application/x-www-form-urlencoded parser and serializer are the `url` crate's (url.rs); the classes around
-// them are here. Evaluated once per runtime as a function that url.rs calls with the natives, which stay out of
-// the handler's reach.
+// them are here. A module evaluated once per runtime, whose default export webapi.rs calls with the natives,
+// which stay out of the handler's reach.
 //
 // A URL keeps what the parser gave: its href and the offsets of its parts in it (`[href, afterScheme,
 // beforeUsername, afterUsername, beforePassword, afterPassword, beforeHost, afterHost, beforePort, afterPort,
 // beforePath, afterPath, afterQuery]`); the getters slice, a setter asks the native again, and searchParams is
-// made on first use.
-((native) => {
-  "use strict";
+// made on first use. The URL and its searchParams share that array, changed in place, rather than point at each
+// other: no reference cycle, so a request's URL is freed when the request is done, not by the next collection.
+export default (native) => {
   const { parse, set, formParse, formSerialize } = native;
   // WebIDL's USVString: a symbol is a TypeError, lone surrogates become U+FFFD.
   const usv = (value) => `${value}`.toWellFormed();
@@ -25,9 +25,11 @@
   const PARSED = Symbol("parsed");
   const LINKED = Symbol("linked");
 
-  // Set in the classes' static blocks: how URL and URLSearchParams reach each other's private state.
-  let linkedQueryChanged; // (url, params) the list changed: the URL's query follows
-  let urlSearchChanged; // (params, search) the URL's query changed: the list follows
+  // Set in URLSearchParams' static block: the URL's query changed, the list follows.
+  let urlSearchChanged; // (params, search)
+  const replace = (c, parts) => {
+    for (let i = 0; i < parts.length; i++) c[i] = parts[i];
+  };
 
   const searchOf = (c) => {
     const s = c[0].slice(c[11], c[12]);
@@ -68,7 +70,7 @@
     #set(which, value) {
       const c = set(this.#c[0], which, usv(value));
       if (c === undefined) return false;
-      this.#c = c;
+      replace(this.#c, c);
       if (this.#params !== null && (which === HREF || which === SEARCH)) urlSearchChanged(this.#params, searchOf(c));
       return true;
     }
@@ -103,7 +105,7 @@
     set pathname(value) { this.#set(PATHNAME, value); }
     get search() { return searchOf(this.#c); }
     set search(value) { this.#set(SEARCH, value); }
-    get searchParams() { return (this.#params ??= new URLSearchParams(LINKED, this)); }
+    get searchParams() { return (this.#params ??= new URLSearchParams(LINKED, this.#c)); }
     get hash() {
       const s = this.#c[0].slice(this.#c[12]);
       return s.length === 1 ? "" : s;
@@ -111,24 +113,18 @@
     set hash(value) { this.#set(HASH, value); }
     toString() { return this.#c[0]; }
     toJSON() { return this.#c[0]; }
-
-    static {
-      linkedQueryChanged = (url, params) => {
-        const c = set(url.#c[0], SEARCH, params.toString());
-        if (c !== undefined) url.#c = c;
-      };
-    }
   }
 
   class URLSearchParams {
     // name, value, name, value, ...
     #list = [];
+    // The parts of the URL whose query this is (shared with it), or null.
     #url = null;
 
-    constructor(init = undefined, url = undefined) {
+    constructor(init = undefined, parts = undefined) {
       if (init === LINKED) {
-        this.#url = url;
-        const search = url.search;
+        this.#url = parts;
+        const search = searchOf(parts);
         if (search !== "") this.#list = formParse(search.slice(1));
         return;
       }
@@ -170,7 +166,9 @@
     }
 
     #update() {
-      if (this.#url !== null) linkedQueryChanged(this.#url, this);
+      if (this.#url === null) return;
+      const c = set(this.#url[0], SEARCH, this.toString());
+      if (c !== undefined) replace(this.#url, c);
     }
 
     get size() { return this.#list.length >> 1; }
@@ -287,4 +285,4 @@
   Object.defineProperty(URLSearchParams.prototype, Symbol.iterator, {
     value: URLSearchParams.prototype.entries, writable: true, configurable: true,
   });
-})
+};
