@@ -161,6 +161,7 @@ impl Instance {
         let loaded = context.with(|ctx| -> Result<_, String> {
             install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
             ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
+            crate::webapi::install(&ctx)?;
             type Entry<'js> = Option<Function<'js>>;
             let (target, fetch, on_request, on_response): (Value, Entry, Entry, Entry) = match shape {
                 Shape::Module => {

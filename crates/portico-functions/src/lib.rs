@@ -18,6 +18,8 @@ mod handler;
 mod instance;
 mod stats;
 mod streaming;
+mod url;
+mod webapi;
 
 pub use stats::FunctionsView;
 

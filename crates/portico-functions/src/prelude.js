@@ -1,5 +1,5 @@
-// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, URL,
-// URLSearchParams, TextEncoder, TextDecoder, atob, btoa, console, queueMicrotask. Evaluated once per runtime,
+// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, TextEncoder,
+// TextDecoder, atob, btoa, console, queueMicrotask (URL, DOMException and more: webapi.rs). Evaluated once per runtime,
 // before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
 // responses out; `__portico_log` is native.
 (() => {
@@ -393,116 +393,6 @@
     get [Symbol.toStringTag]() { return "Response"; }
   }
 
-  const encodeQuery = (s) =>
-    encodeURIComponent(s).replace(/%20/g, "+").replace(/[!'()~]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
-  const decodeQuery = (s) => {
-    try { return decodeURIComponent(s.replace(/\+/g, " ")); } catch { return s; }
-  };
-
-  class URLSearchParams {
-    #list = [];
-    #onChange = null;
-    constructor(init = "") {
-      if (typeof init === "string") this.__parse(init);
-      else if (init instanceof URLSearchParams) this.#list = [...init];
-      else if (Array.isArray(init)) this.#list = init.map(([k, v]) => [String(k), String(v)]);
-      else if (init && typeof init === "object") this.#list = Object.keys(init).map((k) => [k, String(init[k])]);
-    }
-    __parse(text) {
-      text = String(text).replace(/^\?/, "");
-      this.#list = text ? text.split("&").filter(Boolean).map((pair) => {
-        const at = pair.indexOf("=");
-        return at < 0 ? [decodeQuery(pair), ""] : [decodeQuery(pair.slice(0, at)), decodeQuery(pair.slice(at + 1))];
-      }) : [];
-    }
-    __watch(callback) { this.#onChange = callback; }
-    #changed() { if (this.#onChange) this.#onChange(this.toString()); }
-    get size() { return this.#list.length; }
-    append(k, v) { this.#list.push([String(k), String(v)]); this.#changed(); }
-    delete(k) { this.#list = this.#list.filter(([n]) => n !== String(k)); this.#changed(); }
-    get(k) { const e = this.#list.find(([n]) => n === String(k)); return e ? e[1] : null; }
-    getAll(k) { return this.#list.filter(([n]) => n === String(k)).map(([, v]) => v); }
-    has(k) { return this.#list.some(([n]) => n === String(k)); }
-    set(k, v) {
-      k = String(k);
-      const at = this.#list.findIndex(([n]) => n === k);
-      if (at < 0) this.#list.push([k, String(v)]);
-      else { this.#list[at][1] = String(v); this.#list = this.#list.filter(([n], i) => n !== k || i === at); }
-      this.#changed();
-    }
-    sort() { this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)); this.#changed(); }
-    forEach(callback, thisArg) { for (const [k, v] of this.#list) callback.call(thisArg, v, k, this); }
-    entries() { return this.#list.map(([k, v]) => [k, v])[Symbol.iterator](); }
-    keys() { return this.#list.map(([k]) => k)[Symbol.iterator](); }
-    values() { return this.#list.map(([, v]) => v)[Symbol.iterator](); }
-    [Symbol.iterator]() { return this.entries(); }
-    toString() { return this.#list.map(([k, v]) => encodeQuery(k) + "=" + encodeQuery(v)).join("&"); }
-  }
-
-  // Absolute http(s) URLs and relative references against them: what a fetch handler parses (not the whole
-  // WHATWG URL standard: no IDNA, no opaque schemes).
-  const DEFAULT_PORTS = { "http:": "80", "https:": "443", "ws:": "80", "wss:": "443" };
-  class URL {
-    #protocol; #username = ""; #password = ""; #hostname; #port; #pathname; #search; #hash; #params;
-    constructor(url, base) {
-      url = String(url).trim();
-      const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/(?:([^:@/]*)(?::([^@/]*))?@)?(\[[^\]]*\]|[^:/?#]*)(?::(\d*))?([^?#]*)(\?[^#]*)?(#.*)?$/.exec(url);
-      if (!m) {
-        if (base === undefined) throw new TypeError(`Invalid URL: ${url}`);
-        const b = base instanceof URL ? base : new URL(base);
-        const [, path = "", search, hash] = /^([^?#]*)(\?[^#]*)?(#.*)?$/.exec(url);
-        let pathname = b.pathname;
-        if (path.startsWith("//")) return new URL(b.protocol + path + (search || "") + (hash || ""));
-        if (path.startsWith("/")) pathname = path;
-        else if (path) pathname = pathname.replace(/[^/]*$/, "") + path;
-        const merged = b.protocol + "//" + b.host + pathname +
-          (search !== undefined ? search : path ? "" : b.search) + (hash || "");
-        return new URL(merged);
-      }
-      this.#protocol = m[1].toLowerCase() + ":";
-      this.#username = m[2] || "";
-      this.#password = m[3] || "";
-      this.#hostname = m[4].toLowerCase();
-      if (!this.#hostname && this.#protocol in DEFAULT_PORTS) throw new TypeError(`Invalid URL: ${url}`);
-      this.#port = m[5] && m[5] !== DEFAULT_PORTS[this.#protocol] ? String(Number(m[5])) : "";
-      this.#pathname = URL.#dots(m[6] || "/");
-      this.#search = m[7] && m[7] !== "?" ? m[7] : "";
-      this.#hash = m[8] && m[8] !== "#" ? m[8] : "";
-      this.#params = new URLSearchParams(this.#search);
-      this.#params.__watch((text) => { this.#search = text ? "?" + text : ""; });
-    }
-    static #dots(path) {
-      const out = [];
-      for (const segment of path.split("/").slice(1)) {
-        if (segment === "..") { if (out.length) out.pop(); }
-        else if (segment !== ".") out.push(segment);
-      }
-      const last = path.split("/").pop();
-      return "/" + out.join("/") + (last === "." || last === ".." ? (out.length ? "/" : "") : "");
-    }
-    static canParse(url, base) { try { new URL(url, base); return true; } catch { return false; } }
-    get protocol() { return this.#protocol; }
-    get username() { return this.#username; }
-    get password() { return this.#password; }
-    get hostname() { return this.#hostname; }
-    get port() { return this.#port; }
-    get host() { return this.#hostname + (this.#port ? ":" + this.#port : ""); }
-    get origin() { return this.#protocol + "//" + this.host; }
-    get pathname() { return this.#pathname; }
-    set pathname(p) { this.#pathname = URL.#dots(String(p).startsWith("/") ? String(p) : "/" + p); }
-    get search() { return this.#search; }
-    set search(s) { s = String(s); this.#search = s && s !== "?" ? (s.startsWith("?") ? s : "?" + s) : ""; this.#params.__parse(this.#search); }
-    get searchParams() { return this.#params; }
-    get hash() { return this.#hash; }
-    set hash(h) { h = String(h); this.#hash = h && h !== "#" ? (h.startsWith("#") ? h : "#" + h) : ""; }
-    get href() {
-      const auth = this.#username ? this.#username + (this.#password ? ":" + this.#password : "") + "@" : "";
-      return this.#protocol + "//" + auth + this.host + this.#pathname + this.#search + this.#hash;
-    }
-    toString() { return this.href; }
-    toJSON() { return this.href; }
-  }
-
   const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const btoa = (text) => {
     text = String(text);
@@ -530,10 +420,6 @@
     }
     return out;
   };
-
-  class DOMException extends Error {
-    constructor(message = "", name = "Error") { super(message); this.name = name; }
-  }
 
   // Web Crypto: random values, digests and HMAC, on the system's generator and `ring` (crypto.rs).
   const bufferSource = (data) => {
@@ -617,7 +503,7 @@
   const console = { log: log("info"), info: log("info"), debug: log("debug"), warn: log("warn"), error: log("error") };
 
   for (const [name, value] of Object.entries({
-    TextEncoder, TextDecoder, Headers, Request, Response, URL, URLSearchParams, atob, btoa, DOMException, console,
+    TextEncoder, TextDecoder, Headers, Request, Response, atob, btoa, console,
     crypto, CryptoKey,
     queueMicrotask: (f) => { Promise.resolve().then(f); },
   })) define(name, value);
