@@ -3,6 +3,7 @@
 //! (event_loop.rs): the handler's first run, then each of its timers and fetches as they settle.
 
 use crate::event_loop::{is_pending, CallError, CallId, Host, Outgoing};
+use crate::scripts::{self, describe};
 use bytes::Bytes;
 use portico_http::subrequest::{SubRequest, SubResponse, SubrequestError, Upstreams};
 use rquickjs::function::Func;
@@ -11,10 +12,6 @@ use std::cell::{Cell, RefCell};
 use std::pin::pin;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
-
-const PRELUDE: &str = include_str!("prelude.js");
-/// The Streams Standard (vendor/README.md), evaluated on first use.
-const STREAMS: &str = include_str!("vendor/web-streams-polyfill.js");
 
 /// Deepest JavaScript stack a call may use: deep recursion is a `RangeError`, not a crashed worker.
 const MAX_STACK: usize = 512 * 1024;
@@ -160,7 +157,7 @@ impl Instance {
         deadline.set(Some(Instant::now() + Duration::from_secs(1)));
         let loaded = context.with(|ctx| -> Result<_, String> {
             install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
-            ctx.eval::<(), _>(PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
+            scripts::evaluate(&ctx, &scripts::PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
             crate::webapi::install(&ctx)?;
             type Entry<'js> = Option<Function<'js>>;
             let (target, fetch, on_request, on_response): (Value, Entry, Entry, Entry) = match shape {
@@ -743,42 +740,9 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     let fail_host = host.clone();
     let fail = move |number: u32, reason: String| fail_host.outgoing_set(number, Outgoing::Failed(reason));
     globals.set("__portico_stream_fail", Func::from(fail))?;
-    globals.set(
-        "__portico_load_streams",
-        Func::from(|ctx: Ctx<'js>| load_cached(&ctx, "web-streams-polyfill.js", STREAMS)),
-    )?;
+    let load_streams = |ctx: Ctx<'js>| scripts::evaluate(&ctx, &scripts::STREAMS).map(|_| ());
+    globals.set("__portico_load_streams", Func::from(load_streams))?;
     Ok(())
-}
-
-/// Bytecode of the JavaScript Portico evaluates in every runtime, compiled once per process: a runtime loads
-/// it instead of parsing and compiling the source again (most of what making a runtime costs).
-static BYTECODE: std::sync::Mutex<Vec<(&'static str, &'static [u8])>> = std::sync::Mutex::new(Vec::new());
-
-/// Evaluates `source` (a script of Portico's own, run as a module for its side effects) in `ctx` from its
-/// cached bytecode, compiling and caching it on first use.
-fn load_cached(ctx: &Ctx<'_>, name: &'static str, source: &'static str) -> rquickjs::Result<()> {
-    let cached = {
-        let all = BYTECODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        all.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
-    };
-    let declared = match cached {
-        // SAFETY: the bytes were written by `Module::write` of this same engine, in this process.
-        Some(bytes) => unsafe { rquickjs::Module::load(ctx.clone(), bytes)? },
-        None => {
-            let declared = rquickjs::Module::declare(ctx.clone(), name, source)?;
-            let bytes = declared.write(rquickjs::module::WriteOptions::default())?;
-            // Leaked once per script per process: runtimes load functions straight from the bytes (ROM data).
-            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-            BYTECODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((name, bytes));
-            declared
-        }
-    };
-    // Portico's scripts have no top-level await: evaluating one runs it to its end, and its promise is settled.
-    let (_, promise) = declared.eval()?;
-    match promise.result::<Value>() {
-        Some(Err(e)) => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// The longest a timer may be set for (longer ones fire then; the wall limit ends the call sooner anyway).
@@ -794,25 +758,6 @@ fn utf8_decode(buffer: ArrayBuffer<'_>, offset: usize, length: usize) -> String 
     let bytes = unsafe { buffer.as_bytes() }.unwrap_or_default();
     let end = offset.saturating_add(length).min(bytes.len());
     String::from_utf8_lossy(&bytes[offset.min(end)..end]).into_owned()
-}
-
-/// The text of an error, with the exception's message and where it was thrown.
-fn describe(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
-    if !matches!(e, rquickjs::Error::Exception) {
-        return e.to_string();
-    }
-    let thrown = ctx.catch();
-    if let Some(exception) = thrown.as_exception() {
-        let message = exception.message().unwrap_or_default();
-        let stack = exception.stack().unwrap_or_default();
-        let name: String = exception.get("name").unwrap_or_else(|_| "Error".into());
-        let at = stack.lines().next().map(str::trim).unwrap_or("");
-        return if at.is_empty() { format!("{name}: {message}") } else { format!("{name}: {message} ({at})") };
-    }
-    match thrown.as_string().and_then(|s| s.to_string().ok()) {
-        Some(text) => format!("uncaught {text:?}"),
-        None => format!("uncaught {:?}", thrown.type_name()),
-    }
 }
 
 /// `console.log` and friends: to Portico's log, tagged with the function and the request whose code wrote it,

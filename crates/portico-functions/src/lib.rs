@@ -16,6 +16,7 @@ mod filter;
 mod function;
 mod handler;
 mod instance;
+mod scripts;
 mod stats;
 mod streaming;
 mod url;
