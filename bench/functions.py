@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -46,8 +47,17 @@ import run  # noqa: E402  (/proc readings, wait_port)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANDLERS = os.path.join(ROOT, "bench", "functions")
 TOOLS = os.path.join(ROOT, "target", "bench-tools")
-PORTS = {"portico": 18701, "deno": 18702, "bun": 18703, "workerd": 18704}
-BACKEND_PORT, COLD_PORT, MEM_PORT = 18710, 18711, 18712
+
+
+def free_port():
+    """A port nothing listens on now (other benchmarks may share this machine: fixed ports have collided)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PORTS = {name: free_port() for name in ("portico", "deno", "bun", "workerd")}
+BACKEND_PORT, COLD_PORT, MEM_PORT = free_port(), free_port(), free_port()
 SCENARIOS = {
     "hello": dict(file="hello.js", path="/hello?name=bench", desc="GET, `Response.json` from the URL's query"),
     "parse": dict(file="parse.js", path="/order", post=True, desc="POST of a 4 KiB JSON body, parsed and summed"),
