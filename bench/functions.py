@@ -18,8 +18,9 @@ measured from /proc: CPU per request (user + system of all its threads), request
     python3 bench/functions.py --portico /path/to/portico --requests 30000 --runs 3
     python3 bench/functions.py --cold-start 10 --idle-memory 1,10,50 --scenarios none
 
---cold-start N: Portico's first request after a reload, N times (the function's file rewritten, SIGHUP, then the
-first request that the new version answers is timed, on a new connection) beside warm requests timed the same way.
+--cold-start N: Portico's first request after a reload, N times (the function's file rewritten, SIGHUP, 300 ms, then
+the first request timed on a new connection, and the next one as the warm reference), and N times racing the reload
+(requests from the SIGHUP on until the new version answers; that one timed).
 --idle-memory 1,10,50: Portico started with N distinct functions, each called once: RSS per idle function runtime.
 
 Runtimes: Deno from the PATH or target/test-tools (`bash .ci/install-test-deps`); Bun and workerd from the PATH or
@@ -300,8 +301,11 @@ def timed_get(port, path):
 
 
 def cold_start(a, work, times):
-    """Portico, one worker, the hello handler with a version number in its answer: rewrite the file, SIGHUP, then
-    poll (a new connection each time) until the new version answers: that first answer ran on a runtime made for it."""
+    """Portico, one worker, the hello handler with a version number in its answer, N times each way:
+    settled: rewrite the file, SIGHUP, wait 300 ms (the reload done: the file compiled, the configuration swapped),
+      then time the first request (a new connection): it runs on a runtime the worker makes for the new version;
+      the request after it, timed the same way, is the warm reference;
+    racing: rewrite, SIGHUP, then requests at once every 2 ms until the new version answers: that one is timed."""
     src = open(os.path.join(HANDLERS, "hello.js")).read()
     handler = os.path.join(work, "cold.js")
 
@@ -323,13 +327,25 @@ routes:
     cmd = [a.portico, "run", "-c", conf]
     proc = subprocess.Popen(["taskset", "-c", CPU_SERVER, *cmd] if a.pin else cmd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cold, warm, polls = [], [], []
+    out = {"settled": [], "warm": [], "racing": [], "polls": []}
     try:
         run.wait_port(COLD_PORT)
         for _ in range(50):
             timed_get(COLD_PORT, "/hello?name=cold")
-        for v in range(1, times + 1):
-            warm.append(statistics.median(timed_get(COLD_PORT, "/hello?name=warm")[0] for _ in range(20)))
+        v = 0
+        for _ in range(times):
+            v += 1
+            write(v)
+            os.kill(proc.pid, signal.SIGHUP)
+            time.sleep(0.3)
+            ms, body = timed_get(COLD_PORT, "/hello?name=cold")
+            if body.get("version") != v:
+                raise RuntimeError(f"version {v} not answering 300 ms after the reload: {body}")
+            out["settled"].append(ms)
+            out["warm"].append(timed_get(COLD_PORT, "/hello?name=warm")[0])
+            time.sleep(0.1)
+        for _ in range(times):
+            v += 1
             write(v)
             os.kill(proc.pid, signal.SIGHUP)
             deadline, n = time.time() + 10, 0
@@ -337,16 +353,16 @@ routes:
                 ms, body = timed_get(COLD_PORT, "/hello?name=cold")
                 n += 1
                 if body.get("version") == v:
-                    cold.append(ms)
-                    polls.append(n)
+                    out["racing"].append(ms)
+                    out["polls"].append(n)
                     break
                 if time.time() > deadline:
                     raise RuntimeError(f"version {v} never answered: {body}")
                 time.sleep(0.002)
-            time.sleep(0.2)
+            time.sleep(0.3)
     finally:
         stop(proc)
-    return cold, warm, polls
+    return out
 
 
 def idle_memory(a, work, counts):
@@ -386,6 +402,47 @@ def idle_memory(a, work, counts):
     return out
 
 
+def idle_memory_workerd(workerd, work, counts):
+    """The same for workerd: N workers (an isolate each) in one process, one socket each, each called once."""
+    src = open(os.path.join(HANDLERS, "hello.js")).read()
+    out = []
+    for n in counts:
+        d = os.path.join(work, f"wmem-{n}")
+        os.makedirs(d, exist_ok=True)
+        ports = [free_port() for _ in range(n)]
+        services, sockets, workers = [], [], []
+        for i in range(n):
+            with open(os.path.join(d, f"f{i}.js"), "w") as f:
+                f.write(f"// function {i}\n{src}")
+            services.append(f'(name = "f{i}", worker = .w{i})')
+            sockets.append(f'(name = "s{i}", address = "127.0.0.1:{ports[i]}", http = (), service = "f{i}")')
+            workers.append(f'const w{i} :Workerd.Worker = (modules = [ (name = "f{i}.js", esModule = embed "f{i}.js") ], '
+                           f'compatibilityDate = "2025-01-01", bindings = [ (name = "GREETING", text = "Hello") ]);')
+        conf = os.path.join(d, "config.capnp")
+        with open(conf, "w") as f:
+            f.write('using Workerd = import "/workerd/workerd.capnp";\nconst config :Workerd.Config = (\n'
+                    f'  services = [ {", ".join(services)} ],\n  sockets = [ {", ".join(sockets)} ],\n);\n'
+                    + "\n".join(workers) + "\n")
+        proc = subprocess.Popen([workerd, "serve", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for port in ports:
+                run.wait_port(port, timeout=30)
+            time.sleep(0.5)
+            pids = run.Bench.tree_pids(proc.pid)
+            before = run.Bench.rss_kib(pids)
+            for i in range(n):
+                ms, body = timed_get(ports[i], f"/f{i}/x")
+                if "message" not in body:
+                    raise RuntimeError(f"workerd f{i}: {body}")
+            time.sleep(0.5)
+            after = run.Bench.rss_kib(pids)
+        finally:
+            stop(proc)
+        out.append((n, before, after))
+        run.log(f"workerd idle memory: {n} workers: RSS {before} KiB before the calls, {after} KiB after")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -406,13 +463,14 @@ def main():
         a.pin = False
     scenarios = [] if a.scenarios == "none" else a.scenarios.split(",")
     wanted = a.servers.split(",")
-    tools = runtimes([w for w in wanted if w != "portico"]) if scenarios else {}
+    tools = runtimes([w for w in wanted if w != "portico"]) if scenarios or a.idle_memory else {}
     servers = [s for s in wanted if s == "portico" or s in tools]
     work = tempfile.mkdtemp(prefix="portico-fn-bench-")
     os.chmod(work, 0o755)  # nginx may read as another user
     with open(os.path.join(work, "order.json"), "w") as f:
         f.write(order_body())
-    raw = {"versions": {n: version(n, p) for n, p in tools.items()}, "results": {}, "cold": None, "memory": None}
+    raw = {"versions": {n: version(n, p) for n, p in tools.items()}, "results": {}, "cold": None, "memory": None,
+           "memory_workerd": None}
     results = {(sc, s): [] for sc in scenarios for s in servers}
     backend = start_backend(work, a.pin) if any(SCENARIOS[s].get("backend") for s in scenarios) else None
     try:
@@ -435,7 +493,10 @@ def main():
         if a.cold_start:
             raw["cold"] = cold_start(a, work, a.cold_start)
         if a.idle_memory:
-            raw["memory"] = idle_memory(a, work, [int(n) for n in a.idle_memory.split(",")])
+            counts = [int(n) for n in a.idle_memory.split(",")]
+            raw["memory"] = idle_memory(a, work, counts)
+            if "workerd" in tools:
+                raw["memory_workerd"] = idle_memory_workerd(tools["workerd"], work, counts)
     finally:
         if backend:
             stop(backend)
@@ -462,25 +523,27 @@ def main():
                   f"{med(sc, 'portico', 'p99_ms') / med(sc, 'deno', 'p99_ms'):.2f}x")
         print()
     if raw["cold"]:
-        cold, warm, polls = raw["cold"]
-        print(f"### Portico cold start: first request after a reload, {len(cold)} reloads\n")
-        print("| | median ms | min ms | max ms |\n|---|---|---|---|")
-        print(f"| first request after the reload (new connection) | {statistics.median(cold):.2f} | "
-              f"{min(cold):.2f} | {max(cold):.2f} |")
-        print(f"| warm request (new connection, median of 20 before each reload) | {statistics.median(warm):.2f} | "
-              f"{min(warm):.2f} | {max(warm):.2f} |")
-        print(f"\ncold - warm: {statistics.median(cold) - statistics.median(warm):.2f} ms; polls until the new "
-              f"version answered: median {statistics.median(polls)}\n")
-    if raw["memory"]:
-        print("### Portico: RSS per idle function runtime (each function called once)\n")
-        print("| functions | RSS before the calls MiB | RSS after MiB | (after - before) / N KiB |")
+        c = raw["cold"]
+        print(f"### Portico cold start: first request after a reload, {len(c['settled'])} reloads each way\n")
+        print("| request (each on a new connection) | median ms | min ms | max ms |\n|---|---|---|---|")
+        for key, what in (("settled", "first after the reload, 300 ms after SIGHUP"),
+                          ("warm", "the next one (warm reference)"),
+                          ("racing", "first answered by the new version, polling from the SIGHUP on")):
+            print(f"| {what} | {statistics.median(c[key]):.2f} | {min(c[key]):.2f} | {max(c[key]):.2f} |")
+        print(f"\ncold - warm: {statistics.median(c['settled']) - statistics.median(c['warm']):.2f} ms; "
+              f"polls until the new version answered: median {statistics.median(c['polls'])}\n")
+    for key, who, unit in (("memory", "Portico", "functions"), ("memory_workerd", "workerd", "workers")):
+        if not raw[key]:
+            continue
+        print(f"### {who}: RSS per idle function runtime (each of N {unit} called once)\n")
+        print(f"| {unit} | RSS before the calls MiB | RSS after MiB | (after - before) / N KiB |")
         print("|---|---|---|---|")
-        for n, before, after in raw["memory"]:
+        for n, before, after in raw[key]:
             print(f"| {n} | {before / 1024:.1f} | {after / 1024:.1f} | {(after - before) / n:.0f} |")
-        (n0, b0, a0), (n1, b1, a1) = raw["memory"][0], raw["memory"][-1]
+        (n0, b0, a0), (n1, b1, a1) = raw[key][0], raw[key][-1]
         if n1 > n0:
-            print(f"\nslope from {n0} to {n1} functions: {(a1 - a0) / (n1 - n0):.0f} KiB per function called once "
-                  f"(of which {(b1 - b0) / (n1 - n0):.0f} KiB loaded and compiled, before any call)\n")
+            print(f"\nslope from {n0} to {n1}: {(a1 - a0) / (n1 - n0):.0f} KiB per {unit[:-1]} called once "
+                  f"(of which {(b1 - b0) / (n1 - n0):.0f} KiB before any call)\n")
     if a.json:
         raw["results"] = {f"{sc}/{s}": v for (sc, s), v in results.items()}
         with open(a.json, "w") as f:
