@@ -1,4 +1,4 @@
-// The handler bench/functions.py serves with Portico and with `deno serve`.
+// The hello handler bench/functions.py serves with Portico, `deno serve`, Bun and workerd.
 export default {
   fetch(request, env) {
     const url = new URL(request.url);
