@@ -7,7 +7,7 @@
 //! other calls that happen to run in it are charged to that call too (a slice is short, and a handler's
 //! promise chain runs in its own events nearly always). Between slices the worker serves everything else.
 
-use portico_http::subrequest::Upstreams;
+use portico_http::handler::Upstreams;
 use rquickjs::{Persistent, Promise};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

@@ -10,9 +10,9 @@ use crate::stats::Ending;
 use bytes::Bytes;
 use portico_http::codec::RequestHead;
 use portico_http::filters::Filter;
+use portico_http::handler::Upstreams;
 use portico_http::handler::{forwarded_headers, ClientInfo, Gate, GateFuture};
 use portico_http::message::{LocalResponse, ResponseEdits};
-use portico_http::subrequest::Upstreams;
 use std::sync::Arc;
 
 #[derive(Debug)]

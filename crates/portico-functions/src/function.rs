@@ -2,12 +2,12 @@
 //! limits: what the route target (handler.rs) and the filter (filter.rs) share.
 
 use crate::event_loop::CallError;
-use crate::instance::{Call, CallInput, CallOutput, Hook, Instance, Shape};
+use crate::instance::{CallInput, CallOutput, Hook, Instance, Shape};
 use crate::stats::{Ending, FunctionStats};
 use crate::streaming::CallBody;
 use portico_http::codec::RequestHead;
 use portico_http::handler::RequestBody;
-use portico_http::subrequest::Upstreams;
+use portico_http::handler::Upstreams;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 /// A function's code and settings, checked when the configuration was loaded.
 pub struct Compiled {
@@ -191,7 +191,7 @@ pub async fn run<'a>(
         // The call lives on in its body until the body ends.
         Some(stream) => AnswerBody::Streamed(CallBody::new(call, permit, stream, body, (compiled.wall, deadline))),
         None => {
-            end_call(call, permit, deadline);
+            call.end(permit, deadline);
             AnswerBody::Whole(out.body)
         }
     };
@@ -213,19 +213,6 @@ fn refusal(compiled: &Compiled, outcome: Option<Result<CallOutput, CallError>>) 
         Some(Err(CallError::Exception(text))) => (500, format!("function {name} failed: {text}")),
     };
     Refused { status, reason }
-}
-
-/// Ends a call whose answer has gone out: at once, or once its `ctx.waitUntil` work is done (by `deadline`),
-/// holding its concurrency permit meanwhile.
-pub fn end_call(call: Call, permit: OwnedSemaphorePermit, deadline: tokio::time::Instant) {
-    if call.has_work_left() {
-        tokio::task::spawn_local(async move {
-            let _ = tokio::time::timeout_at(deadline, call.linger()).await;
-            drop(permit);
-        });
-    } else {
-        drop((call, permit));
-    }
 }
 
 /// The request as a function gets it: method, absolute URL, the headers as Portico would forward them.

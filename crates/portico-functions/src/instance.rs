@@ -5,12 +5,16 @@
 use crate::event_loop::{is_pending, CallError, CallId, Host, Outgoing};
 use crate::scripts::{self, describe};
 use bytes::Bytes;
-use portico_http::subrequest::{SubRequest, SubResponse, SubrequestError, Upstreams};
+use hyper::body::Body as _;
+use portico_http::handler::RequestBody;
+use portico_http::handler::{SubRequest, SubResponse, SubrequestError, Upstreams};
 use rquickjs::function::Func;
 use rquickjs::{ArrayBuffer, Context, Ctx, Function, Object, Persistent, Runtime, Value};
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// Deepest JavaScript stack a call may use: deep recursion is a `RangeError`, not a crashed worker.
@@ -557,7 +561,7 @@ impl Call {
         &self,
         input: CallInput,
         hook: Hook,
-        body: &mut Option<portico_http::handler::RequestBody<'_>>,
+        body: &mut Option<RequestBody<'_>>,
     ) -> Result<CallOutput, CallError> {
         let (instance, id) = (&self.instance, self.id);
         let started = instance.slice(id, true, |ctx| instance.start(ctx, id, input, hook));
@@ -584,7 +588,7 @@ impl Call {
             if !instance.host.is_waiting(id) {
                 return Err(CallError::Unsettled);
             }
-            let serve = std::future::poll_fn(|cx| crate::streaming::poll_serve_body(self, body, cx));
+            let serve = std::future::poll_fn(|cx| self.poll_serve_body(body, cx));
             tokio::select! {
                 () = progress => {}
                 () = serve => {}
@@ -594,6 +598,25 @@ impl Call {
 
     pub fn instance(&self) -> &Rc<Instance> {
         &self.instance
+    }
+
+    /// Serves the read of the request body the call waits for, if it waits for one (from `body`): `Ready`
+    /// once a piece (or the end, or a failure) was handed to JavaScript.
+    pub fn poll_serve_body(&self, body: &mut Option<RequestBody<'_>>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        poll_serve_body(self, body, cx)
+    }
+
+    /// Ends the call, whose answer has gone out: at once, or once its `ctx.waitUntil` work is done (by
+    /// `deadline`), holding its concurrency permit meanwhile.
+    pub fn end(self, permit: tokio::sync::OwnedSemaphorePermit, deadline: tokio::time::Instant) {
+        if self.has_work_left() {
+            tokio::task::spawn_local(async move {
+                let _ = tokio::time::timeout_at(deadline, self.linger()).await;
+                drop(permit);
+            });
+        } else {
+            drop((self, permit));
+        }
     }
 
     pub fn id(&self) -> CallId {
@@ -636,6 +659,42 @@ impl Call {
     pub fn has_work_left(&self) -> bool {
         self.lingers()
     }
+}
+
+/// The next piece of a request body: data, its end (`None`), or why it broke off. Trailers are skipped.
+pub fn poll_piece(body: &mut RequestBody<'_>, cx: &mut std::task::Context<'_>) -> Poll<Result<Option<Bytes>, String>> {
+    loop {
+        return match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => Poll::Ready(Ok(None)),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("the request body broke off: {e}"))),
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) if data.is_empty() => continue,
+                Ok(data) => Poll::Ready(Ok(Some(data))),
+                Err(_) => continue, // trailers
+            },
+        };
+    }
+}
+
+/// Serves the read of the request body the call waits for, if it waits for one: `Ready` once a piece (or
+/// the end, or a failure) was handed to JavaScript.
+fn poll_serve_body(call: &Call, body: &mut Option<RequestBody<'_>>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+    let (instance, id) = (call.instance(), call.id());
+    if !instance.host().body_wanted(id) {
+        return Poll::Pending;
+    }
+    let piece = match body.as_mut() {
+        None => Ok(None),
+        Some(body) => match poll_piece(body, cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(piece) => piece,
+        },
+    };
+    if let Some(number) = instance.host().take_body_wanted(id) {
+        instance.deliver_body(id, number, piece);
+    }
+    Poll::Ready(())
 }
 
 /// The natives the prelude builds on: logging, UTF-8, crypto, timers and `waitUntil`.
@@ -692,7 +751,7 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
         };
         let https = scheme == "https:";
         let port = port.parse().unwrap_or(if https { 443 } else { 80 });
-        let Some(cluster) = upstreams.cluster_for(https, &host, port).map(str::to_string) else {
+        let Some(cluster) = upstreams.cluster_for(https, &host, port) else {
             return Err(refuse(format!(
                 "fetch to {authority}: not a cluster of this configuration (a function reaches a cluster by its \
                  name, fetch(\"http://CLUSTER/path\"), or by the origin of one of its endpoints)"

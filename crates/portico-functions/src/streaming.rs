@@ -4,7 +4,7 @@
 //! runtime, its concurrency permit) lives until its response body has ended.
 
 use crate::event_loop::Outgoing;
-use crate::instance::{Call, Streamed};
+use crate::instance::{poll_piece, Call, Streamed};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use portico_http::handler::{BoxError, RequestBody};
@@ -13,42 +13,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
-
-/// The next piece of a request body: data, its end (`None`), or why it broke off. Trailers are skipped.
-pub fn poll_piece(body: &mut RequestBody<'_>, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, String>> {
-    loop {
-        return match Pin::new(&mut *body).poll_frame(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(None) => Poll::Ready(Ok(None)),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Err(format!("the request body broke off: {e}"))),
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) if data.is_empty() => continue,
-                Ok(data) => Poll::Ready(Ok(Some(data))),
-                Err(_) => continue, // trailers
-            },
-        };
-    }
-}
-
-/// Serves the read of the request body the call waits for, if it waits for one: `Ready` once a piece (or
-/// the end, or a failure) was handed to JavaScript.
-pub fn poll_serve_body(call: &Call, body: &mut Option<RequestBody<'_>>, cx: &mut Context<'_>) -> Poll<()> {
-    let (instance, id) = (call.instance(), call.id());
-    if !instance.host().body_wanted(id) {
-        return Poll::Pending;
-    }
-    let piece = match body.as_mut() {
-        None => Ok(None),
-        Some(body) => match poll_piece(body, cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(piece) => piece,
-        },
-    };
-    if let Some(number) = instance.host().take_body_wanted(id) {
-        instance.deliver_body(id, number, piece);
-    }
-    Poll::Ready(())
-}
 
 /// A response body the call streams: its `ReadableStream` read a chunk at a time, or the request body piped
 /// as it is. At most `idle` may pass without a chunk (a stream that stalls is cut).
@@ -83,7 +47,7 @@ impl<'a> CallBody<'a> {
         if let (Some(call), Some(permit)) = (self.call.take(), self.permit.take()) {
             // `waitUntil` work may go on for one more wall limit after a long stream.
             let deadline = self.deadline.max(tokio::time::Instant::now() + self.idle);
-            crate::function::end_call(call, permit, deadline);
+            call.end(permit, deadline);
         }
     }
 
@@ -111,7 +75,7 @@ impl<'a> CallBody<'a> {
                 Outgoing::Idle => instance.read_stream(id, number),
                 Outgoing::Reading => {
                     if let Some(call) = self.call.as_ref() {
-                        if poll_serve_body(call, &mut self.request, cx).is_ready() {
+                        if call.poll_serve_body(&mut self.request, cx).is_ready() {
                             continue;
                         }
                     }

@@ -22,7 +22,6 @@
 
 use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, Known, RequestHead};
 pub use crate::stream_body::{boxed, full, BoxBody, BoxError};
-use crate::subrequest::Upstreams;
 use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
 use portico_core::io::Stream;
@@ -90,6 +89,62 @@ pub trait Handler: Send + Sync + Debug {
     /// (HTTP/2: the stream is reset; HTTP/1: the connection closes).
     fn handle<'a>(&self, req: Request<'a>) -> HandlerFuture<'a>;
 }
+
+/// A request a handler sends to a cluster.
+#[derive(Debug, Clone)]
+pub struct SubRequest {
+    pub method: String,
+    /// The target in origin form: `/path?query`.
+    pub target: String,
+    /// The `host` header (the URL's authority).
+    pub host: String,
+    /// Hop-by-hop fields, `host` and `content-length` among them are Portico's and left out.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+/// A cluster's answer to a `SubRequest`, its body read whole.
+#[derive(Debug, Clone)]
+pub struct SubResponse {
+    pub status: u16,
+    /// The response's fields less hop-by-hop ones, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+/// Why a `SubRequest` got no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SubrequestError {
+    #[error("no cluster named {0:?} in the running configuration")]
+    UnknownCluster(String),
+    #[error("fetch to cluster {0:?} is not supported: it speaks HTTP/2 to its endpoints")]
+    Http2Cluster(String),
+    #[error("invalid request: {0}")]
+    Invalid(&'static str),
+    /// The cluster could not answer: the status and reason Portico would have answered a client with.
+    #[error("cluster {cluster:?}: {status} {reason}")]
+    Upstream { cluster: String, status: u16, reason: &'static str },
+    #[error("the response body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("the response body broke off: {0}")]
+    Body(String),
+}
+
+pub type SubrequestFuture<'a> = Pin<Box<dyn Future<Output = Result<SubResponse, SubrequestError>> + 'a>>;
+
+/// What a handler sends its own requests through (a function's `fetch()`): the clusters of the configuration
+/// its request arrived under, through the same pick-and-retry loop as proxied requests (`subrequest.rs`).
+pub trait Subrequests {
+    /// The cluster a URL reaches: the one its host names (`http://api/...`), else one with an endpoint at its
+    /// origin (`https://api.example.com/...` reaches a cluster whose endpoint is `https://api.example.com:443`):
+    /// what the configuration lists is what handlers may reach.
+    fn cluster_for(&self, https: bool, host: &str, port: u16) -> Option<String>;
+    /// Sends `request` to cluster `cluster` and reads its answer, whose body may be at most `max_body` bytes.
+    fn send<'a>(&'a self, cluster: &'a str, request: SubRequest, max_body: usize) -> SubrequestFuture<'a>;
+}
+
+/// A handle on `Subrequests`, cheap to clone.
+pub type Upstreams = Rc<dyn Subrequests>;
 
 /// Who sent a request, and how.
 #[derive(Debug, Clone)]

@@ -15,12 +15,11 @@
 
 use crate::codec::{HeadError, RequestHead};
 use crate::filters::{RequestCx, Step};
-use crate::handler::ClientInfo;
+use crate::handler::{ClientInfo, Upstreams};
 use crate::message::LocalResponse;
 use crate::pattern::Captured;
 use crate::router::{CompiledRoute, Target};
 use crate::snapshot::{ListenerSettings, Snapshot};
-use crate::subrequest::Upstreams;
 use std::borrow::Cow;
 use std::sync::Arc;
 

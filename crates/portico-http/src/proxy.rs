@@ -16,7 +16,7 @@ use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::request_buffer::BufferFault;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
-use crate::subrequest::Upstreams;
+use crate::subrequest::Clusters;
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -356,7 +356,7 @@ async fn handle_request(
     let front = match front {
         Front::Gated { route, captured } => {
             let info = crate::handler::ClientInfo { addr: client.peer, https: client.facts.https, http2: false };
-            let upstreams = Upstreams::new(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
+            let upstreams = Clusters::upstreams(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
             let gates = crate::phases::pass_gates(head, snapshot, (route, &captured), info, &upstreams);
             Box::pin(gates).await
         }

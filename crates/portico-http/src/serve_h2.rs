@@ -17,7 +17,7 @@ use crate::outcome::{record, record_refused, Next, Outcome};
 use crate::phases::Front;
 use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
 use crate::snapshot::{ListenerSettings, Snapshot};
-use crate::subrequest::Upstreams;
+use crate::subrequest::Clusters;
 use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
 use hyper::body::Body;
@@ -54,7 +54,7 @@ pub(crate) async fn serve(
     let front = match crate::phases::front(&mut head, &snapshot, settings, conn.facts.https) {
         Front::Gated { route, captured } => {
             let info = crate::handler::ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
-            let upstreams = Upstreams::new(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
+            let upstreams = Clusters::upstreams(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
             let gates = crate::phases::pass_gates(&mut head, &snapshot, (route, &captured), info, &upstreams);
             Box::pin(gates).await
         }

@@ -17,7 +17,7 @@ use crate::response_body::ProxyBody;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
 use crate::source_body::{SourceBody, SourceEnd};
 use crate::stream_body::{boxed, full, BoxBody, BoxError};
-use crate::subrequest::Upstreams;
+use crate::subrequest::Clusters;
 use crate::upstream::Source;
 use bytes::Bytes;
 use hyper::body::{Body, Frame};
@@ -91,7 +91,7 @@ pub(crate) async fn serve_h1(
         }
     }
     let info = ClientInfo { addr: client.peer, https: client.facts.https, http2: false };
-    let upstreams = Upstreams::new(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
+    let upstreams = Clusters::upstreams(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
     let chain = client.filters.clone();
     let shutdown = *ctx.shutdown.borrow();
     let send_timeout = client.send_timeout;
@@ -255,7 +255,7 @@ pub(crate) async fn serve_h2(
     started: Instant,
 ) -> hyper::Response<ProxyBody> {
     let info = ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
-    let upstreams = Upstreams::new(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
+    let upstreams = Clusters::upstreams(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
     let body = RequestBody::frames(body);
     let request = Request { head: head.clone(), client: info, params, body, upstreams };
     let (status, mut headers, body) = answer_of(handler.handle(request).await);

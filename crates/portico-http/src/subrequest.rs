@@ -7,11 +7,12 @@ use crate::body::{BodySource, ClientFacts, Downstream, IpText, ReqBody};
 use crate::codec::{self, BodyFraming, Parsed};
 use crate::context::WorkerCtx;
 use crate::forward::Answered;
+use crate::handler::{SubRequest, SubResponse, SubrequestError, SubrequestFuture, Subrequests, Upstreams};
 use crate::outcome::Next;
 use crate::snapshot::{ListenerSettings, Snapshot};
 use crate::source_body::{SourceBody, SourceEnd};
 use crate::upstream::Source;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http_body_util::BodyExt;
 use portico_core::stats::slot;
 use std::cell::Cell;
@@ -19,50 +20,9 @@ use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// A request a handler sends to a cluster.
-#[derive(Debug, Clone)]
-pub struct SubRequest {
-    pub method: String,
-    /// The target in origin form: `/path?query`.
-    pub target: String,
-    /// The `host` header (the URL's authority).
-    pub host: String,
-    /// Hop-by-hop fields, `host` and `content-length` among them are Portico's and left out.
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-}
-
-/// A cluster's answer to a `SubRequest`, its body read whole.
-#[derive(Debug, Clone)]
-pub struct SubResponse {
-    pub status: u16,
-    /// The response's fields less hop-by-hop ones, in order.
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-}
-
-/// Why a `SubRequest` got no answer.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SubrequestError {
-    #[error("no cluster named {0:?} in the running configuration")]
-    UnknownCluster(String),
-    #[error("fetch to cluster {0:?} is not supported: it speaks HTTP/2 to its endpoints")]
-    Http2Cluster(String),
-    #[error("invalid request: {0}")]
-    Invalid(&'static str),
-    /// The cluster could not answer: the status and reason Portico would have answered a client with.
-    #[error("cluster {cluster:?}: {status} {reason}")]
-    Upstream { cluster: String, status: u16, reason: &'static str },
-    #[error("the response body is larger than {0} bytes")]
-    TooLarge(usize),
-    #[error("the response body broke off: {0}")]
-    Body(String),
-}
-
-/// What a handler sends its requests through: this worker's view of the clusters of the configuration its
-/// request arrived under. Cheap to clone (two reference counts).
-#[derive(Clone)]
-pub struct Upstreams {
+/// What a handler sends its requests through (`handler::Upstreams`): this worker's view of the clusters of the
+/// configuration its request arrived under.
+pub struct Clusters {
     ctx: Rc<WorkerCtx>,
     snapshot: Arc<Snapshot>,
     /// The listener the handler's request came in on (its timeouts apply).
@@ -71,21 +31,29 @@ pub struct Upstreams {
     client: IpAddr,
 }
 
-impl Upstreams {
-    pub(crate) fn new(ctx: Rc<WorkerCtx>, snapshot: Arc<Snapshot>, listener: &str, client: IpAddr) -> Upstreams {
+impl Clusters {
+    /// The handle a handler gets (`handler::Upstreams`).
+    pub(crate) fn upstreams(ctx: Rc<WorkerCtx>, snapshot: Arc<Snapshot>, listener: &str, client: IpAddr) -> Upstreams {
         let listener = snapshot.listeners.iter().position(|l| l.name == listener).unwrap_or(0);
-        Upstreams { ctx, snapshot, listener, client }
+        Rc::new(Clusters { ctx, snapshot, listener, client })
+    }
+}
+
+impl Subrequests for Clusters {
+    fn cluster_for(&self, https: bool, host: &str, port: u16) -> Option<String> {
+        self.find_cluster(https, host, port).map(str::to_string)
     }
 
-    /// There is a cluster of this name.
-    pub fn has_cluster(&self, name: &str) -> bool {
-        self.snapshot.clusters.iter().any(|c| c.name == name)
+    fn send<'a>(&'a self, cluster: &'a str, request: SubRequest, max_body: usize) -> SubrequestFuture<'a> {
+        Box::pin(self.send_to(cluster, request, max_body))
     }
+}
 
+impl Clusters {
     /// The cluster a URL reaches: the one its host names (`http://api/...`), else one with an endpoint at its
     /// origin (`https://api.example.com/...` reaches a cluster whose endpoint is `https://api.example.com:443`):
     /// what the configuration lists is what handlers may reach.
-    pub fn cluster_for(&self, https: bool, host: &str, port: u16) -> Option<&str> {
+    fn find_cluster(&self, https: bool, host: &str, port: u16) -> Option<&str> {
         let clusters = &self.snapshot.clusters;
         if let Some(c) = clusters.iter().find(|c| c.name == host) {
             return Some(&c.name);
@@ -98,7 +66,7 @@ impl Upstreams {
     }
 
     /// Sends `request` to cluster `name` and reads its answer, whose body may be at most `max_body` bytes.
-    pub async fn send(&self, name: &str, request: SubRequest, max_body: usize) -> Result<SubResponse, SubrequestError> {
+    async fn send_to(&self, name: &str, request: SubRequest, max_body: usize) -> Result<SubResponse, SubrequestError> {
         let snapshot = &self.snapshot;
         let cluster = snapshot
             .clusters
