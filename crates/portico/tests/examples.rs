@@ -145,8 +145,10 @@ fn the_functions_example_answers_from_its_function_and_its_backend() {
     let (yaml, moved) = with_free_ports("functions.yaml");
     let dir = temp_dir();
     std::fs::create_dir_all(dir.join("functions")).unwrap();
-    let source = format!("{}/../../examples/functions/hello.js", env!("CARGO_MANIFEST_DIR"));
-    std::fs::copy(source, dir.join("functions/hello.js")).unwrap();
+    for file in ["hello.js", "api_key.js"] {
+        let source = format!("{}/../../examples/functions/{file}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(source, dir.join("functions").join(file)).unwrap();
+    }
     let file = dir.join("functions.yaml");
     std::fs::write(&file, yaml).unwrap();
     let listen = moved["127.0.0.1:8080"];
@@ -155,6 +157,11 @@ fn the_functions_example_answers_from_its_function_and_its_backend() {
     assert_eq!((r.status, r.text().as_str()), (200, "Hello, you!\n"));
     assert_eq!(r.header("x-served-by").as_deref(), Some("portico-function"));
     assert_eq!(Conn::open(listen).get("/", "").status, 200);
+    // The filter in front of /api/.
+    assert_eq!(Conn::open(listen).get("/api/", "").status, 401);
+    let r = Conn::open(listen).get("/api/", "x-api-key: secret\r\n");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-checked-by").as_deref(), Some("api_key.js"));
 }
 
 #[test]
