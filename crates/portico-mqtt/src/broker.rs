@@ -53,6 +53,7 @@ struct Inner {
     config: BrokerConfig,
     /// The limits in force: `config.limits` at first, then whatever [`Broker::set_limits`] gave.
     limits: arc_swap::ArcSwap<Limits>,
+    auth: arc_swap::ArcSwap<crate::auth::Auth>,
     router: Router<SessionRef>,
     sessions: Mutex<HashMap<ByteString, SessionRef>>,
     retained: Retained,
@@ -121,6 +122,7 @@ impl Broker {
         })?;
         let inner = Arc::new(Inner {
             limits: arc_swap::ArcSwap::from_pointee(config.limits.clone()),
+            auth: arc_swap::ArcSwap::from_pointee(config.auth.clone()),
             config,
             router: Router::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -195,6 +197,18 @@ impl Broker {
     /// (what a client was told in CONNACK stays true), queues apply them from the next delivery.
     pub fn set_limits(&self, limits: Limits) {
         self.inner.limits.store(Arc::new(limits));
+    }
+
+    /// Who may connect and what they may do, now. Connections read it at each CONNECT, PUBLISH and
+    /// SUBSCRIBE.
+    pub fn auth(&self) -> Arc<crate::auth::Auth> {
+        self.inner.auth.load_full()
+    }
+
+    /// Replaces users and ACL (a reload): applies to the next CONNECT, PUBLISH and SUBSCRIBE; nobody is
+    /// disconnected, and subscriptions already granted stay.
+    pub fn set_auth(&self, auth: crate::auth::Auth) {
+        self.inner.auth.store(Arc::new(auth));
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -537,6 +551,21 @@ impl Broker {
                 ("{reason=\"queue_full\"}", m.get(Counter::DroppedQueueFull)),
                 ("{reason=\"offline_qos0\"}", m.get(Counter::DroppedOffline)),
                 ("{reason=\"too_large\"}", m.get(Counter::DroppedTooLarge)),
+            ],
+        );
+        line(
+            "portico_mqtt_auth_failures_total",
+            "counter",
+            "CONNECTs refused for a bad user name or password, or for missing credentials.",
+            &[("", m.get(Counter::AuthFailures))],
+        );
+        line(
+            "portico_mqtt_acl_denied_total",
+            "counter",
+            "Operations the ACL refused, by operation.",
+            &[
+                ("{operation=\"publish\"}", m.get(Counter::AclDeniedPublish)),
+                ("{operation=\"subscribe\"}", m.get(Counter::AclDeniedSubscribe)),
             ],
         );
         line(

@@ -44,7 +44,8 @@ pub fn protocol(loaded: &LoadedConfig, name: &str) -> Option<ListenerProtocol> {
 
 /// Opens the broker the configuration describes (reading its store back, if it has one).
 pub fn open(loaded: &LoadedConfig) -> anyhow::Result<portico_mqtt::Broker> {
-    let config = portico_mqtt::plane::broker_config(loaded);
+    let mut config = portico_mqtt::plane::broker_config(loaded);
+    config.auth = portico_mqtt::plane::auth(loaded).map_err(|e| anyhow!("MQTT authentication: {e}"))?;
     let store = config.persistence.as_ref().map(|p| (p.path.display().to_string(), p.on_corrupt));
     portico_mqtt::Broker::open(config).map_err(|e| match store {
         Some((file, portico_mqtt::OnCorruptStore::Fail)) => anyhow!(
