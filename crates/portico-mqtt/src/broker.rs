@@ -430,6 +430,32 @@ impl Broker {
         published
     }
 
+    /// Publishes a message from outside MQTT (the HTTP publish bridge): `Err` for an invalid topic name;
+    /// `Ok(Some(wait))` when the store was written (a persistent subscriber, or retained), which completes
+    /// once it is committed; `Ok(None)` when nothing was written. Subject to `max_packet_size` as a client's
+    /// PUBLISH is (the caller limits the payload).
+    #[allow(clippy::type_complexity)]
+    pub fn publish_external(
+        &self,
+        topic: &str,
+        payload: bytes::Bytes,
+        qos: QoS,
+        retain: bool,
+    ) -> Result<Option<impl std::future::Future<Output = Result<(), Arc<StoreError>>> + Send + 'static>, String> {
+        if !crate::topic::is_valid_topic_name(topic) || topic.len() > usize::from(u16::MAX) || topic.contains('\0') {
+            return Err(format!("{topic:?} is not a valid topic name"));
+        }
+        let received = match qos {
+            QoS::AtMostOnce => Counter::ReceivedQos0,
+            QoS::AtLeastOnce => Counter::ReceivedQos1,
+            QoS::ExactlyOnce => Counter::ReceivedQos2,
+        };
+        self.inner.metrics.inc(0, received);
+        let message = Arc::new(Message::new(ByteString::from(topic), payload, qos, retain));
+        let published = self.publish(message, 0);
+        Ok(if published.persisted { self.sync() } else { None })
+    }
+
     /// Adds (or replaces) the session's subscription to `filter` and queues the retained messages its
     /// Retain Handling asks for (none for a shared subscription, 4.8.2). Returns whether the store was
     /// written (the SUBACK waits for [`Broker::sync`]).

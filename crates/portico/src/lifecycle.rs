@@ -367,6 +367,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let mqtt_listeners: Arc<dyn portico_mqtt::plane::Listeners> =
         Arc::new(crate::mqtt::SnapshotListeners(shared.clone()));
     if let Some(broker) = &broker {
+        portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
         views.push(Arc::new(portico_mqtt::plane::MqttView {
             broker: broker.clone(),
             listeners: mqtt_listeners.clone(),

@@ -70,3 +70,27 @@ pub fn protocol_changes(before: &LoadedConfig, after: &LoadedConfig) -> Result<(
     }
     Ok(())
 }
+
+/// The broker as the HTTP plane's `mqtt_publish:` routes publish to it.
+pub struct BridgePublisher(pub portico_mqtt::Broker);
+
+impl portico_http::mqtt_publish::MqttPublisher for BridgePublisher {
+    fn publish(
+        &self,
+        topic: String,
+        payload: bytes::Bytes,
+        qos: u8,
+        retain: bool,
+    ) -> portico_http::mqtt_publish::PublishFuture {
+        use portico_http::mqtt_publish::PublishError;
+        let qos = portico_mqtt::codec::QoS::from_bits(qos).unwrap_or(portico_mqtt::codec::QoS::AtMostOnce);
+        let published = self.0.publish_external(&topic, payload, qos, retain);
+        Box::pin(async move {
+            match published {
+                Err(why) => Err(PublishError::InvalidTopic(why)),
+                Ok(None) => Ok(()),
+                Ok(Some(commit)) => commit.await.map_err(|e| PublishError::Unavailable(e.to_string())),
+            }
+        })
+    }
+}

@@ -649,3 +649,31 @@ fn a_client_certificate_names_the_user_on_an_mtls_listener() {
     let mut mosq = Wire(pki::connect(p.mqtt, "localhost", &ca.pem, None, &[]).expect("TLS handshake"));
     assert_eq!(mosq.connect_as("mosq", Some("mosq"), Some("secret")), vec![0, 0]);
 }
+
+#[tokio::test]
+async fn curl_publishes_through_an_mqtt_publish_route_to_a_subscriber() {
+    let extra = "  - match: { path_prefix: /publish/ }\n    mqtt_publish: { topic: \"{path}\", qos: 1 }\n  - match: { path: \"/devices/:id/state\" }\n    mqtt_publish: { topic: \"state/{id}\", qos: 0, retain: true }\nmqtt: { persistence: { path: data } }\n";
+    let p = Portico::start(&both(extra));
+    let mut options = v4_options(p.mqtt, "durable-sub");
+    options.set_clean_session(false);
+    let mut sub = v4(options).await;
+    sub.subscribe("sensors/#", v4_qos(1)).await;
+    // QoS 1 to a persistent subscriber: 202 once the store has committed it.
+    let url = p.url("/publish/sensors/kitchen%20temp");
+    let (ok, out) = curl(&["-s", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "21.5", &url]);
+    assert!(ok && out == "202", "{out}");
+    let got = sub.publish().await;
+    assert_eq!((got.topic.as_str(), &got.payload[..], got.qos), ("sensors/kitchen temp", &b"21.5"[..], v4_qos(1)));
+    // A path parameter in the template, retained at QoS 0: 200, and a later subscriber gets it.
+    let (ok, out) =
+        curl(&["-s", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "on", &p.url("/devices/lamp1/state")]);
+    assert!(ok && out == "200", "{out}");
+    let mut late = v4(v4_options(p.mqtt, "late")).await;
+    late.subscribe("state/+", v4_qos(0)).await;
+    let got = late.publish().await;
+    assert_eq!((got.topic.as_str(), &got.payload[..], got.retain), ("state/lamp1", &b"on"[..], true));
+    // A topic the request makes invalid: 400.
+    let (ok, out) = curl(&["-s", "-w", " %{http_code}", "--data-binary", "x", &p.url("/publish/sensors/%23")]);
+    assert!(ok && out.ends_with(" 400"), "{out}");
+    assert_eq!(p.metric("portico_mqtt_messages_received_total{qos=\"1\"}"), 1.0);
+}
