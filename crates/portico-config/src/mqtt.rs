@@ -92,6 +92,48 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
     if l.connect_timeout.0.is_zero() {
         err("mqtt.limits.connect_timeout", "connect_timeout must be above 0".into(), Some("the default is 10s"));
     }
+    if mqtt.auth.password_file.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        err("mqtt.auth.password_file", "the password file's path is empty".into(), None);
+    }
+    if mqtt.auth.use_certificate_as_username
+        && !cfg
+            .listeners
+            .iter()
+            .any(|l| l.protocol == ListenerProtocol::Mqtt && l.tls.as_ref().is_some_and(|t| t.client_ca.is_some()))
+    {
+        err(
+            "mqtt.auth.use_certificate_as_username",
+            "no MQTT listener asks for client certificates".into(),
+            Some("give an MQTT listener `tls: { client_ca: ... }`"),
+        );
+    }
+    for (i, entry) in mqtt.acl.iter().enumerate() {
+        if let Err(why) = acl_filter_shape(&entry.topic) {
+            err(
+                &format!("mqtt.acl[{i}].topic"),
+                format!("{:?} is not a topic filter: {why}", entry.topic),
+                Some("levels separated by `/`, `+` for one whole level, `#` last for the rest; `%u` and `%c` are replaced by the user name and the client id"),
+            );
+        }
+    }
+}
+
+/// Checks an ACL topic filter as MQTT checks a subscription's (4.7): `#` only as the whole last level, `+`
+/// only as a whole level.
+fn acl_filter_shape(filter: &str) -> Result<(), &'static str> {
+    if filter.is_empty() {
+        return Err("it is empty");
+    }
+    let levels: Vec<&str> = filter.split('/').collect();
+    for (i, level) in levels.iter().enumerate() {
+        if level.contains('#') && (*level != "#" || i + 1 != levels.len()) {
+            return Err("`#` must be the whole last level");
+        }
+        if level.contains('+') && *level != "+" {
+            return Err("`+` must be a whole level");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -137,6 +179,28 @@ mod tests {
             p[4].contains("the store's path is empty") && p[5].contains("commit_delay may be at most 1s"),
             "{p:#?}"
         );
+    }
+
+    #[test]
+    fn auth_and_acl() {
+        let loaded = crate::load_str(
+            "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  auth: { password_file: mqtt.passwd }\n  acl:\n    - { topic: \"devices/%c/#\", access: readwrite }\n    - { topic: test/nosubscribe, access: deny, user: bob }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let mqtt = &loaded.config.mqtt;
+        assert!(!mqtt.auth.anonymous_allowed(), "a password file turns anonymous off by default");
+        assert!(crate::schema::MqttAuth::default().anonymous_allowed());
+        assert_eq!(mqtt.acl[1].access, crate::schema::MqttAccess::Deny);
+        assert_eq!(mqtt.acl[1].user.as_deref(), Some("bob"));
+        let p = problems(
+            "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  auth: { use_certificate_as_username: true }\n  acl:\n    - { topic: \"a/#/b\", access: read }\n",
+        );
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert!(p[0].starts_with("3:40 no MQTT listener asks for client certificates"), "{p:#?}");
+        assert!(p[1].starts_with("5:16 \"a/#/b\" is not a topic filter"), "{p:#?}");
+        let p = problems("listeners: []\nmqtt: { acl: [ { topic: a, access: publish } ] }\n");
+        assert!(p.iter().any(|p| p.starts_with("2:36") && p.contains("unknown variant `publish`")), "{p:#?}");
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Route {
     /// Target: answer with a JavaScript function of `functions:`.
     #[serde(default)]
     pub function: Option<String>,
+    /// Target: publish the request body to the MQTT broker.
+    #[serde(default)]
+    pub mqtt_publish: Option<MqttPublish>,
     /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
     /// those on a TLS listener go to the route's target.
     #[serde(default)]
@@ -625,6 +628,19 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
     }
 }
 
+/// `mqtt_publish:` publish the request body to a topic of the MQTT broker.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttPublish {
+    /// The topic: `{path}` is the request path after the route's `path_prefix` (the whole path without its
+    /// leading `/` otherwise), percent-decoded; `{NAME}` a path parameter of the route (`/in/:device`).
+    pub topic: String,
+    #[serde(default)]
+    pub qos: u8,
+    #[serde(default)]
+    pub retain: bool,
+}
+
 /// Checks one route's target and match (references to clusters are checked by the caller).
 pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig, err: &mut Report<'_>) {
     let targets = [
@@ -633,6 +649,7 @@ pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig
         r.redirect.is_some(),
         r.handler.is_some(),
         r.function.is_some(),
+        r.mqtt_publish.is_some(),
     ];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
@@ -646,9 +663,22 @@ pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig
         ),
         _ => err(
             base,
-            "a route has exactly one target: `cluster`, `static`, `redirect`, `handler` or `function`".into(),
+            "a route has exactly one target: `cluster`, `static`, `redirect`, `handler`, `function` or `mqtt_publish`"
+                .into(),
             Some("split it into two routes"),
         ),
+    }
+    if let Some(m) = &r.mqtt_publish {
+        if m.qos > 2 {
+            err(&format!("{base}.mqtt_publish.qos"), format!("qos must be 0, 1 or 2, got {}", m.qos), None);
+        }
+        if m.topic.is_empty() || m.topic.contains(['+', '#']) {
+            err(
+                &format!("{base}.mqtt_publish.topic"),
+                format!("{:?} is not a topic name (not empty, no `+` or `#`)", m.topic),
+                Some("for example `topic: \"{path}\"` or `topic: \"devices/{id}/in\"`"),
+            );
+        }
     }
     if let Some(Some(b)) = r.request_buffering.as_ref().map(|_| r.buffering()) {
         let key = format!("{base}.request_buffering");

@@ -167,6 +167,58 @@ pub struct Mqtt {
     /// memory only, gone when the process stops.
     pub persistence: Option<MqttPersistence>,
     pub limits: MqttLimits,
+    /// Who may connect.
+    pub auth: MqttAuth,
+    /// Who may publish and subscribe to what: the first entry that matches decides; none: allowed when the
+    /// list is empty, denied otherwise.
+    pub acl: Vec<MqttAclEntry>,
+}
+
+/// Authentication of MQTT clients (`mqtt.auth`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttAuth {
+    /// Clients without a user name (and without a certificate taken as one) may connect. Default: `true`
+    /// when there is no `password_file`, `false` when there is one (configuring users means wanting them).
+    pub anonymous: Option<bool>,
+    /// `user:hash` lines: argon2 (`$argon2id$...`), bcrypt (`$2b$...`) or Mosquitto's `mosquitto_passwd`
+    /// (`$7$...` PBKDF2-SHA512, `$6$...` salted SHA-512). Relative paths start at the configuration file's
+    /// directory; re-read on every reload.
+    pub password_file: Option<String>,
+    /// On a TLS listener with `client_ca`: a verified client certificate's CN (or, without one, its first
+    /// subject alternative name) is the client's user name, and no password is asked.
+    pub use_certificate_as_username: bool,
+}
+
+impl MqttAuth {
+    /// Whether clients without a user name may connect (the default depends on `password_file`).
+    pub fn anonymous_allowed(&self) -> bool {
+        self.anonymous.unwrap_or(self.password_file.is_none())
+    }
+}
+
+/// One entry of `mqtt.acl`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttAclEntry {
+    /// A topic filter (`+`, `#`); `%u` is replaced by the client's user name, `%c` by its client id.
+    pub topic: String,
+    pub access: MqttAccess,
+    /// Only for this user name (`*` matches any run of characters).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Only for this client id (`*` matches any run of characters).
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MqttAccess {
+    Read,
+    Write,
+    Readwrite,
+    Deny,
 }
 
 /// The broker's store.

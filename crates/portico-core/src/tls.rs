@@ -272,6 +272,23 @@ fn describe(file: &str, leaf: &CertificateDer<'_>) -> Result<CertificateInfo, St
     Ok(CertificateInfo { file: file.to_string(), not_after, names })
 }
 
+/// The name a verified client certificate gives its holder: the subject's first Common Name, or, without
+/// one, its first subject alternative name (DNS name, e-mail address or URI). `None` without a certificate.
+pub fn client_identity(conn: &rustls::ServerConnection) -> Option<String> {
+    let leaf = conn.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
+    if let Some(cn) = cert.subject().iter_common_name().next().and_then(|cn| cn.as_str().ok()) {
+        return Some(cn.to_string());
+    }
+    let san = cert.subject_alternative_name().ok()??;
+    san.value.general_names.iter().find_map(|name| match name {
+        x509_parser::extensions::GeneralName::DNSName(s)
+        | x509_parser::extensions::GeneralName::RFC822Name(s)
+        | x509_parser::extensions::GeneralName::URI(s) => Some(s.to_string()),
+        _ => None,
+    })
+}
+
 /// The subject of a verified client certificate as an RFC 4514 string (`CN=alice,O=Example`, most specific
 /// first, as nginx's `$ssl_client_s_dn`), in ASCII: special characters are escaped and any other byte goes
 /// as `\XX`, so an attribute value can never pass for another attribute, and nothing can end a header line.

@@ -25,6 +25,7 @@ mod http2;
 mod intake;
 pub mod message;
 pub mod metrics;
+pub mod mqtt_publish;
 mod outcome;
 pub mod path;
 pub mod pattern;

@@ -298,6 +298,14 @@ fn compile_route(
             return None;
         };
         Target::Handler(handler, names.clone().into())
+    } else if let Some(m) = &r.mqtt_publish {
+        let publish = crate::mqtt_publish::MqttPublish {
+            topic: m.topic.clone(),
+            qos: m.qos,
+            retain: m.retain,
+            prefix: r.matcher.path_prefix.as_ref().map(|p| p.trim_end_matches('/').to_string()),
+        };
+        Target::Handler(Arc::new(publish), names.clone().into())
     } else if let Some(redirect) = &r.redirect {
         match crate::redirect::RedirectTarget::parse(redirect, &names) {
             Ok(t) => Target::Redirect(t),

@@ -53,6 +53,7 @@ struct Inner {
     config: BrokerConfig,
     /// The limits in force: `config.limits` at first, then whatever [`Broker::set_limits`] gave.
     limits: arc_swap::ArcSwap<Limits>,
+    auth: arc_swap::ArcSwap<crate::auth::Auth>,
     router: Router<SessionRef>,
     sessions: Mutex<HashMap<ByteString, SessionRef>>,
     retained: Retained,
@@ -121,6 +122,7 @@ impl Broker {
         })?;
         let inner = Arc::new(Inner {
             limits: arc_swap::ArcSwap::from_pointee(config.limits.clone()),
+            auth: arc_swap::ArcSwap::from_pointee(config.auth.clone()),
             config,
             router: Router::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -195,6 +197,18 @@ impl Broker {
     /// (what a client was told in CONNACK stays true), queues apply them from the next delivery.
     pub fn set_limits(&self, limits: Limits) {
         self.inner.limits.store(Arc::new(limits));
+    }
+
+    /// Who may connect and what they may do, now. Connections read it at each CONNECT, PUBLISH and
+    /// SUBSCRIBE.
+    pub fn auth(&self) -> Arc<crate::auth::Auth> {
+        self.inner.auth.load_full()
+    }
+
+    /// Replaces users and ACL (a reload): applies to the next CONNECT, PUBLISH and SUBSCRIBE; nobody is
+    /// disconnected, and subscriptions already granted stay.
+    pub fn set_auth(&self, auth: crate::auth::Auth) {
+        self.inner.auth.store(Arc::new(auth));
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -416,6 +430,32 @@ impl Broker {
         published
     }
 
+    /// Publishes a message from outside MQTT (the HTTP publish bridge): `Err` for an invalid topic name;
+    /// `Ok(Some(wait))` when the store was written (a persistent subscriber, or retained), which completes
+    /// once it is committed; `Ok(None)` when nothing was written. Subject to `max_packet_size` as a client's
+    /// PUBLISH is (the caller limits the payload).
+    #[allow(clippy::type_complexity)]
+    pub fn publish_external(
+        &self,
+        topic: &str,
+        payload: bytes::Bytes,
+        qos: QoS,
+        retain: bool,
+    ) -> Result<Option<impl std::future::Future<Output = Result<(), Arc<StoreError>>> + Send + 'static>, String> {
+        if !crate::topic::is_valid_topic_name(topic) || topic.len() > usize::from(u16::MAX) || topic.contains('\0') {
+            return Err(format!("{topic:?} is not a valid topic name"));
+        }
+        let received = match qos {
+            QoS::AtMostOnce => Counter::ReceivedQos0,
+            QoS::AtLeastOnce => Counter::ReceivedQos1,
+            QoS::ExactlyOnce => Counter::ReceivedQos2,
+        };
+        self.inner.metrics.inc(0, received);
+        let message = Arc::new(Message::new(ByteString::from(topic), payload, qos, retain));
+        let published = self.publish(message, 0);
+        Ok(if published.persisted { self.sync() } else { None })
+    }
+
     /// Adds (or replaces) the session's subscription to `filter` and queues the retained messages its
     /// Retain Handling asks for (none for a shared subscription, 4.8.2). Returns whether the store was
     /// written (the SUBACK waits for [`Broker::sync`]).
@@ -537,6 +577,21 @@ impl Broker {
                 ("{reason=\"queue_full\"}", m.get(Counter::DroppedQueueFull)),
                 ("{reason=\"offline_qos0\"}", m.get(Counter::DroppedOffline)),
                 ("{reason=\"too_large\"}", m.get(Counter::DroppedTooLarge)),
+            ],
+        );
+        line(
+            "portico_mqtt_auth_failures_total",
+            "counter",
+            "CONNECTs refused for a bad user name or password, or for missing credentials.",
+            &[("", m.get(Counter::AuthFailures))],
+        );
+        line(
+            "portico_mqtt_acl_denied_total",
+            "counter",
+            "Operations the ACL refused, by operation.",
+            &[
+                ("{operation=\"publish\"}", m.get(Counter::AclDeniedPublish)),
+                ("{operation=\"subscribe\"}", m.get(Counter::AclDeniedSubscribe)),
             ],
         );
         line(

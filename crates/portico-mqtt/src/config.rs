@@ -28,6 +28,8 @@ pub struct BrokerConfig {
     /// `None`: sessions and retained messages live in memory only and die with the process.
     pub persistence: Option<PersistenceConfig>,
     pub limits: Limits,
+    /// Who may connect, publish and subscribe (default: anyone, anything).
+    pub auth: crate::auth::Auth,
 }
 
 /// Limits per connection and session.

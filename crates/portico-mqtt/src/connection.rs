@@ -29,6 +29,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::sleep_until;
 use tracing::debug;
 
+use crate::auth::Verdict;
 use crate::broker::{Attached, Broker, ConnectParams};
 use crate::codec::{
     ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, PacketId, ProtocolVersion, Publish,
@@ -108,6 +109,23 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: Future<Output = ()>,
 {
+    serve_as(stream, peer, None, broker, worker, shutdown).await
+}
+
+/// [`serve_until`] for a client whose verified TLS certificate names it `certificate_user` (its CN, or
+/// first SAN): with `mqtt.auth.use_certificate_as_username` that is its user name, and no password is asked.
+pub async fn serve_as<S, F>(
+    stream: S,
+    peer: SocketAddr,
+    certificate_user: Option<String>,
+    broker: &Broker,
+    worker: usize,
+    shutdown: F,
+) -> Result<(), ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = ()>,
+{
     let mut shutdown = std::pin::pin!(shutdown);
     broker.metrics().inc(worker, Counter::ConnectionsAccepted);
     let mut io = Io { stream, rbuf: BytesMut::with_capacity(READ_CHUNK), wbuf: BytesMut::new() };
@@ -131,7 +149,7 @@ where
         }
     };
     let version = connect.version;
-    let mut conn = match accept(&mut io, &connect, broker, worker, limits).await? {
+    let mut conn = match accept(&mut io, &connect, peer, certificate_user, broker, worker, limits).await? {
         Some(conn) => conn,
         None => return Err(ConnectionError::Refused(ReasonCode::ClientIdentifierNotValid)),
     };
@@ -255,6 +273,8 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
 async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     io: &mut Io<S>,
     connect: &Connect,
+    peer: SocketAddr,
+    certificate_user: Option<String>,
     broker: &Broker,
     worker: usize,
     limits: Arc<Limits>,
@@ -287,6 +307,43 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     } else {
         connect.client_id.clone()
     };
+    // Credentials, checked against the users and ACL in force now; a password hash is slow on purpose, so
+    // it is checked on a blocking thread, not the worker's.
+    let auth = broker.auth();
+    let username = connect.username.as_ref().map(|u| u.to_string());
+    let verdict = if username.is_some() && auth.users.is_some() {
+        let (auth, username, password) = (auth.clone(), username.clone(), connect.password.clone());
+        let cert = certificate_user.clone();
+        tokio::task::spawn_blocking(move || auth.check(username.as_deref(), password.as_deref(), cert.as_deref()))
+            .await
+            .unwrap_or(Verdict::NotAuthorized)
+    } else {
+        auth.check(username.as_deref(), connect.password.as_deref(), certificate_user.as_deref())
+    };
+    let user = match verdict {
+        Verdict::Accepted(user) => user,
+        Verdict::BadCredentials | Verdict::NotAuthorized => {
+            let (reason, why) = if verdict == Verdict::BadCredentials {
+                (ReasonCode::BadUserNameOrPassword, "bad user name or password")
+            } else {
+                (ReasonCode::NotAuthorized, "no credentials, and anonymous clients are not allowed")
+            };
+            broker.metrics().inc(worker, Counter::ConnectRefused);
+            broker.metrics().inc(worker, Counter::AuthFailures);
+            crate::auth::log_failure(peer, &client_id, username.as_deref(), why);
+            io.send_and_close(refuse(reason), version).await;
+            return Err(ConnectionError::Refused(reason));
+        }
+    };
+    // A will is a publish: the ACL must allow its topic (refused at CONNECT, as Mosquitto 2 does).
+    if let Some(will) = &connect.will {
+        if !auth.acl.can_publish(user.as_deref(), &client_id, &will.topic) {
+            broker.metrics().inc(worker, Counter::ConnectRefused);
+            broker.metrics().inc(worker, Counter::AclDeniedPublish);
+            io.send_and_close(refuse(ReasonCode::NotAuthorized), version).await;
+            return Err(ConnectionError::Refused(ReasonCode::NotAuthorized));
+        }
+    }
     let requested_expiry = if v5 {
         connect.properties.session_expiry_interval.unwrap_or(0)
     } else if connect.clean_start {
@@ -333,12 +390,15 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         outbound: Vec::new(),
         attached,
         limits,
+        user,
     }))
 }
 
 /// An accepted connection's state.
 struct Conn {
     broker: Broker,
+    /// The authenticated user name (`None`: anonymous), for the ACL.
+    user: Option<String>,
     worker: usize,
     version: ProtocolVersion,
     attached: Attached,
@@ -635,6 +695,27 @@ impl Conn {
             }
             return Ok(());
         }
+        if !self.broker.auth().acl.can_publish(self.user.as_deref(), session.client_id(), &publish.topic) {
+            // Not authorized: v5 says so in the acknowledgement; v3 has no way to, so the message is
+            // acknowledged and dropped, as Mosquitto does. QoS 0: dropped.
+            metrics.inc(self.worker, Counter::AclDeniedPublish);
+            let reason = if v5 { ReasonCode::NotAuthorized } else { ReasonCode::Success };
+            match publish.qos {
+                QoS::AtMostOnce => {}
+                QoS::AtLeastOnce => {
+                    self.inbound_qos1 += 1;
+                    self.push_ack(None, Packet::PubAck(ack(reason)), true);
+                }
+                QoS::ExactlyOnce => {
+                    if !v5 {
+                        // The v3 flow goes on to PUBREL / PUBCOMP.
+                        session.lock().inbound_qos2.insert(packet_id.map_or(0, |id| id.get()));
+                    }
+                    self.push_ack(None, Packet::PubRec(ack(reason)), false);
+                }
+            }
+            return Ok(());
+        }
         let mut persisted = false;
         if publish.qos == QoS::ExactlyOnce {
             let id = packet_id.map_or(0, |id| id.get());
@@ -680,7 +761,15 @@ impl Conn {
         let id = subscribe.properties.subscription_identifier;
         let mut reasons = Vec::with_capacity(subscribe.subscriptions.len());
         let mut persisted = false;
+        let auth = self.broker.auth();
+        let client_id = self.attached.session.client_id().clone();
         for subscription in &subscribe.subscriptions {
+            let filter = crate::topic::FilterRef::parse(&subscription.filter).filter;
+            if !auth.acl.can_subscribe(self.user.as_deref(), &client_id, filter) {
+                self.broker.metrics().inc(self.worker, Counter::AclDeniedSubscribe);
+                reasons.push(ReasonCode::NotAuthorized); // v3: 0x80
+                continue;
+            }
             persisted |= self.broker.subscribe(&self.attached.session, &subscription.filter, subscription.options, id);
             reasons.push(match subscription.options.qos {
                 QoS::AtMostOnce => ReasonCode::Success, // Granted QoS 0

@@ -122,6 +122,7 @@
 //! are the product itself, so the codec is written here, fuzzed (`fuzz/fuzz_targets/mqtt_decode.rs`), and its
 //! rules are tested against the specification's statements (`tests/`).
 
+pub mod auth;
 pub mod broker;
 pub mod codec;
 pub mod config;
@@ -139,6 +140,6 @@ pub mod topic;
 
 pub use broker::{Broker, BrokerError};
 pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-pub use connection::{serve, serve_until, ConnectionError};
+pub use connection::{serve, serve_as, serve_until, ConnectionError};
 pub use plane::{MqttPlane, MqttView};
 pub use server::Server;

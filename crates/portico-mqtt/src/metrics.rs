@@ -24,9 +24,15 @@ pub enum Counter {
     KeepAliveTimeouts,
     TakenOver,
     WillsPublished,
+    /// CONNECTs refused for a bad user name or password, or missing credentials.
+    AuthFailures,
+    /// PUBLISHes refused by the ACL.
+    AclDeniedPublish,
+    /// Subscriptions refused by the ACL.
+    AclDeniedSubscribe,
 }
 
-const COUNTERS: usize = Counter::WillsPublished as usize + 1;
+const COUNTERS: usize = Counter::AclDeniedSubscribe as usize + 1;
 
 #[repr(align(128))]
 #[derive(Debug)]

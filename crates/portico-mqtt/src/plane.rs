@@ -8,9 +8,10 @@
 //! as they do HTTP ones, and the listener counters (`portico_tls_handshakes_total`, `portico_panics_total`)
 //! count MQTT connections too. On shutdown every MQTT connection is drained (see [`serve_until`]).
 
+use crate::auth::{Access, Acl, AclEntry, Auth, AuthError, Users};
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-use crate::connection::serve_until;
+use crate::connection::serve_as;
 use portico_config::LoadedConfig;
 use portico_core::stats::{slot, ListenerStats};
 use portico_core::tls::TlsTerminator;
@@ -63,7 +64,42 @@ pub fn broker_config(loaded: &LoadedConfig) -> BrokerConfig {
             },
         }),
         limits: limits(&mqtt.limits),
+        auth: Auth::default(),
     }
+}
+
+/// Users and ACL from `mqtt.auth` and `mqtt.acl` of `loaded`, reading the password file (a relative path
+/// starts at the configuration file's directory). Called at start-up and at every reload, so a changed
+/// password file is read again on reload even when the configuration did not change.
+pub fn auth(loaded: &LoadedConfig) -> Result<Auth, AuthError> {
+    let mqtt = &loaded.config.mqtt;
+    let users = match &mqtt.auth.password_file {
+        Some(file) => Some(Arc::new(Users::load(&loaded.resolve(file))?)),
+        None => None,
+    };
+    let acl = Acl {
+        entries: mqtt
+            .acl
+            .iter()
+            .map(|e| AclEntry {
+                topic: e.topic.clone(),
+                access: match e.access {
+                    portico_config::MqttAccess::Read => Access::Read,
+                    portico_config::MqttAccess::Write => Access::Write,
+                    portico_config::MqttAccess::Readwrite => Access::ReadWrite,
+                    portico_config::MqttAccess::Deny => Access::Deny,
+                },
+                user: e.user.clone(),
+                client_id: e.client_id.clone(),
+            })
+            .collect(),
+    };
+    Ok(Auth {
+        anonymous: mqtt.auth.anonymous_allowed(),
+        users,
+        use_certificate_as_username: mqtt.auth.use_certificate_as_username,
+        acl,
+    })
 }
 
 /// The broker's limits from `mqtt.limits` (validated: the narrowing casts cannot truncate).
@@ -85,7 +121,14 @@ pub fn limits(l: &portico_config::MqttLimits) -> Limits {
 /// Applies a reloaded configuration to the running broker: new limits serve new connections (open ones
 /// keep what their CONNACK told them; queue limits apply from the next message). A changed `persistence`
 /// needs a restart: said in the log, and the broker keeps its store.
-pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_config::Mqtt) {
+///
+/// `auth` (from [`auth`], read before the reload is applied so that an unreadable password file fails it)
+/// replaces users and ACL: the next CONNECT, PUBLISH and SUBSCRIBE use them; nobody is disconnected.
+pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_config::Mqtt, auth: Auth) {
+    let users = auth.users.as_ref().map_or(0, |u| u.len());
+    let (anonymous, rules) = (auth.anonymous, auth.acl.entries.len());
+    broker.set_auth(auth);
+    tracing::info!(users, anonymous, acl_entries = rules, "MQTT users and ACL reloaded: they apply to new operations");
     if before.limits != after.limits {
         broker.set_limits(limits(&after.limits));
         tracing::info!("MQTT limits reloaded: new connections get them");
@@ -128,9 +171,13 @@ impl PlaneWorker for MqttWorker {
                 let _ = shutdown.wait_for(|down| *down).await;
             };
             let ended = match &settings.tls {
-                None => serve_until(io, peer, &self.broker, index, draining).await,
+                None => serve_as(io, peer, None, &self.broker, index, draining).await,
                 Some(tls) => match handshake(io, tls, &settings.stats, index).await {
-                    Some(stream) => serve_until(stream, peer, &self.broker, index, draining).await,
+                    Some(stream) => {
+                        // A certificate is there only if the listener asked for one and it was verified.
+                        let name = portico_core::tls::client_identity(stream.get_ref().1);
+                        serve_as(stream, peer, name, &self.broker, index, draining).await
+                    }
                     None => return,
                 },
             };

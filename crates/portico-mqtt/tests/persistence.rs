@@ -167,6 +167,7 @@ async fn bench_persistent_qos1_throughput() {
     let config = BrokerConfig {
         persistence: Some(PersistenceConfig::new(dir.path().join("s.redb"))),
         limits: portico_mqtt::Limits { max_queued_messages: 100_000, ..Default::default() },
+        ..Default::default()
     };
     let b = start(config);
     let mut options = v4_options(b.addr, "durable");

@@ -198,18 +198,25 @@ impl Reloader {
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
             crate::mqtt::protocol_changes(&self.shared.load().source, &next.source)?;
+            // The password file is read before anything is applied: one that cannot be read fails the reload.
+            let auth = match &self.broker {
+                Some(_) => {
+                    Some(portico_mqtt::plane::auth(&next.source).map_err(|e| format!("MQTT authentication: {e}"))?)
+                }
+                None => None,
+            };
             let plan = ListenerPlan::between(&addresses(&self.shared.load()), &addresses(&next));
             let workers = match &self.listeners {
-                _ if plan.is_empty() => return Ok((next, None)),
+                _ if plan.is_empty() => return Ok((next, None, auth)),
                 Listeners::Threads(table) => lock(table).sockets.len(),
                 Listeners::Processes(count, _) => *count,
-                Listeners::FromMaster => return Ok((next, None)),
+                Listeners::FromMaster => return Ok((next, None, auth)),
             };
             let bound = plan.bind(workers)?;
-            Ok((next, Some((plan, bound))))
+            Ok((next, Some((plan, bound)), auth))
         });
         let outcome = match result {
-            Ok((next, listener_changes)) => {
+            Ok((next, listener_changes, auth)) => {
                 let current = self.shared.load();
                 let (old, new) = (&current.source.config, &next.source.config);
                 let startup_only = [
@@ -226,8 +233,8 @@ impl Reloader {
                         tracing::warn!("`{key}` is applied at start-up; restart to change it");
                     }
                 }
-                if let Some(broker) = &self.broker {
-                    portico_mqtt::plane::reload(broker, &old.mqtt, &new.mqtt);
+                if let (Some(broker), Some(auth)) = (&self.broker, auth) {
+                    portico_mqtt::plane::reload(broker, &old.mqtt, &new.mqtt, auth);
                 }
                 let next = Arc::new(next);
                 // The configuration first: a worker accepts on a listener only once its configuration has it.
@@ -360,6 +367,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let mqtt_listeners: Arc<dyn portico_mqtt::plane::Listeners> =
         Arc::new(crate::mqtt::SnapshotListeners(shared.clone()));
     if let Some(broker) = &broker {
+        portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
         views.push(Arc::new(portico_mqtt::plane::MqttView {
             broker: broker.clone(),
             listeners: mqtt_listeners.clone(),

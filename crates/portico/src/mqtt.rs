@@ -44,7 +44,8 @@ pub fn protocol(loaded: &LoadedConfig, name: &str) -> Option<ListenerProtocol> {
 
 /// Opens the broker the configuration describes (reading its store back, if it has one).
 pub fn open(loaded: &LoadedConfig) -> anyhow::Result<portico_mqtt::Broker> {
-    let config = portico_mqtt::plane::broker_config(loaded);
+    let mut config = portico_mqtt::plane::broker_config(loaded);
+    config.auth = portico_mqtt::plane::auth(loaded).map_err(|e| anyhow!("MQTT authentication: {e}"))?;
     let store = config.persistence.as_ref().map(|p| (p.path.display().to_string(), p.on_corrupt));
     portico_mqtt::Broker::open(config).map_err(|e| match store {
         Some((file, portico_mqtt::OnCorruptStore::Fail)) => anyhow!(
@@ -68,4 +69,28 @@ pub fn protocol_changes(before: &LoadedConfig, after: &LoadedConfig) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The broker as the HTTP plane's `mqtt_publish:` routes publish to it.
+pub struct BridgePublisher(pub portico_mqtt::Broker);
+
+impl portico_http::mqtt_publish::MqttPublisher for BridgePublisher {
+    fn publish(
+        &self,
+        topic: String,
+        payload: bytes::Bytes,
+        qos: u8,
+        retain: bool,
+    ) -> portico_http::mqtt_publish::PublishFuture {
+        use portico_http::mqtt_publish::PublishError;
+        let qos = portico_mqtt::codec::QoS::from_bits(qos).unwrap_or(portico_mqtt::codec::QoS::AtMostOnce);
+        let published = self.0.publish_external(&topic, payload, qos, retain);
+        Box::pin(async move {
+            match published {
+                Err(why) => Err(PublishError::InvalidTopic(why)),
+                Ok(None) => Ok(()),
+                Ok(Some(commit)) => commit.await.map_err(|e| PublishError::Unavailable(e.to_string())),
+            }
+        })
+    }
 }

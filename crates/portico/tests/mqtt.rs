@@ -305,6 +305,30 @@ impl<S: Read + Write> Wire<S> {
         assert_eq!(self.read(), (0x20, vec![0, 0]), "CONNACK accepted");
     }
 
+    /// CONNECT (3.1.1) with a user name and password, if given: the CONNACK's body.
+    fn connect_as(&mut self, id: &str, user: Option<&str>, password: Option<&str>) -> Vec<u8> {
+        let flags = 0x02 | if user.is_some() { 0x80 } else { 0 } | if password.is_some() { 0x40 } else { 0 };
+        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, flags, 0, 30];
+        body.extend(Self::string(id));
+        body.extend(user.map(Self::string).unwrap_or_default());
+        body.extend(password.map(Self::string).unwrap_or_default());
+        self.packet(0x10, &body);
+        let (first, body) = self.read();
+        assert_eq!(first, 0x20, "CONNACK");
+        body
+    }
+
+    /// SUBSCRIBE: the SUBACK's return code.
+    fn subscribe_code(&mut self, filter: &str, qos: u8) -> u8 {
+        let mut body = vec![0, 2];
+        body.extend(Self::string(filter));
+        body.push(qos);
+        self.packet(0x82, &body);
+        let (first, body) = self.read();
+        assert_eq!((first, &body[..2]), (0x90, &[0u8, 2][..]), "SUBACK");
+        body[2]
+    }
+
     fn subscribe(&mut self, filter: &str, qos: u8) {
         let mut body = vec![0, 1];
         body.extend(Self::string(filter));
@@ -499,4 +523,157 @@ async fn a_damaged_store_is_moved_aside_or_refused_as_configured() {
     assert_eq!(aside.len(), 1, "{aside:?}");
     let (mut c, _) = v5(v5_options(p.mqtt, "after-damage")).await;
     c.subscribe("t", v5_qos(1)).await;
+}
+
+/// Written by `mosquitto_passwd -b pw.txt mosq secret` (Mosquitto 2.0): PBKDF2-SHA512.
+const MOSQ_SECRET: &str = "mosq:$7$101$ZT2UAXR7jqpQsn97$rSm/XObu3tvWfHWSuYZgBzh+rtAWAX7Xq67scmJX9aUdmASsbKuMjT2Cj8wRR1OtiMdraludLAmE4XcWt/RRiw==\n";
+
+#[tokio::test]
+async fn a_password_file_refuses_bad_passwords_and_anonymous_clients_and_a_reload_rereads_it() {
+    let dir = temp_dir();
+    std::fs::write(dir.join("mqtt.passwd"), MOSQ_SECRET).unwrap();
+    let yaml = both("mqtt:\n  auth: { password_file: mqtt.passwd }\n");
+    let p = Portico::start_in(&dir, &yaml);
+    let wire = || Wire(std::net::TcpStream::connect(p.mqtt).unwrap());
+    // v3.1.1: bad password -> 4, none at all -> 5 (anonymous is off by default with a password file).
+    assert_eq!(wire().connect_as("a", Some("mosq"), Some("wrong")), vec![0, 4]);
+    assert_eq!(wire().connect_as("b", Some("nobody"), Some("secret")), vec![0, 4]);
+    assert_eq!(wire().connect_as("c", None, None), vec![0, 5]);
+    let mut good = wire();
+    assert_eq!(good.connect_as("d", Some("mosq"), Some("secret")), vec![0, 0]);
+    good.subscribe("auth/#", 1);
+    // v5: Bad User Name or Password (0x86).
+    let mut options = v5_options(p.mqtt, "e");
+    options.set_credentials("mosq", "nope");
+    let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, 10);
+    let refused = format!("{:?}", eventloop.poll().await.expect_err("refused"));
+    assert!(refused.contains("BadUserNamePassword"), "{refused}");
+    drop(client);
+    assert_eq!(p.metric("portico_mqtt_auth_failures_total"), 4.0);
+    // A new user in the file, then a reload: the new user connects, the connected client stays.
+    // Made with the `argon2` and `bcrypt` crates: `password` and `hunter2`.
+    let argon =
+        "ann:$argon2id$v=19$m=19456,t=2,p=1$k5B7hkxIhOiiGx8vbjINTQ$KZ9D3VEUwn4WQfWazitMcy1/IvLpz/iBpQiyy08Jz+I\n";
+    let bcrypt = "bob:$2b$04$t4v1uBjTUT/S9T0unaD3deYRgqef2WIQNAl9WV.nNMkFRVRniDL7u\n";
+    std::fs::write(dir.join("mqtt.passwd"), format!("{MOSQ_SECRET}{argon}{bcrypt}")).unwrap();
+    p.signal(libc::SIGHUP);
+    eventually("the reload", || p.metric("portico_reloads_total") == 1.0).await;
+    let mut options = v5_options(p.mqtt, "ann");
+    options.set_credentials("ann", "password");
+    let (mut ann, _) = v5(options).await;
+    ann.publish_acked("auth/x", v5_qos(1), "from ann").await;
+    assert_eq!(good.receive_qos1(), ("auth/x".to_string(), b"from ann".to_vec()));
+    assert_eq!(wire().connect_as("bob", Some("bob"), Some("hunter2")), vec![0, 0]);
+    assert_eq!(wire().connect_as("bob2", Some("bob"), Some("hunter3")), vec![0, 4]);
+    // An unreadable password file fails the reload and the running users stay.
+    std::fs::remove_file(dir.join("mqtt.passwd")).unwrap();
+    p.signal(libc::SIGHUP);
+    eventually("the failed reload", || p.metric("portico_reload_failures_total") == 1.0).await;
+    assert_eq!(wire().connect_as("f", Some("ann"), Some("password")), vec![0, 0]);
+}
+
+#[tokio::test]
+async fn acls_with_substitution_refuse_publishes_and_subscriptions_and_reload_without_disconnecting() {
+    let acl = |extra: &str| {
+        both(&format!(
+            "mqtt:\n  acl:\n    - {{ topic: \"devices/%c/#\", access: readwrite }}\n    - {{ topic: test/nosubscribe, access: deny }}\n{extra}    - {{ topic: \"test/#\", access: readwrite }}\n"
+        ))
+    };
+    let p = Portico::start(&acl(""));
+    let (mut d1, _) = v5(v5_options(p.mqtt, "d1")).await;
+    d1.subscribe("devices/d1/#", v5_qos(1)).await;
+    // Its own subtree: allowed. Another device's: PUBACK Not authorized (0x87).
+    d1.publish_acked("devices/d1/temp", v5_qos(1), "21").await;
+    assert_eq!(&d1.publish().await.payload[..], b"21");
+    // (rumqttc ends its event loop on a refused acknowledgement: a client of its own for each refusal.)
+    let (mut other, _) = v5(v5_options(p.mqtt, "d1-other")).await;
+    other.client.publish("devices/d2/temp", v5_qos(1), false, b"x".to_vec()).await.unwrap();
+    let refused = other.closed().await;
+    assert!(refused.contains("PubAckFail { reason: NotAuthorized }"), "{refused}");
+    // SUBSCRIBE: v5 0x87, v3 0x80, for the denied topic and for a filter that would reach it.
+    let (mut other, _) = v5(v5_options(p.mqtt, "d1-sub")).await;
+    other.client.subscribe("test/nosubscribe", v5_qos(1)).await.unwrap();
+    let refused = loop {
+        match other.next().await {
+            Some(Ok(rumqttc::v5::Event::Incoming(V5Packet::SubAck(ack)))) => break format!("{:?}", ack.return_codes),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break e,
+            None => panic!("no SUBACK"),
+        }
+    };
+    assert!(refused.contains("NotAuthorized"), "{refused}");
+    let mut v3 = Wire(std::net::TcpStream::connect(p.mqtt).unwrap());
+    v3.connect("v3");
+    assert_eq!(v3.subscribe_code("test/nosubscribe", 1), 0x80);
+    assert_eq!(v3.subscribe_code("test/#", 1), 0x80);
+    assert_eq!(v3.subscribe_code("test/other/#", 1), 1);
+    // v3: a denied QoS 1 PUBLISH is acknowledged and dropped, as Mosquitto does.
+    v3.publish_qos1("devices/d1/spoof", 9, b"no");
+    v3.publish_qos1("test/other/ok", 10, b"yes");
+    assert_eq!(v3.receive_qos1(), ("test/other/ok".to_string(), b"yes".to_vec()));
+    assert_eq!(p.metric("portico_mqtt_acl_denied_total{operation=\"publish\"}"), 2.0);
+    assert_eq!(p.metric("portico_mqtt_acl_denied_total{operation=\"subscribe\"}"), 3.0);
+    // A reload granting more applies at once to the connected clients' next operations.
+    p.rewrite_config(&acl("    - { topic: \"devices/+/temp\", access: write, client_id: \"d*\" }\n"));
+    p.signal(libc::SIGHUP);
+    eventually("the reload", || p.metric("portico_reloads_total") == 1.0).await;
+    d1.publish_acked("devices/d2/temp", v5_qos(1), "now allowed").await;
+    assert_eq!(p.metric("portico_mqtt_acl_denied_total{operation=\"publish\"}"), 2.0);
+    assert_eq!(p.metric("portico_mqtt_connections_total"), 4.0, "nobody reconnected");
+}
+
+#[test]
+fn a_client_certificate_names_the_user_on_an_mtls_listener() {
+    let dir = temp_dir();
+    let ca = pki::Ca::new(&dir, "ca");
+    let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let device = ca.client(&dir, "device", "sensor-7");
+    let tls = format!(
+        "    tls: {{ certificates: [ {{ cert: \"{}\", key: \"{}\" }} ], client_ca: \"{}\", client_auth: optional }}\n",
+        site.cert.display(),
+        site.key.display(),
+        ca.pem.display()
+    );
+    std::fs::write(dir.join("mqtt.passwd"), MOSQ_SECRET).unwrap();
+    let yaml = both("mqtt:\n  auth: { password_file: mqtt.passwd, use_certificate_as_username: true }\n  acl:\n    - { topic: \"sensors/%u/#\", access: readwrite }\n")
+        .replace("    protocol: mqtt\n", &format!("    protocol: mqtt\n{tls}"));
+    let p = Portico::start_in(&dir, &yaml);
+    // The certificate's CN is the user: no password, and `%u` is `sensor-7`.
+    let mut c = Wire(pki::connect(p.mqtt, "localhost", &ca.pem, Some(&device), &[]).expect("mTLS handshake"));
+    assert_eq!(c.connect_as("dev", None, None), vec![0, 0]);
+    assert_eq!(c.subscribe_code("sensors/sensor-7/#", 1), 1);
+    assert_eq!(c.subscribe_code("sensors/sensor-8/#", 1), 0x80);
+    // Without a certificate, the password file applies.
+    let mut anon = Wire(pki::connect(p.mqtt, "localhost", &ca.pem, None, &[]).expect("TLS handshake"));
+    assert_eq!(anon.connect_as("anon", None, None), vec![0, 5]);
+    let mut mosq = Wire(pki::connect(p.mqtt, "localhost", &ca.pem, None, &[]).expect("TLS handshake"));
+    assert_eq!(mosq.connect_as("mosq", Some("mosq"), Some("secret")), vec![0, 0]);
+}
+
+#[tokio::test]
+async fn curl_publishes_through_an_mqtt_publish_route_to_a_subscriber() {
+    let extra = "  - match: { path_prefix: /publish/ }\n    mqtt_publish: { topic: \"{path}\", qos: 1 }\n  - match: { path: \"/devices/:id/state\" }\n    mqtt_publish: { topic: \"state/{id}\", qos: 0, retain: true }\nmqtt: { persistence: { path: data } }\n";
+    let p = Portico::start(&both(extra));
+    let mut options = v4_options(p.mqtt, "durable-sub");
+    options.set_clean_session(false);
+    let mut sub = v4(options).await;
+    sub.subscribe("sensors/#", v4_qos(1)).await;
+    // QoS 1 to a persistent subscriber: 202 once the store has committed it.
+    let url = p.url("/publish/sensors/kitchen%20temp");
+    let (ok, out) = curl(&["-s", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "21.5", &url]);
+    assert!(ok && out == "202", "{out}");
+    let got = sub.publish().await;
+    assert_eq!((got.topic.as_str(), &got.payload[..], got.qos), ("sensors/kitchen temp", &b"21.5"[..], v4_qos(1)));
+    // A path parameter in the template, retained at QoS 0: 200, and a later subscriber gets it.
+    let (ok, out) =
+        curl(&["-s", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "on", &p.url("/devices/lamp1/state")]);
+    assert!(ok && out == "200", "{out}");
+    let mut late = v4(v4_options(p.mqtt, "late")).await;
+    late.subscribe("state/+", v4_qos(0)).await;
+    let got = late.publish().await;
+    assert_eq!((got.topic.as_str(), &got.payload[..], got.retain), ("state/lamp1", &b"on"[..], true));
+    // A topic the request makes invalid: 400.
+    let (ok, out) = curl(&["-s", "-w", " %{http_code}", "--data-binary", "x", &p.url("/publish/sensors/%23")]);
+    assert!(ok && out.ends_with(" 400"), "{out}");
+    assert_eq!(p.metric("portico_mqtt_messages_received_total{qos=\"1\"}"), 1.0);
 }
