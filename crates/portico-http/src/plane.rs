@@ -40,8 +40,11 @@ struct HttpWorker(Rc<WorkerCtx>);
 
 impl PlaneWorker for HttpWorker {
     fn serves(&self, listener: &str) -> bool {
-        // `protocol: http` is the only value yet: every configured listener is this plane's.
-        self.0.snapshot.load().listener(listener).is_some()
+        // Only `protocol: http` listeners: another plane serves the others, whatever order planes are asked in.
+        let snapshot = self.0.snapshot.load();
+        let http = |l: &&portico_config::Listener| l.protocol == portico_config::ListenerProtocol::Http;
+        snapshot.listener(listener).is_some()
+            && snapshot.source.config.listeners.iter().filter(http).any(|l| l.name == listener)
     }
 
     fn serve(self: Rc<Self>, io: TcpStream, peer: SocketAddr, listener: Arc<str>) -> Pin<Box<dyn Future<Output = ()>>> {

@@ -373,8 +373,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             listeners: mqtt_listeners.clone(),
         }));
     }
-    // The MQTT plane first: a worker gives a listener to the first plane that serves it, and the HTTP plane
-    // takes any.
+    // Each plane serves the listeners of its own `protocol`, so their order does not matter.
     let mut planes: Vec<Arc<dyn Plane>> = Vec::new();
     if let Some(broker) = &broker {
         planes.push(Arc::new(portico_mqtt::plane::MqttPlane { broker: broker.clone(), listeners: mqtt_listeners }));
