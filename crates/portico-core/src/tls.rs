@@ -47,6 +47,35 @@ pub struct CertificateInfo {
 /// Cipher suites with SHA-256 come first: a TLS 1.3 handshake hashes its transcript and derives its keys with
 /// the suite's hash, and SHA-256 runs on the CPU's SHA extensions where SHA-384 does not. That is a measured
 /// part of a full handshake's CPU (bench/RESULTS.md); AES-128-GCM is as strong as anyone needs.
+impl TlsTerminator {
+    /// Completes the TLS handshake within the listener's handshake timeout, counted in `stats` for `worker`.
+    /// Failures are counted, not logged above debug: a scanner or a client that distrusts the certificate must
+    /// not flood the log.
+    pub async fn handshake(
+        &self,
+        io: tokio::net::TcpStream,
+        stats: &crate::stats::ListenerStats,
+        worker: usize,
+    ) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        let counters = crate::stats::slot(&stats.slots, worker);
+        match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(io)).await {
+            Ok(Ok(stream)) => {
+                counters.tls_handshakes.inc();
+                Some(stream)
+            }
+            Ok(Err(e)) => {
+                counters.tls_handshake_failures.inc();
+                tracing::debug!(listener = %stats.listener, "TLS handshake failed: {e}");
+                None
+            }
+            Err(_) => {
+                counters.tls_handshake_timeouts.inc();
+                None
+            }
+        }
+    }
+}
+
 pub fn provider() -> Arc<CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
     provider.cipher_suites.sort_by_key(|suite| match suite.suite() {

@@ -55,14 +55,14 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
     let io = match tls {
         None => Stream::Tcp(io),
         // Boxed: the handshake's state is only needed once, not in every idle connection's future.
-        Some((terminator, stats)) => match Box::pin(handshake(io, &terminator, &stats, ctx.index)).await {
+        Some((terminator, stats)) => match Box::pin(terminator.handshake(io, &stats, ctx.index)).await {
             Some(tls) => {
                 facts.https = true;
                 facts.cert_header = terminator.client_cert_header.clone();
                 if facts.cert_header.is_some() {
                     facts.cert_subject = portico_core::tls::client_subject(tls.get_ref().1);
                 }
-                Stream::Tls(tls)
+                Stream::Tls(Box::new(tls))
             }
             None => return,
         },
@@ -182,32 +182,6 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
             }
             Box::pin(linger_close(client.io)).await;
             return;
-        }
-    }
-}
-
-/// Completes the TLS handshake within the listener's handshake timeout. Failures are counted, not logged
-/// above debug: a scanner or a client that distrusts the certificate must not flood the log.
-async fn handshake(
-    io: TcpStream,
-    terminator: &portico_core::tls::TlsTerminator,
-    stats: &portico_core::stats::ListenerStats,
-    worker: usize,
-) -> Option<Box<tokio_rustls::server::TlsStream<TcpStream>>> {
-    let counters = slot(&stats.slots, worker);
-    match tokio::time::timeout(terminator.handshake_timeout, terminator.acceptor.accept(io)).await {
-        Ok(Ok(tls)) => {
-            counters.tls_handshakes.inc();
-            Some(Box::new(tls))
-        }
-        Ok(Err(e)) => {
-            counters.tls_handshake_failures.inc();
-            tracing::debug!(listener = %stats.listener, "TLS handshake failed: {e}");
-            None
-        }
-        Err(_) => {
-            counters.tls_handshake_timeouts.inc();
-            None
         }
     }
 }

@@ -172,7 +172,7 @@ impl PlaneWorker for MqttWorker {
             };
             let ended = match &settings.tls {
                 None => serve_as(io, peer, None, &self.broker, index, draining).await,
-                Some(tls) => match handshake(io, tls, &settings.stats, index).await {
+                Some(tls) => match tls.handshake(io, &settings.stats, index).await {
                     Some(stream) => {
                         // A certificate is there only if the listener asked for one and it was verified.
                         let name = portico_core::tls::client_identity(stream.get_ref().1);
@@ -205,31 +205,6 @@ impl PlaneWorker for MqttWorker {
     fn connection_evicted(&self, listener: &str) {
         if let Some(l) = self.listeners.mqtt_listener(listener) {
             slot(&l.stats.slots, self.core.index).evictions.inc();
-        }
-    }
-}
-
-/// The TLS handshake within the listener's handshake timeout, counted as on HTTP listeners.
-async fn handshake(
-    io: TcpStream,
-    tls: &TlsTerminator,
-    stats: &ListenerStats,
-    worker: usize,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
-    let counters = slot(&stats.slots, worker);
-    match tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(io)).await {
-        Ok(Ok(stream)) => {
-            counters.tls_handshakes.inc();
-            Some(stream)
-        }
-        Ok(Err(e)) => {
-            counters.tls_handshake_failures.inc();
-            tracing::debug!(listener = %stats.listener, "TLS handshake failed: {e}");
-            None
-        }
-        Err(_) => {
-            counters.tls_handshake_timeouts.inc();
-            None
         }
     }
 }
