@@ -482,7 +482,8 @@ pub(crate) fn is_token(s: &str) -> bool {
 }
 
 /// Headers a filter may not touch: Portico writes them itself from the connection and the body.
-const OWNED_HEADERS: &[&str] = &[
+/// Headers Portico writes itself (framing, hop-by-hop, forwarding): no filter sets or removes them.
+pub const OWNED_HEADERS: &[&str] = &[
     "connection",
     "keep-alive",
     "te",

@@ -16,6 +16,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
+/// Most `fetch`es one call may have under way at once: each holds an upstream connection and up to
+/// `max_response` of answer outside the runtime's heap.
+pub const MAX_FETCHES: usize = 32;
+
 /// A call's number on its runtime.
 pub type CallId = u64;
 
@@ -51,6 +55,10 @@ struct Call {
     request: String,
     /// A read of the request body JavaScript asked for (its operation's number), not yet served.
     body_wanted: Option<u32>,
+    /// The response went out: the request body can no longer be read.
+    body_closed: bool,
+    /// Its `fetch`es under way.
+    fetches: usize,
 }
 
 /// What a pending host operation (a timer, a `fetch`, a read of the request body) belongs to, and how to
@@ -87,6 +95,9 @@ pub struct Host {
     outgoing: RefCell<HashMap<u32, Outgoing>>,
     /// Bodies being streamed that wait for a slice to make progress (woken with `progress`).
     wakers: RefCell<Vec<Waker>>,
+    /// Operations cancelled when their call ended, which JavaScript still holds (their callbacks, their
+    /// promises): it forgets them at the start of the next slice.
+    cancelled: RefCell<Vec<u32>>,
     /// The largest response body a `fetch` reads (the function's `limits.max_response`).
     pub fetch_limit: Cell<usize>,
     /// The largest request body the handler may read whole (`limits.max_request`).
@@ -110,6 +121,8 @@ impl Host {
             upstreams,
             request,
             body_wanted: None,
+            body_closed: false,
+            fetches: 0,
         };
         self.calls.borrow_mut().insert(id, call);
         id
@@ -119,10 +132,14 @@ impl Host {
     /// unless `waitUntil` asked for them, which keeps the call open).
     pub fn close(&self, id: CallId) {
         let call = self.calls.borrow_mut().remove(&id);
-        self.operations.borrow_mut().retain(|_, op| {
+        let mut cancelled = self.cancelled.borrow_mut();
+        self.operations.borrow_mut().retain(|number, op| {
             let mine = op.call == id;
-            if let Some(task) = op.task.as_ref().filter(|_| mine) {
-                task.abort();
+            if mine {
+                if let Some(task) = op.task.as_ref() {
+                    task.abort();
+                }
+                cancelled.push(*number);
             }
             !mine
         });
@@ -249,6 +266,9 @@ impl Host {
     /// JavaScript asks for the next piece of the request body (operation `number`), in the running slice.
     pub fn want_body(&self, number: u32) -> bool {
         let Some(id) = self.current.get() else { return false };
+        if self.calls.borrow().get(&id).is_none_or(|c| c.body_closed) {
+            return false;
+        }
         if !self.start_operation(number, None) {
             return false;
         }
@@ -256,6 +276,36 @@ impl Host {
             call.body_wanted = Some(number);
         }
         true
+    }
+
+    /// Counts a `fetch` of the running slice's call: `false` at `MAX_FETCHES` under way.
+    pub fn fetch_started(&self) -> bool {
+        let Some(id) = self.current.get() else { return false };
+        let mut calls = self.calls.borrow_mut();
+        let Some(call) = calls.get_mut(&id) else { return false };
+        if call.fetches >= MAX_FETCHES {
+            return false;
+        }
+        call.fetches += 1;
+        true
+    }
+
+    pub fn fetch_done(&self, id: CallId) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.fetches = call.fetches.saturating_sub(1);
+        }
+    }
+
+    /// The response of call `id` went out: its request body can no longer be read.
+    pub fn close_body(&self, id: CallId) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+            call.body_closed = true;
+        }
+    }
+
+    /// The operations cancelled since the last time, for JavaScript to forget.
+    pub fn take_cancelled(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.cancelled.borrow_mut())
     }
 
     /// The read of the request body call `id` waits for, taken (its driver serves it).

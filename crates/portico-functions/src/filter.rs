@@ -49,7 +49,7 @@ impl Gate for FunctionGate {
                 let headers = out
                     .headers
                     .into_iter()
-                    .filter(|(k, _)| !matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection"))
+                    .filter(|(k, _)| !owned(k))
                     .map(|(k, v)| (k.to_ascii_lowercase().into_boxed_str(), v.into_boxed_str()))
                     .collect();
                 let body = match out.body {
@@ -82,7 +82,7 @@ fn apply(head: &mut RequestHead, before: &[(String, String)], after: &[(String, 
             names.push(name);
         }
     }
-    for name in names {
+    for name in names.into_iter().filter(|n| !owned(n)) {
         let values = |list: &[(String, String)]| -> Vec<String> {
             list.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
         };
@@ -100,6 +100,15 @@ fn apply(head: &mut RequestHead, before: &[(String, String)], after: &[(String, 
         head.edits_mut().target = Some((target.as_bytes().to_vec(), path_len));
     }
 }
+
+/// Headers Portico writes itself (framing, hop-by-hop, forwarding, as for the `headers` filter): a function
+/// filter's changes to them are ignored, so JavaScript cannot desynchronise a connection's framing.
+fn owned(name: &str) -> bool {
+    portico_config::OWNED_HEADERS.iter().any(|o| o.eq_ignore_ascii_case(name)) || name.eq_ignore_ascii_case("host")
+}
+
+/// Most header changes one hook may make.
+const MAX_EDITS: usize = 256;
 
 /// An origin-form target that can go on a request line as it is.
 fn valid_target(target: &str) -> bool {
@@ -146,12 +155,12 @@ impl Filter for FunctionResponse {
         compiled.stats.record(ending, call.cpu_used());
         match outcome {
             Ok((set, removed)) => {
-                for name in removed {
+                for name in removed.into_iter().filter(|n| !owned(n)) {
                     edits.remove(name);
                 }
                 let mut seen: Vec<&str> = Vec::new();
-                for (name, value) in &set {
-                    if !valid_field(name, value) {
+                for (name, value) in set.iter().take(MAX_EDITS) {
+                    if !valid_field(name, value) || owned(name) {
                         continue;
                     }
                     if seen.contains(&name.as_str()) {

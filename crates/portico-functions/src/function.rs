@@ -14,6 +14,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -33,6 +34,8 @@ pub struct Compiled {
     pub(crate) max_request: usize,
     pub(crate) max_response: usize,
     pub(crate) stats: Arc<FunctionStats>,
+    /// How long a runtime made again may spend on the file's top-level code.
+    pub(crate) top_level: Duration,
 }
 
 /// Shown without `env`, which holds the secrets.
@@ -47,6 +50,9 @@ impl std::fmt::Debug for Compiled {
 }
 
 static VERSIONS: AtomicU64 = AtomicU64::new(1);
+
+/// The longest a function file's top-level code may run when the configuration loads.
+const LOAD_LIMIT: Duration = Duration::from_secs(1);
 
 impl Compiled {
     /// Checks that the code loads (by loading it in a runtime of its own), and which entry points it has
@@ -72,49 +78,60 @@ impl Compiled {
             max_request: function.limits.max_request.as_usize(),
             max_response: function.limits.max_response.as_usize(),
             stats: crate::stats::stats_for(name),
+            top_level: LOAD_LIMIT,
         };
-        let instance = compiled.instance()?;
+        let started = std::time::Instant::now();
+        let instance = compiled.instance(LOAD_LIMIT)?;
+        // A runtime made again later (after one hit a limit) may spend on the file's top-level code what the
+        // first one did, with room, but not the whole second a load may take: hostile code that retires its
+        // runtime on purpose would otherwise cost the worker a second per request.
+        let floor = compiled.cpu.max(Duration::from_millis(20)).min(LOAD_LIMIT);
+        let top_level = (started.elapsed() * 4).clamp(floor, LOAD_LIMIT);
+        let compiled = Compiled { top_level, ..compiled };
         Ok((compiled, [Hook::Fetch, Hook::OnRequest, Hook::OnResponse].map(|hook| instance.has(hook))))
     }
 
-    fn instance(&self) -> Result<Rc<Instance>, String> {
+    fn instance(&self, top_level: Duration) -> Result<Rc<Instance>, String> {
         let limits = (self.memory, self.max_response, self.max_request);
-        Instance::new((&self.name, &self.file), &self.source, self.shape, &self.env, limits)
+        Instance::new((&self.name, &self.file), &self.source, (self.shape, top_level), &self.env, limits)
     }
 }
 
 /// This worker's runtime for one version of a function, and the calls it may run at once.
 struct Slot {
-    version: u64,
+    /// Gone once no configuration holds this version: the slot is dropped then.
+    compiled: Weak<Compiled>,
     instance: Rc<Instance>,
     permits: Arc<Semaphore>,
 }
 
 thread_local! {
-    /// This worker's runtimes, by function name.
-    static SLOTS: RefCell<HashMap<String, Slot>> = RefCell::new(HashMap::new());
+    /// This worker's runtimes, by version: requests still running on an older configuration keep theirs while
+    /// new ones use the new version's.
+    static SLOTS: RefCell<HashMap<u64, Slot>> = RefCell::new(HashMap::new());
 }
 
 /// This worker's runtime for `compiled` (made on first use, and again after one was retired) and its
 /// concurrency permits.
-pub fn slot_for(compiled: &Compiled) -> Result<(Rc<Instance>, Arc<Semaphore>), String> {
+pub fn slot_for(compiled: &Arc<Compiled>) -> Result<(Rc<Instance>, Arc<Semaphore>), String> {
     SLOTS.with_borrow_mut(|slots| {
-        let slot = slots.get_mut(&compiled.name).filter(|s| s.version == compiled.version);
-        if let Some(slot) = slot {
+        if let Some(slot) = slots.get_mut(&compiled.version) {
             if !slot.instance.is_retired() {
                 return Ok((slot.instance.clone(), slot.permits.clone()));
             }
-            // A call hit a limit on it: calls in flight finish there, new ones get a new runtime.
-            slot.instance = compiled.instance()?;
+            // A call hit a limit on it: calls in flight finish there, new ones get a new runtime (whose
+            // top-level code runs within `top_level`, measured when the version was compiled).
+            slot.instance = compiled.instance(compiled.top_level)?;
             compiled.stats.runtime_created();
             return Ok((slot.instance.clone(), slot.permits.clone()));
         }
-        // A version a reload replaced is dropped once this worker's calls on it have finished.
-        let instance = compiled.instance()?;
+        // Versions no configuration holds any more (a reload replaced or removed them) go with their runtimes.
+        slots.retain(|_, slot| slot.compiled.strong_count() > 0);
+        let instance = compiled.instance(compiled.top_level)?;
         compiled.stats.runtime_created();
         let permits = Arc::new(Semaphore::new(compiled.concurrency));
-        let slot = Slot { version: compiled.version, instance: instance.clone(), permits: permits.clone() };
-        slots.insert(compiled.name.clone(), slot);
+        let slot = Slot { compiled: Arc::downgrade(compiled), instance: instance.clone(), permits: permits.clone() };
+        slots.insert(compiled.version, slot);
         Ok((instance, permits))
     })
 }

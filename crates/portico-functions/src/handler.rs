@@ -23,6 +23,9 @@ impl FunctionHandler {
 /// larger ones and chunked ones stream to the handler as it reads.
 const READ_BEFORE: u64 = 64 * 1024;
 
+/// Most header fields a function's response may have.
+const MAX_HEADERS: usize = 1000;
+
 impl Handler for FunctionHandler {
     fn handle<'a>(&self, req: Request<'a>) -> HandlerFuture<'a> {
         let compiled = self.compiled.clone();
@@ -59,11 +62,12 @@ impl Handler for FunctionHandler {
                     let mut response = hyper::Response::new(body);
                     *response.status_mut() =
                         hyper::StatusCode::from_u16(answer.status).unwrap_or(hyper::StatusCode::OK);
-                    for (k, v) in answer.headers {
+                    // At most `MAX_HEADERS` fields: a header map has a fixed capacity, and no client wants more.
+                    for (k, v) in answer.headers.into_iter().take(MAX_HEADERS) {
                         let name = hyper::header::HeaderName::from_bytes(k.as_bytes());
                         let value = hyper::header::HeaderValue::from_str(&v);
                         if let (Ok(name), Ok(value)) = (name, value) {
-                            response.headers_mut().append(name, value);
+                            let _ = response.headers_mut().try_append(name, value);
                         }
                     }
                     response

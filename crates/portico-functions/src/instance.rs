@@ -133,7 +133,7 @@ impl Instance {
     pub fn new(
         (name, file): (&str, &str),
         source: &str,
-        shape: Shape,
+        (shape, top_level): (Shape, Duration),
         env: &[(String, String)],
         (memory_limit, fetch_limit, request_limit): (usize, usize, usize),
     ) -> Result<Rc<Instance>, String> {
@@ -158,7 +158,7 @@ impl Instance {
         // What the timers' tasks run their callbacks on, once the instance exists.
         let this: Rc<RefCell<Weak<Instance>>> = Rc::new(RefCell::new(Weak::new()));
         // Top-level code runs under a deadline too: a file that loops at load time is an error, not a hang.
-        deadline.set(Some(Instant::now() + Duration::from_secs(1)));
+        deadline.set(Some(Instant::now() + top_level));
         let loaded = context.with(|ctx| -> Result<_, String> {
             install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
             scripts::evaluate(&ctx, &scripts::PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
@@ -228,7 +228,7 @@ impl Instance {
         let (target, [handler, on_request, on_response], env, [make_request, call_handler, call_filter, take_response]) =
             loaded.map_err(|e| {
                 if interrupted.get() {
-                    format!("{file}: its top-level code ran for more than 1s")
+                    format!("{file}: its top-level code ran for more than {top_level:?}")
                 } else {
                     e
                 }
@@ -282,6 +282,7 @@ impl Instance {
         let started = Instant::now();
         self.deadline.set(Some(started + budget));
         let result = self.context.with(|ctx| {
+            self.forget_cancelled(&ctx);
             let result = event(&ctx);
             self.run_jobs(&ctx);
             result
@@ -296,6 +297,19 @@ impl Instance {
             self.host.after_slice();
         }
         Some(result)
+    }
+
+    /// Tells JavaScript which timers, fetches and body reads were cancelled when their calls ended: their
+    /// callbacks go, and their promises reject (so a promise another request shares does not hang).
+    fn forget_cancelled(&self, ctx: &Ctx<'_>) {
+        let cancelled = self.host.take_cancelled();
+        if cancelled.is_empty() {
+            return;
+        }
+        let forget: rquickjs::Result<Function> = ctx.globals().get("__portico_forget");
+        if let Err(e) = forget.and_then(|f| f.call::<_, ()>((cancelled,))) {
+            let _ = describe(ctx, e);
+        }
     }
 
     /// Runs the microtasks queued so far (promise reactions), until none is left or the slice is interrupted.
@@ -324,6 +338,7 @@ impl Instance {
     /// Fetch `number` was answered (or failed): its promise settles in a slice of the call that made it.
     fn fetched(&self, number: u32, result: Result<SubResponse, SubrequestError>) {
         let Some(call) = self.host.finish_operation(number, false) else { return };
+        self.host.fetch_done(call);
         self.slice(call, true, |ctx| {
             let globals = ctx.globals();
             let delivered = match result {
@@ -609,6 +624,13 @@ impl Call {
     /// Ends the call, whose answer has gone out: at once, or once its `ctx.waitUntil` work is done (by
     /// `deadline`), holding its concurrency permit meanwhile.
     pub fn end(self, permit: tokio::sync::OwnedSemaphorePermit, deadline: tokio::time::Instant) {
+        // Nothing serves the request body once the response is out: a read of it still pending fails now, and
+        // later ones at once.
+        self.instance.host.close_body(self.id);
+        if let Some(number) = self.instance.host.take_body_wanted(self.id) {
+            let gone = "the request body cannot be read once the response has been sent".to_string();
+            self.instance.deliver_body(self.id, number, Err(gone));
+        }
         if self.has_work_left() {
             tokio::task::spawn_local(async move {
                 let _ = tokio::time::timeout_at(deadline, self.linger()).await;
@@ -715,6 +737,8 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
         if timer_host.current().is_none() {
             return false;
         }
+        // NaN and negative delays are 0, as the HTML standard says; too long ones are capped.
+        let ms = if ms.is_finite() { ms } else { 0.0 };
         let delay = Duration::from_secs_f64((ms / 1000.0).clamp(0.0, MAX_TIMER.as_secs_f64()));
         let instance = timer_this.borrow().clone();
         let task = tokio::task::spawn_local(async move {
@@ -757,6 +781,10 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
                  name, fetch(\"http://CLUSTER/path\"), or by the origin of one of its endpoints)"
             )));
         };
+        if !fetch_host.fetch_started() {
+            let most = crate::event_loop::MAX_FETCHES;
+            return Err(refuse(format!("fetch to {authority}: a request may have at most {most} fetches under way")));
+        }
         let mut headers = headers.into_iter();
         let headers = std::iter::from_fn(|| Some((headers.next()?, headers.next()?))).collect();
         // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.

@@ -302,6 +302,26 @@
     }
     __source() { return this.#b[0]; }
     __readAll() { return this.#whole(); }
+    // The body to give a new Request or Response made from this one: a stream is handed over (this one is
+    // used from then on), bytes are shared.
+    __handOver() {
+      const source = this.#b[0];
+      if (source instanceof NativeBody || isStream(source)) {
+        if (this.bodyUsed) throw new TypeError("body already used");
+        this.#b[2] = true;
+        return source;
+      }
+      return this.__bytes();
+    }
+    // For clone(): a streamed body split in two, one branch kept, the other returned.
+    __tee() {
+      const source = this.#b[0];
+      if (!(source instanceof NativeBody) && !isStream(source)) return this.__bytes();
+      if (this.bodyUsed) throw new TypeError("body already used");
+      const [mine, theirs] = this.body.tee();
+      this.#b[0] = mine;
+      return theirs;
+    }
   }
 
   class Request extends Body {
@@ -315,7 +335,7 @@
         return;
       }
       const from = input instanceof Request ? input : null;
-      super(init.body !== undefined ? init.body : from ? from.__bytes() : null);
+      super(init.body !== undefined ? init.body : from ? from.__handOver() : null);
       const method = init.method ? String(init.method).toUpperCase() : from ? from.method : "GET";
       const url = from ? from.url : new URL(String(input)).href;
       this.#r = [method, url, new Headers(init.headers || (from ? from.headers : undefined)), null];
@@ -333,7 +353,7 @@
       }
       return r[2];
     }
-    clone() { return new Request(this); }
+    clone() { return new Request(this, { body: this.__tee() }); }
     get [Symbol.toStringTag]() { return "Request"; }
   }
 
@@ -379,7 +399,7 @@
       return r[4] === null ? [] : ["content-type", r[4]];
     }
     get type() { return "default"; }
-    clone() { return new Response(this.__bytes(), { status: this.#r[0], statusText: this.#r[1], headers: this.headers }); }
+    clone() { return new Response(this.__tee(), { status: this.#r[0], statusText: this.#r[1], headers: this.headers }); }
     static json(data, init = NO_INIT) {
       return new Response(JSON.stringify(data), {
         status: init.status, statusText: init.statusText, headers: init.headers, [DEFAULT_TYPE]: "application/json",
@@ -569,7 +589,13 @@
     const pending = fetches.get(id);
     if (!pending) return;
     fetches.delete(id);
-    const response = new Response(status === 204 || status === 304 ? null : body, { status, headers: { [TRUSTED]: pairs } });
+    let response;
+    try {
+      response = new Response(status === 204 || status === 304 ? null : body, { status, headers: { [TRUSTED]: pairs } });
+    } catch (e) {
+      pending.reject(new TypeError(`fetch to ${pending.url}: the upstream answered status ${status}, which a Response cannot have`));
+      return;
+    }
     response.__setUrl(pending.url);
     pending.resolve(response);
   });
@@ -578,6 +604,19 @@
     if (!pending) return;
     fetches.delete(id);
     pending.reject(new TypeError(message));
+  });
+
+  // Operations cancelled because the call that started them ended: their callbacks are dropped and their
+  // promises rejected, so that nothing waits for them forever (another request may share such a promise).
+  define("__portico_forget", (ids) => {
+    for (const id of ids) {
+      timers.delete(id);
+      const ended = new TypeError("the request that started this operation has ended");
+      const fetched = fetches.get(id);
+      if (fetched) { fetches.delete(id); fetched.reject(ended); }
+      const pull = bodyPulls.get(id);
+      if (pull) { bodyPulls.delete(id); pull.reject(ended); }
+    }
   });
 
   // The handler's third argument. `waitUntil` keeps the call (its timers and fetches) open after the response

@@ -44,6 +44,13 @@ impl<'a> CallBody<'a> {
     fn finish(&mut self) {
         self.ended = true;
         self.request = None;
+        if let (Streamed::Js(number), Some(call)) = (self.stream, self.call.as_ref()) {
+            // A stream that did not end by itself (cut, failed) is cancelled in JavaScript; either way its entry goes.
+            if !matches!(call.instance().host().outgoing_take(number), Outgoing::Done | Outgoing::Idle) {
+                call.instance().cancel_stream(call.id(), number);
+            }
+            call.instance().host().outgoing_close(number);
+        }
         if let (Some(call), Some(permit)) = (self.call.take(), self.permit.take()) {
             // `waitUntil` work may go on for one more wall limit after a long stream.
             let deadline = self.deadline.max(tokio::time::Instant::now() + self.idle);
@@ -132,10 +139,7 @@ impl Body for CallBody<'_> {
 
 impl Drop for CallBody<'_> {
     fn drop(&mut self) {
-        // Dropped before its end: the client went away, so the handler's stream is cancelled.
-        if let (Streamed::Js(number), Some(call)) = (self.stream, self.call.as_ref()) {
-            call.instance().cancel_stream(call.id(), number);
-        }
+        // Dropped before its end: the client went away, so the handler's stream is cancelled (`finish`).
         self.finish();
     }
 }

@@ -424,7 +424,8 @@ fn cpu_time_is_counted_across_a_calls_slices_and_wait_until_runs_after_the_respo
     assert_eq!(Conn::open(p.addr).get("/events/fine", "").text(), "events");
 }
 
-const GATEWAY: &str = r#"export default {
+const GATEWAY: &str = r#"let memo;
+export default {
   async fetch(request, env) {
     const path = new URL(request.url).pathname;
     if (path === "/gw/origin") {
@@ -456,6 +457,15 @@ const GATEWAY: &str = r#"export default {
       catch (e) { return new Response(`${e.constructor.name}: ${e.message}`); }
     }
     if (path === "/gw/slow") { await fetch("http://api/slow/5000"); return new Response("late"); }
+    if (path === "/gw/memo") {
+      // A promise shared across requests, whose fetch the first request's end cancels: later ones see it reject.
+      memo ??= fetch("http://api/slow/3000").then((r) => r.text());
+      try { return new Response(await memo); } catch (e) { memo = undefined; return new Response(`memo: ${e.message}`); }
+    }
+    if (path === "/gw/weird") {
+      try { await fetch("http://api/status/799"); return new Response("fetched"); } catch (e) { return new Response(`${e.constructor.name}: ${e.message}`); }
+    }
+    if (path === "/gw/nan") { await new Promise((resolve) => setTimeout(resolve, NaN)); return new Response("woke"); }
     return new Response("gateway");
   },
 };
@@ -518,6 +528,13 @@ fn fetch_reaches_the_configurations_clusters_through_their_pools() {
     let r = Conn::open(p.addr).get("/gw/slow", "");
     assert_eq!(r.status, 504, "{}", r.text());
     assert!(started.elapsed() < Duration::from_secs(3));
+    // A memoised fetch cancelled with the request that started it rejects for the next one (no hang).
+    assert_eq!(Conn::open(p.addr).get("/gw/memo", "").status, 504);
+    let text = Conn::open(p.addr).get("/gw/memo", "").text();
+    assert_eq!(text, "memo: the request that started this operation has ended");
+    let text = Conn::open(p.addr).get("/gw/weird", "").text();
+    assert!(text.starts_with("TypeError: fetch to http://api/status/799: the upstream answered status 799"), "{text}");
+    assert_eq!(Conn::open(p.addr).get("/gw/nan", "").text(), "woke");
     // Subrequests are counted as the cluster's requests.
     let metrics = p.admin_get("/metrics").text();
     let tries: f64 = metrics
@@ -539,12 +556,14 @@ const AUTH: &str = r#"export default {
     if (!verdict.ok) return new Response("denied\n", { status: 403 });
     request.headers.set("x-user", env.USER);
     request.headers.delete("authorization");
+    request.headers.set("transfer-encoding", "chunked"); // Portico's own: ignored
     if (url.pathname === "/old") return new Request("http://ignored/echo?rewritten=1", { headers: request.headers });
   },
   onResponse(response, request) {
     response.headers.set("x-checked-for", request.headers.get("x-user") ?? "nobody");
     response.headers.set("x-status-seen", String(response.status));
     response.headers.delete("x-backend");
+    response.headers.set("content-length", "0"); // Portico's own: ignored
   },
   fetch() { return new Response("the same module is a target too\n"); },
 };
@@ -596,6 +615,7 @@ fn a_function_filter_answers_early_or_changes_the_request_before_the_target() {
     assert_eq!(r.header("x-status-seen").as_deref(), Some("200"));
     assert_eq!(r.header("x-backend"), None);
     assert_eq!(header("authorization"), None);
+    assert_eq!(header("transfer-encoding"), None, "a filter cannot set a framing header");
     assert_eq!(echo["target"], "/echo");
     // A Request returned with another URL: its path and query go upstream.
     let r = Conn::open(p.addr).get("/old?x=1", "Authorization: Bearer good\r\n");
@@ -743,6 +763,11 @@ const STREAMS: &str = r#"export default {
         }, { highWaterMark: 0 }));
       }
       case "/s/text": return new Response(String((await request.text()).length));
+      case "/s/clone": {
+        const copy = request.clone();
+        const [a, b] = await Promise.all([request.text(), copy.text()]);
+        return new Response(`${a.length} ${b.length} ${a === b}`);
+      }
       case "/s/ticks": {
         let i = 0;
         return new Response(new ReadableStream({
@@ -797,6 +822,11 @@ fn request_and_response_bodies_stream_through_handlers() {
     let upload = format!("@{}", file.display());
     let counted = curl_out(&["-sS", "-H", "transfer-encoding: chunked", "--data-binary", &upload, &url("/s/count")]);
     assert_eq!(counted, (8 << 20).to_string());
+    // A clone of a streamed body reads the same bytes as the original.
+    let big = dir.join("big");
+    std::fs::write(&big, "x".repeat(100 << 10)).unwrap();
+    let cloned = curl_out(&["-sS", "--data-binary", &format!("@{}", big.display()), &url("/s/clone")]);
+    assert_eq!(cloned, format!("{0} {0} true", 100 << 10));
     // Read whole, the same body is past max_request: 413.
     let code = curl_out(&["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", &upload, &url("/s/text")]);
     assert_eq!(code, "413");
