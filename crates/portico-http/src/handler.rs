@@ -1,5 +1,6 @@
-//! In-process handlers: route targets that are code, not a cluster (`handler: echo`; the planned JavaScript
-//! functions will implement the same trait: docs/architecture.md, "Planned").
+//! In-process handlers: route targets that are code, not a cluster (`handler: echo`, and the JavaScript
+//! functions of portico-functions), the `Gate` a function filter is, and the `Subrequests` a handler sends its
+//! own requests through.
 //!
 //! A handler gets the request as Portico would forward it (the head after normalisation and the request
 //! filters, the client's facts, the route's path parameters) with its body as a stream, and answers with a
