@@ -16,6 +16,7 @@ use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::request_buffer::BufferFault;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
+use crate::stats::GaugeGuard;
 use crate::subrequest::Clusters;
 use crate::upstream::{self, push_u64, Observed, Source};
 use bytes::{Buf, Bytes, BytesMut};
@@ -304,15 +305,6 @@ async fn read_head(
             Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
             Ok(Ok(_)) => {}
         }
-    }
-}
-
-/// Decrements a gauge when the request ends, however it ends.
-struct GaugeGuard<'a>(&'a portico_core::stats::Gauge, i64);
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.0.add(-self.1);
     }
 }
 

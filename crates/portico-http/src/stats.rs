@@ -71,3 +71,12 @@ impl ClusterStats {
         self.slots.iter().map(|s| f(&s.0)).sum()
     }
 }
+
+/// Decrements a gauge when the request ends, however it ends.
+pub(crate) struct GaugeGuard<'a>(pub &'a Gauge, pub i64);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.add(-self.1);
+    }
+}

@@ -11,6 +11,7 @@ use crate::handler::{SubRequest, SubResponse, SubrequestError, SubrequestFuture,
 use crate::outcome::Next;
 use crate::snapshot::{ListenerSettings, Snapshot};
 use crate::source_body::{SourceBody, SourceEnd};
+use crate::stats::GaugeGuard;
 use crate::upstream::Source;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
@@ -76,14 +77,7 @@ impl Clusters {
         if cluster.settings.http2 {
             return Err(SubrequestError::Http2Cluster(name.to_string()));
         }
-        let default_settings;
-        let settings: &ListenerSettings = match snapshot.listeners.get(self.listener) {
-            Some(settings) => settings,
-            None => {
-                default_settings = fallback_settings(snapshot);
-                default_settings.as_ref().ok_or(SubrequestError::Invalid("no listener"))?
-            }
-        };
+        let settings = snapshot.listeners.get(self.listener).ok_or(SubrequestError::Invalid("no listener"))?;
         let head = head_of(&request, settings)?;
         let ctx = &*self.ctx;
         let counters = slot(&cluster.stats.slots, ctx.index);
@@ -93,7 +87,7 @@ impl Clusters {
             return Err(upstream_failure(503, "too many requests in flight to the cluster (circuit breaker)"));
         }
         counters.requests.add(1);
-        let _in_flight = InFlight(&counters.requests);
+        let _in_flight = GaugeGuard(&counters.requests, 1);
         let facts = ClientFacts {
             ip: IpText::new(self.client),
             https: false,
@@ -158,11 +152,6 @@ impl Clusters {
     }
 }
 
-/// The listener settings of a snapshot without the request's own listener (it was removed by a reload).
-fn fallback_settings(snapshot: &Snapshot) -> Option<ListenerSettings> {
-    snapshot.listeners.first().cloned()
-}
-
 /// The request as Portico's own HTTP/1.1 head, parsed as a client's would be: the same character rules and
 /// limits, so a handler cannot send what a client could not.
 fn head_of(request: &SubRequest, settings: &ListenerSettings) -> Result<codec::RequestHead, SubrequestError> {
@@ -199,14 +188,5 @@ fn head_of(request: &SubRequest, settings: &ListenerSettings) -> Result<codec::R
         Ok(Parsed::Complete(head, used)) => Ok(codec::take_request(&mut buf, head, used)),
         Ok(Parsed::Partial) => Err(SubrequestError::Invalid("an incomplete request head")),
         Err(e) => Err(SubrequestError::Invalid(e.reason)),
-    }
-}
-
-/// A request counted in flight to its cluster while this lives.
-struct InFlight<'a>(&'a portico_core::stats::Gauge);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.add(-1);
     }
 }
