@@ -29,13 +29,9 @@ impl FunctionGate {
 impl Gate for FunctionGate {
     fn check<'a>(&'a self, head: &'a mut RequestHead, client: ClientInfo, upstreams: Upstreams) -> GateFuture<'a> {
         Box::pin(async move {
-            let before: Vec<(String, String)> = forwarded_headers(head)
-                .into_iter()
-                .map(|(k, v)| {
-                    (String::from_utf8_lossy(k).to_ascii_lowercase(), String::from_utf8_lossy(v).into_owned())
-                })
-                .collect();
             let input = input_of(head, client.https, forwarded_headers(head), Vec::new());
+            let before: Vec<(String, String)> =
+                input.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
             let name = &self.compiled.name;
             let out = match run(&self.compiled, input, upstreams, Hook::OnRequest, None).await {
                 Ok(out) => out,

@@ -323,14 +323,12 @@ impl Instance {
         self.slice(call, true, |ctx| {
             let fire: rquickjs::Result<Function> = ctx.globals().get("__portico_timer_fire");
             if let Err(e) = fire.and_then(|f| f.call::<_, ()>((number,))) {
-                let text = describe(ctx, e);
-                if !self.interrupted.get() {
-                    log_line(&self.host, "error", &format!("a timer failed: {text}"));
-                }
-                if text.contains("out of memory") {
-                    self.host.fail(call, CallError::Memory);
-                    self.retired.set(true);
-                }
+                let text = match self.slice_error(ctx, call, e) {
+                    CallError::Cpu => return, // counted for the call
+                    CallError::Exception(text) => text,
+                    other => format!("{other:?}"),
+                };
+                log_line(&self.host, "error", &format!("a timer failed: {text}"));
             }
         });
     }
@@ -354,10 +352,7 @@ impl Instance {
                 }
             };
             if let Err(e) = delivered {
-                if describe(ctx, e).contains("out of memory") {
-                    self.host.fail(call, CallError::Memory);
-                    self.retired.set(true);
-                }
+                self.slice_error(ctx, call, e);
             }
         });
     }
@@ -371,10 +366,7 @@ impl Instance {
             let Some(hook) = &self.on_response else {
                 return Err(CallError::Exception("the function has no onResponse hook".into()));
             };
-            let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
-            let make = self.make_request.clone().restore(ctx).map_err(exception)?;
-            let request: Value =
-                make.call((input.method, input.url, flat, Value::new_null(ctx.clone()))).map_err(exception)?;
+            let request = self.request_of(ctx, input).map_err(exception)?;
             let hook = hook.clone().restore(ctx).map_err(exception)?;
             let target = self.target.clone().restore(ctx).map_err(exception)?;
             let env = self.env.clone().restore(ctx).map_err(exception)?;
@@ -447,6 +439,28 @@ impl Instance {
         &self.host
     }
 
+    /// The JavaScript `Request` for `input` (`__portico_request`): its body in hand, streamed (`true`), or none.
+    fn request_of<'js>(&self, ctx: &Ctx<'js>, input: CallInput) -> rquickjs::Result<Value<'js>> {
+        let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
+        let body: Value = match (input.streamed, input.body.is_empty()) {
+            (true, _) => Value::new_bool(ctx.clone(), true),
+            (false, true) => Value::new_null(ctx.clone()),
+            (false, false) => ArrayBuffer::new(ctx.clone(), input.body)?.into_value(),
+        };
+        let make = self.make_request.clone().restore(ctx)?;
+        make.call((input.method, input.url, flat, body))
+    }
+
+    /// An error thrown into Portico's own code in a slice of `call` (a timer's callback, a fetch settling):
+    /// classified as a call's error is, and a memory limit fails the call.
+    fn slice_error(&self, ctx: &Ctx<'_>, call: CallId, e: rquickjs::Error) -> CallError {
+        let error = self.classify(ctx, e);
+        if matches!(error, CallError::Memory) {
+            self.host.fail(call, CallError::Memory);
+        }
+        error
+    }
+
     /// The handler's first slice: the request made, the handler called, and its answer taken if it has one.
     fn start<'js>(
         &self,
@@ -464,14 +478,7 @@ impl Instance {
         let Some(function) = function else {
             return Err(CallError::Exception(format!("the function has no {}", hook.name())));
         };
-        let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
-        let body: Value = match (input.streamed, input.body.is_empty()) {
-            (true, _) => Value::new_bool(ctx.clone(), true),
-            (false, true) => Value::new_null(ctx.clone()),
-            (false, false) => ArrayBuffer::new(ctx.clone(), input.body).map_err(exception)?.into_value(),
-        };
-        let make = self.make_request.clone().restore(ctx).map_err(exception)?;
-        let request: Value = make.call((input.method, input.url, flat, body)).map_err(exception)?;
+        let request = self.request_of(ctx, input).map_err(exception)?;
         let handler = function.clone().restore(ctx).map_err(exception)?;
         let target = self.target.clone().restore(ctx).map_err(exception)?;
         let env = self.env.clone().restore(ctx).map_err(exception)?;
