@@ -30,8 +30,7 @@ impl Gate for FunctionGate {
     fn check<'a>(&'a self, head: &'a mut RequestHead, client: ClientInfo, upstreams: Upstreams) -> GateFuture<'a> {
         Box::pin(async move {
             let input = input_of(head, client.https, forwarded_headers(head), Vec::new());
-            let before: Vec<(String, String)> =
-                input.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+            let before = pairs_of(&input.headers);
             let name = &self.compiled.name;
             let out = match run(&self.compiled, input, upstreams, Hook::OnRequest, None).await {
                 Ok(out) => out,
@@ -67,6 +66,12 @@ impl Gate for FunctionGate {
             None
         })
     }
+}
+
+/// The header fields of a call's input (`name\0value\0...`) as pairs.
+fn pairs_of(raw: &str) -> Vec<(String, String)> {
+    let mut parts = raw.split('\0').filter(|_| !raw.is_empty());
+    std::iter::from_fn(|| Some((parts.next()?.to_string(), parts.next()?.to_string()))).collect()
 }
 
 /// Changes `head` into the request the hook let go on: each header whose values differ from `before` is

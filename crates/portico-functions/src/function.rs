@@ -184,7 +184,10 @@ pub async fn run<'a>(
             return refused(503, format!("function {name} is at its concurrency limit ({limit} calls per worker)"));
         }
     };
-    let request = format!("{} {}", input.method, input.url);
+    let mut request = String::with_capacity(input.method.len() + 1 + input.url.len());
+    request.push_str(&input.method);
+    request.push(' ');
+    request.push_str(&input.url);
     let call = instance.open_call(compiled.cpu, Some(upstreams), request);
     let outcome = tokio::time::timeout_at(deadline, call.respond(input, hook, &mut body)).await.ok();
     let ending = match &outcome {
@@ -235,12 +238,22 @@ fn refusal(compiled: &Compiled, outcome: Option<Result<CallOutput, CallError>>) 
 /// The request as a function gets it: method, absolute URL, the headers as Portico would forward them.
 pub fn input_of(head: &RequestHead, https: bool, headers: Vec<(&[u8], &[u8])>, body: Vec<u8>) -> CallInput {
     let scheme = if https { "https" } else { "http" };
-    let host = head.host().map(|h| String::from_utf8_lossy(h).into_owned()).unwrap_or_default();
-    let url = format!("{scheme}://{host}{}", String::from_utf8_lossy(head.origin_form()));
+    let host = head.host().map(String::from_utf8_lossy).unwrap_or_default();
+    let target = String::from_utf8_lossy(head.origin_form());
+    let mut url = String::with_capacity(scheme.len() + 3 + host.len() + target.len());
+    for part in [scheme, "://", &host, &target] {
+        url.push_str(part);
+    }
     let method = String::from_utf8_lossy(head.method()).into_owned();
-    let headers = headers
-        .into_iter()
-        .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()))
-        .collect();
-    CallInput { method, url, headers, body, streamed: false }
+    let mut raw = String::with_capacity(headers.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    for (k, v) in headers {
+        if !raw.is_empty() {
+            raw.push('\0');
+        }
+        // (A parsed name is a token: ASCII, so lowercasing it bytewise is right.)
+        raw.extend(String::from_utf8_lossy(k).chars().map(|c| c.to_ascii_lowercase()));
+        raw.push('\0');
+        raw.push_str(&String::from_utf8_lossy(v));
+    }
+    CallInput { method, url, headers: raw, body, streamed: false }
 }

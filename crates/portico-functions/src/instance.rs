@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::body::Body as _;
 use portico_http::handler::RequestBody;
 use portico_http::handler::{SubRequest, SubResponse, SubrequestError, Upstreams};
-use rquickjs::function::Func;
+use rquickjs::function::{Func, This};
 use rquickjs::{ArrayBuffer, Context, Ctx, Function, Object, Persistent, Runtime, Value};
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
@@ -43,7 +43,9 @@ impl Shape {
 pub struct CallInput {
     pub method: String,
     pub url: String,
-    pub headers: Vec<(String, String)>,
+    /// The header fields as one string, `name\0value\0name\0value` (names lowercase): one JavaScript string
+    /// to make, split only if the handler looks at them. (A field cannot hold a NUL byte.)
+    pub headers: String,
     pub body: Vec<u8>,
     /// The body is not in `body`: the handler pulls it from the call's driver as it reads.
     pub streamed: bool,
@@ -104,9 +106,10 @@ pub struct Instance {
     on_response: Option<Persistent<Function<'static>>>,
     target: Persistent<Value<'static>>,
     env: Persistent<Object<'static>>,
-    /// `__portico_request`, `__portico_call`, `__portico_filter` and `__portico_response`, looked up once.
+    /// `__portico_request`, `__portico_filter` and `__portico_response`, looked up once, and the handlers'
+    /// third argument (`ctx`).
     make_request: Persistent<Function<'static>>,
-    call_handler: Persistent<Function<'static>>,
+    call_context: Persistent<Object<'static>>,
     call_filter: Persistent<Function<'static>>,
     take_response: Persistent<Function<'static>>,
     context: Context,
@@ -216,16 +219,15 @@ impl Instance {
                 Persistent::save(&ctx, target),
                 [fetch, on_request, on_response].map(|f| f.map(|f| Persistent::save(&ctx, f))),
                 Persistent::save(&ctx, env_object),
-                [
-                    internal("__portico_request")?,
-                    internal("__portico_call")?,
-                    internal("__portico_filter")?,
-                    internal("__portico_response")?,
-                ],
+                [internal("__portico_request")?, internal("__portico_filter")?, internal("__portico_response")?],
+                {
+                    let context: Object = globals.get("__portico_call_context").map_err(|e| describe(&ctx, e))?;
+                    Persistent::save(&ctx, context)
+                },
             ))
         });
         deadline.set(None);
-        let (target, [handler, on_request, on_response], env, [make_request, call_handler, call_filter, take_response]) =
+        let (target, [handler, on_request, on_response], env, [make_request, call_filter, take_response], call_context) =
             loaded.map_err(|e| {
                 if interrupted.get() {
                     format!("{file}: its top-level code ran for more than {top_level:?}")
@@ -240,7 +242,7 @@ impl Instance {
             target,
             env,
             make_request,
-            call_handler,
+            call_context,
             call_filter,
             take_response,
             context,
@@ -441,14 +443,13 @@ impl Instance {
 
     /// The JavaScript `Request` for `input` (`__portico_request`): its body in hand, streamed (`true`), or none.
     fn request_of<'js>(&self, ctx: &Ctx<'js>, input: CallInput) -> rquickjs::Result<Value<'js>> {
-        let flat: Vec<String> = input.headers.into_iter().flat_map(|(k, v)| [k, v]).collect();
         let body: Value = match (input.streamed, input.body.is_empty()) {
             (true, _) => Value::new_bool(ctx.clone(), true),
             (false, true) => Value::new_null(ctx.clone()),
             (false, false) => ArrayBuffer::new(ctx.clone(), input.body)?.into_value(),
         };
         let make = self.make_request.clone().restore(ctx)?;
-        make.call((input.method, input.url, flat, body))
+        make.call((input.method, input.url, input.headers, body))
     }
 
     /// An error thrown into Portico's own code in a slice of `call` (a timer's callback, a fetch settling):
@@ -470,20 +471,30 @@ impl Instance {
         hook: Hook,
     ) -> Result<Option<CallOutput>, CallError> {
         let exception = |e: rquickjs::Error| self.classify(ctx, e);
-        let (function, wrapper) = match hook {
-            Hook::Fetch => (&self.handler, &self.call_handler),
-            Hook::OnRequest => (&self.on_request, &self.call_filter),
+        let function = match hook {
+            Hook::Fetch => &self.handler,
+            Hook::OnRequest => &self.on_request,
             Hook::OnResponse => return Err(CallError::Exception("onResponse is called through on_response".into())),
         };
         let Some(function) = function else {
             return Err(CallError::Exception(format!("the function has no {}", hook.name())));
         };
         let request = self.request_of(ctx, input).map_err(exception)?;
-        let handler = function.clone().restore(ctx).map_err(exception)?;
+        let function = function.clone().restore(ctx).map_err(exception)?;
         let target = self.target.clone().restore(ctx).map_err(exception)?;
         let env = self.env.clone().restore(ctx).map_err(exception)?;
-        let call = wrapper.clone().restore(ctx).map_err(exception)?;
-        let returned: Value = call.call((handler, target, request, env)).map_err(exception)?;
+        let returned: Value = match hook {
+            // The handler is called as a method of what it was exported on, as workerd and Deno call it.
+            Hook::Fetch => {
+                let context = self.call_context.clone().restore(ctx).map_err(exception)?;
+                function.call((This(target), request, env, context))
+            }
+            _ => {
+                let call = self.call_filter.clone().restore(ctx).map_err(exception)?;
+                call.call((function, target, request, env))
+            }
+        }
+        .map_err(exception)?;
         let Some(promise) = returned.as_promise() else {
             return self.output(ctx, returned).map(Some);
         };
@@ -525,7 +536,7 @@ impl Instance {
         let take = self.take_response.clone().restore(ctx).map_err(exception)?;
         let parts: rquickjs::Array = take.call((value,)).map_err(exception)?;
         let status: u16 = parts.get(0).map_err(exception)?;
-        let headers: Vec<String> = parts.get(1).map_err(exception)?;
+        let headers: Option<Vec<String>> = parts.get(1).map_err(exception)?;
         let body: Value = parts.get(2).map_err(exception)?;
         let next: Option<String> = parts.get(3).map_err(exception)?;
         let stream = match parts.get::<Option<i64>>(4).map_err(exception)? {
@@ -543,8 +554,17 @@ impl Instance {
             (None, Some(buffer)) => unsafe { buffer.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default(),
             (None, None) => Vec::new(),
         };
-        let mut headers = headers.into_iter();
-        let headers = std::iter::from_fn(|| Some((headers.next()?, headers.next()?))).collect();
+        let headers = match headers {
+            Some(list) => {
+                let mut list = list.into_iter();
+                std::iter::from_fn(|| Some((list.next()?, list.next()?))).collect()
+            }
+            // Headers never made: only the default content-type, if the body has one.
+            None => match parts.get::<Option<String>>(5).map_err(exception)? {
+                Some(content_type) => vec![("content-type".to_string(), content_type)],
+                None => Vec::new(),
+            },
+        };
         Ok(CallOutput { status, headers, body, next, stream })
     }
 

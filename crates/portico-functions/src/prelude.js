@@ -92,12 +92,21 @@
     return value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
   };
 
+  // A list Portico made (names lowercase, values trimmed) handed to `new Headers(TRUSTED_LIST)`.
+  const TRUSTED_LIST = Object.freeze({});
+  let trustedList = null;
+
   // Kept as one flat list, name, value, name, value...: a request's headers are read far more often than
   // changed, and a flat list costs one array.
   class Headers {
     #list = [];
     constructor(init) {
       if (init === undefined || init === null) return;
+      if (init === TRUSTED_LIST) {
+        this.#list = trustedList;
+        trustedList = null;
+        return;
+      }
       if (init instanceof Headers) this.#list = init.__flat().slice();
       else if (init[TRUSTED]) this.#list = init[TRUSTED]; // Portico's own: names lowercase, values trimmed
       else if (typeof init[Symbol.iterator] === "function") {
@@ -245,165 +254,172 @@
     return concat(chunks, length);
   };
 
-  // Each of Body, Request and Response keeps its state in one array in one private field: QuickJS pays for
-  // every property an object gains (about a thousand instructions each), so fewer fields make a request cheaper.
+  // A Request or a Response keeps its state in one array in one private field, and neither inherits from a
+  // Body class: QuickJS pays for every constructor in a chain and for every field an object gains (about a
+  // thousand instructions each), so one constructor and one field make a request or a response cheaper.
+  // The body's part of the state, first in both: [source, bytes, used, ...]. A body is kept as it was given
+  // (a string stays a string, a stream a stream), its bytes made when asked.
   const NO_INIT = Object.freeze({});
-  // Portico's own requests are made with `PORTICO` as their init, their parts in `portico` (no object per request).
+  // Portico's own requests and responses are made with `PORTICO` as their init and their state in `portico`.
   const PORTICO = Object.freeze({});
   let portico = null;
-  class Body {
-    // [source, bytes, used]: a body is kept as it was given (a string stays a string, a stream a stream), its
-    // bytes made when asked.
-    #b;
-    constructor(body) {
-      const source = body === null || body === undefined ? null
-        : typeof body === "string" || body instanceof NativeBody || isStream(body) ? body : toBytes(body);
-      this.#b = [source, undefined, false];
+  const sourceOf = (body) => body === null || body === undefined ? null
+    : typeof body === "string" || body instanceof NativeBody || isStream(body) ? body : toBytes(body);
+  const inHand = (source) => !(source instanceof NativeBody) && !isStream(source);
+  const bodyUsed = (s) => s[2] || (isStream(s[0]) && s[0].locked);
+  const useBody = (s) => {
+    if (bodyUsed(s)) throw new TypeError("body already used");
+    s[2] = true;
+  };
+  // The bytes of a body in hand (`null` for none or for a stream, whose bytes are not in hand).
+  const bytesOf = (s) => {
+    if (s[1] === undefined) {
+      const source = s[0];
+      s[1] = typeof source === "string" ? toBytes(source) : inHand(source) ? source : null;
     }
-    get body() {
-      const b = this.#b;
-      const source = b[0];
-      if (source === null || isStream(source)) return source;
-      const stream = source instanceof NativeBody ? nativeStream() : new globalThis.ReadableStream({
-        start(controller) { controller.enqueue(toBytes(source)); controller.close(); },
-      });
-      b[0] = stream;
-      return stream;
-    }
-    get bodyUsed() { return this.#b[2] || (isStream(this.#b[0]) && this.#b[0].locked); }
-    #use() {
-      if (this.bodyUsed) throw new TypeError("body already used");
-      this.#b[2] = true;
-    }
-    async #whole() {
-      const source = this.#b[0];
-      if (source instanceof NativeBody || isStream(source)) return readAll(source);
-      return this.__bytes() || new Uint8Array(0);
-    }
-    async arrayBuffer() { this.#use(); const b = await this.#whole(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
-    async bytes() { return new Uint8Array(await this.arrayBuffer()); }
-    async text() {
-      this.#use();
-      const source = this.#b[0];
-      if (typeof source === "string") return source;
-      if (source === null) return "";
-      return fastDecode(await this.#whole());
-    }
-    async json() { return JSON.parse(await this.text()); }
-    async formData() { throw new TypeError("formData() is not supported"); }
-    // The bytes of a body in hand (`null` for none; a stream's are not in hand: see `__source`).
-    __bytes() {
-      const b = this.#b;
-      if (b[1] === undefined) {
-        const source = b[0];
-        b[1] = typeof source === "string" ? toBytes(source) : source instanceof NativeBody || isStream(source) ? null : source;
+    return s[1];
+  };
+  const wholeBody = (s) => (inHand(s[0]) ? Promise.resolve(bytesOf(s) || new Uint8Array(0)) : readAll(s[0]));
+  const streamOf = (s) => {
+    const source = s[0];
+    if (source === null || isStream(source)) return source;
+    const stream = source instanceof NativeBody ? nativeStream() : new globalThis.ReadableStream({
+      start(controller) { controller.enqueue(toBytes(source)); controller.close(); },
+    });
+    s[0] = stream;
+    return stream;
+  };
+  // The body to give a new Request or Response made from this one: a stream is handed over (this one is used
+  // from then on), bytes are shared.
+  const handOver = (s) => {
+    if (inHand(s[0])) return bytesOf(s);
+    useBody(s);
+    return s[0];
+  };
+  // For clone(): a streamed body split in two, one branch kept, the other returned.
+  const tee = (s) => {
+    if (inHand(s[0])) return bytesOf(s);
+    if (bodyUsed(s)) throw new TypeError("body already used");
+    const [mine, theirs] = streamOf(s).tee();
+    s[0] = mine;
+    return theirs;
+  };
+  const bufferOf = (b) => b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength);
+  // The Body mixin's members, on Request.prototype and Response.prototype; `stateOf` checks the brand. The
+  // read methods answer at once for a body in hand (no async function's machinery).
+  const installBody = (proto, stateOf) => {
+    const text = function text() {
+      try {
+        const s = stateOf(this);
+        useBody(s);
+        const source = s[0];
+        if (typeof source === "string") return Promise.resolve(source);
+        if (source === null) return Promise.resolve("");
+        if (inHand(source)) return Promise.resolve(fastDecode(bytesOf(s)));
+        return readAll(source).then(fastDecode);
+      } catch (e) {
+        return Promise.reject(e);
       }
-      return b[1];
-    }
-    __source() { return this.#b[0]; }
-    __readAll() { return this.#whole(); }
-    // The body to give a new Request or Response made from this one: a stream is handed over (this one is
-    // used from then on), bytes are shared.
-    __handOver() {
-      const source = this.#b[0];
-      if (source instanceof NativeBody || isStream(source)) {
-        if (this.bodyUsed) throw new TypeError("body already used");
-        this.#b[2] = true;
-        return source;
+    };
+    const arrayBuffer = function arrayBuffer() {
+      try {
+        const s = stateOf(this);
+        useBody(s);
+        return wholeBody(s).then(bufferOf);
+      } catch (e) {
+        return Promise.reject(e);
       }
-      return this.__bytes();
+    };
+    const members = {
+      body: { get() { return streamOf(stateOf(this)); } },
+      bodyUsed: { get() { return bodyUsed(stateOf(this)); } },
+      text: { value: text },
+      arrayBuffer: { value: arrayBuffer },
+      bytes: { value: function bytes() { return arrayBuffer.call(this).then((b) => new Uint8Array(b)); } },
+      json: { value: function json() { return text.call(this).then(JSON.parse); } },
+      formData: { value: function formData() { return Promise.reject(new TypeError("formData() is not supported")); } },
+    };
+    for (const name of Object.keys(members)) {
+      Object.defineProperty(proto, name, { ...members[name], configurable: true, enumerable: false });
     }
-    // For clone(): a streamed body split in two, one branch kept, the other returned.
-    __tee() {
-      const source = this.#b[0];
-      if (!(source instanceof NativeBody) && !isStream(source)) return this.__bytes();
-      if (this.bodyUsed) throw new TypeError("body already used");
-      const [mine, theirs] = this.body.tee();
-      this.#b[0] = mine;
-      return theirs;
-    }
-  }
+  };
 
-  class Request extends Body {
-    #r; // [method, url, headers, Portico's raw header list until the headers are first asked for]
+  let requestState, responseState;
+  class Request {
+    // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then]
+    #s;
     constructor(input, init = NO_INIT) {
       if (init === PORTICO) {
         // Portico's request: the URL is absolute and normalised, the headers are made on first use.
-        const [method, flat, body] = portico;
-        super(body);
-        this.#r = [method, input, undefined, flat];
+        this.#s = portico;
         return;
       }
       const from = input instanceof Request ? input : null;
-      super(init.body !== undefined ? init.body : from ? from.__handOver() : null);
+      const source = sourceOf(init.body !== undefined ? init.body : from ? handOver(from.#s) : null);
       const method = init.method ? String(init.method).toUpperCase() : from ? from.method : "GET";
       const url = from ? from.url : new URL(String(input)).href;
-      this.#r = [method, url, new Headers(init.headers || (from ? from.headers : undefined)), null];
+      this.#s = [source, undefined, false, method, url, new Headers(init.headers || (from ? from.headers : undefined)), null];
     }
-    get method() { return this.#r[0]; }
-    get url() { return this.#r[1]; }
+    get method() { return this.#s[3]; }
+    get url() { return this.#s[4]; }
     get headers() {
-      const r = this.#r;
-      if (r[2] === undefined) {
-        const raw = r[3];
-        r[3] = null;
-        const list = [];
-        for (let i = 0; i < raw.length; i += 2) list.push(normalizeName(raw[i]), raw[i + 1]);
-        r[2] = new Headers({ [TRUSTED]: list });
+      const s = this.#s;
+      if (s[5] === undefined) {
+        trustedList = s[6] === "" ? [] : s[6].split("\0");
+        s[5] = new Headers(TRUSTED_LIST);
+        s[6] = null;
       }
-      return r[2];
+      return s[5];
     }
-    clone() { return new Request(this, { body: this.__tee() }); }
+    clone() { return new Request(this, { body: tee(this.#s) }); }
     get [Symbol.toStringTag]() { return "Request"; }
+    static { requestState = (r) => r.#s; }
   }
+  installBody(Request.prototype, requestState);
 
-  const DEFAULT_TYPE = Symbol("content-type unless the headers say");
-  class Response extends Body {
-    // [status, statusText, headers (made on first use), url, the content-type to add when the headers are made]
-    #r;
+  const TEXT_TYPE = "text/plain;charset=UTF-8";
+  const checkStatus = (given) => {
+    const status = Number(given);
+    if (!(status >= 200 && status <= 599) || status !== Math.trunc(status)) throw new RangeError(`invalid status ${given}`);
+    return status;
+  };
+  // A Response's state: [source, bytes, used, status, statusText, headers (null until made), the content-type
+  // to add when the headers are made, url].
+  const responseOf = (body, init, type) => {
+    const status = init.status === undefined ? 200 : checkStatus(init.status);
+    const statusText = init.statusText === undefined ? "" : String(init.statusText);
+    if (init.headers === undefined || init.headers === null) return [sourceOf(body), undefined, false, status, statusText, null, type, ""];
+    const headers = init[TRUSTED] ? init.headers : new Headers(init.headers);
+    if (type !== null && !headers.has("content-type")) headers.set("content-type", type);
+    return [sourceOf(body), undefined, false, status, statusText, headers, null, ""];
+  };
+  class Response {
+    #s;
     constructor(body = null, init = NO_INIT) {
-      super(body);
-      let status = 200;
-      if (init.status !== undefined) {
-        status = Number(init.status);
-        if (!(status >= 200 && status <= 599) || status !== Math.trunc(status)) throw new RangeError(`invalid status ${init.status}`);
-      }
-      const statusText = init.statusText === undefined ? "" : String(init.statusText);
-      const type = init[DEFAULT_TYPE] || (typeof body === "string" ? "text/plain;charset=UTF-8" : null);
-      if (init.headers === undefined || init.headers === null) {
-        this.#r = [status, statusText, null, "", type];
-        return;
-      }
-      const headers = init[TRUSTED] ? init.headers : new Headers(init.headers);
-      if (type !== null && !headers.has("content-type")) headers.set("content-type", type);
-      this.#r = [status, statusText, headers, "", null];
+      this.#s = init === PORTICO ? portico : responseOf(body, init, typeof body === "string" ? TEXT_TYPE : null);
     }
-    get status() { return this.#r[0]; }
-    get statusText() { return this.#r[1]; }
-    get ok() { return this.#r[0] >= 200 && this.#r[0] < 300; }
+    get status() { return this.#s[3]; }
+    get statusText() { return this.#s[4]; }
+    get ok() { return this.#s[3] >= 200 && this.#s[3] < 300; }
     get headers() {
-      const r = this.#r;
-      if (r[2] === null) {
-        r[2] = new Headers();
-        if (r[4] !== null) r[2].append("content-type", r[4]);
+      const s = this.#s;
+      if (s[5] === null) {
+        s[5] = new Headers();
+        if (s[6] !== null) s[5].append("content-type", s[6]);
       }
-      return r[2];
+      return s[5];
     }
     get redirected() { return false; }
-    get url() { return this.#r[3]; }
-    __setUrl(url) { this.#r[3] = url; }
-    // The header list for Portico, without making a Headers when the response has only its default type.
-    __headerList() {
-      const r = this.#r;
-      if (r[2] !== null) return r[2].__flat();
-      return r[4] === null ? [] : ["content-type", r[4]];
-    }
+    get url() { return this.#s[7]; }
     get type() { return "default"; }
-    clone() { return new Response(this.__tee(), { status: this.#r[0], statusText: this.#r[1], headers: this.headers }); }
+    clone() { return new Response(tee(this.#s), { status: this.#s[3], statusText: this.#s[4], headers: this.headers }); }
     static json(data, init = NO_INIT) {
-      return new Response(JSON.stringify(data), {
-        status: init.status, statusText: init.statusText, headers: init.headers, [DEFAULT_TYPE]: "application/json",
-      });
+      portico = responseOf(JSON.stringify(data), init, "application/json");
+      try {
+        return new Response(null, PORTICO);
+      } finally {
+        portico = null;
+      }
     }
     static redirect(url, status = 302) {
       if (![301, 302, 303, 307, 308].includes(status)) throw new RangeError(`invalid redirect status ${status}`);
@@ -411,7 +427,9 @@
     }
     static error() { throw new TypeError("Response.error() is not supported"); }
     get [Symbol.toStringTag]() { return "Response"; }
+    static { responseState = (r) => r.#s; }
   }
+  installBody(Response.prototype, responseState);
 
   const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const btoa = (text) => {
@@ -567,14 +585,14 @@
     const url = new URL(request.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`fetch: unsupported scheme ${url.protocol}`);
     if (init && init.signal && init.signal.aborted) throw init.signal.reason;
-    const source = request.__source();
-    if (source instanceof NativeBody || isStream(source)) {
+    const state = requestState(request);
+    if (!inHand(state[0])) {
       // A streamed body is read whole first (fetch sends bodies in hand).
-      request.__readAll().then((bytes) => resolve(fetch(new Request(request, { body: bytes }))), reject);
+      readAll(state[0]).then((bytes) => resolve(fetch(new Request(request, { body: bytes }))), reject);
       return;
     }
-    const bytes = request.__bytes();
-    const body = bytes ? bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) : null;
+    const bytes = bytesOf(state);
+    const body = bytes ? bufferOf(bytes) : null;
     const id = nextOperation++;
     const parts = [request.method, url.hostname, url.host, url.pathname + url.search, url.protocol, url.port];
     __portico_fetch(id, parts, request.headers.__flat(), body);
@@ -596,7 +614,7 @@
       pending.reject(new TypeError(`fetch to ${pending.url}: the upstream answered status ${status}, which a Response cannot have`));
       return;
     }
-    response.__setUrl(pending.url);
+    responseState(response)[7] = pending.url;
     pending.resolve(response);
   });
   define("__portico_fetch_failed", (id, message) => {
@@ -627,7 +645,7 @@
     },
     passThroughOnException() {},
   });
-  define("__portico_call", (handler, target, request, env) => handler.call(target, request, env, callContext));
+  define("__portico_call_context", callContext);
   // A filter's `onRequest`: a Response answers; anything else lets the request go on, as the hook left it
   // (its headers changed in place) or as the Request it returned.
   const PASSED = Symbol("the request goes on");
@@ -651,8 +669,12 @@
 
   // Portico's side: a request in, a response out.
   // Portico's URL is absolute and already normalised: not parsed again.
-  define("__portico_request", (method, url, flat, body) => {
-    portico = [method, flat, method === "GET" || method === "HEAD" ? null : body === true ? new NativeBody() : body];
+  // `raw`: the header fields as one string, "name\0value\0name\0value" (names lowercase), split only if the
+  // handler looks at them.
+  define("__portico_request", (method, url, raw, body) => {
+    const source = method === "GET" || method === "HEAD" || body === null ? null
+      : body === true ? new NativeBody() : new Uint8Array(body);
+    portico = [source, undefined, false, method, url, undefined, raw];
     const request = new Request(url, PORTICO);
     portico = null;
     return request;
@@ -685,18 +707,21 @@
     if (!(value instanceof Response)) {
       throw new TypeError(`the handler returned ${value === undefined ? "nothing" : Object.prototype.toString.call(value)}, not a Response`);
     }
-    const source = value.__source();
-    if (typeof source === "string") return [value.status, value.__headerList(), source];
+    // [status, header list, body, next, stream, content-type]: a response whose headers were never made has
+    // only its default content-type (or none), given instead of a list.
+    const s = responseState(value);
+    const source = s[0];
+    const list = s[5] === null ? null : s[5].__flat();
+    if (typeof source === "string" || source === null) return [s[3], list, source, undefined, undefined, s[6]];
     if (source instanceof NativeBody) {
       // The request body, untouched, as the response's: Portico pipes it without JavaScript.
-      return [value.status, value.__headerList(), null, undefined, -1];
+      return [s[3], list, null, undefined, -1, s[6]];
     }
     if (isStream(source)) {
       const id = nextOperation++;
       outgoing.set(id, source.getReader());
-      return [value.status, value.__headerList(), null, undefined, id];
+      return [s[3], list, null, undefined, id, s[6]];
     }
-    return [value.status, value.__headerList(),
-      source === null ? null : source.buffer.slice(source.byteOffset, source.byteOffset + source.byteLength)];
+    return [s[3], list, bufferOf(source), undefined, undefined, s[6]];
   });
 })();
