@@ -95,16 +95,17 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
     if mqtt.auth.password_file.as_deref().is_some_and(|p| p.trim().is_empty()) {
         err("mqtt.auth.password_file", "the password file's path is empty".into(), None);
     }
+    // MQTT clients come through MQTT listeners, and through HTTP ones when a route serves MQTT over WebSocket.
+    let websocket = cfg.routes.iter().any(|r| r.mqtt.is_some());
     if mqtt.auth.use_certificate_as_username
-        && !cfg
-            .listeners
-            .iter()
-            .any(|l| l.protocol == ListenerProtocol::Mqtt && l.tls.as_ref().is_some_and(|t| t.client_ca.is_some()))
+        && !cfg.listeners.iter().any(|l| {
+            (l.protocol == ListenerProtocol::Mqtt || websocket) && l.tls.as_ref().is_some_and(|t| t.client_ca.is_some())
+        })
     {
         err(
             "mqtt.auth.use_certificate_as_username",
-            "no MQTT listener asks for client certificates".into(),
-            Some("give an MQTT listener `tls: { client_ca: ... }`"),
+            "no listener MQTT clients reach asks for client certificates".into(),
+            Some("give an MQTT listener (or, for `mqtt: websocket` routes, an HTTP one) `tls: { client_ca: ... }`"),
         );
     }
     for (i, entry) in mqtt.acl.iter().enumerate() {
@@ -233,7 +234,7 @@ mod tests {
             "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  auth: { use_certificate_as_username: true }\n  acl:\n    - { topic: \"a/#/b\", access: read }\n",
         );
         assert_eq!(p.len(), 2, "{p:#?}");
-        assert!(p[0].starts_with("3:40 no MQTT listener asks for client certificates"), "{p:#?}");
+        assert!(p[0].starts_with("3:40 no listener MQTT clients reach asks for client certificates"), "{p:#?}");
         assert!(p[1].starts_with("5:16 \"a/#/b\" is not a topic filter"), "{p:#?}");
         let p = problems("listeners: []\nmqtt: { acl: [ { topic: a, access: publish } ] }\n");
         assert!(p.iter().any(|p| p.starts_with("2:36") && p.contains("unknown variant `publish`")), "{p:#?}");
@@ -257,6 +258,12 @@ mod tests {
         assert!(p.len() == 1 && p[0].contains("unknown variant `tcp`"), "{p:#?}");
         let p = problems(&format!("{listener}routes:\n  - {{ mqtt: websocket, handler: echo }}\nmqtt: {{}}\n"));
         assert!(p.len() == 1 && p[0].contains("exactly one target"), "{p:#?}");
+        // Over wss, a client certificate can name the user: an HTTP listener asking for one will do.
+        let mtls = "listeners:\n  - name: w\n    address: 127.0.0.1:8443\n    tls: { certificates: [ { cert: a.pem, key: a.key } ], client_ca: ca.pem }\n";
+        let auth = "mqtt: { auth: { use_certificate_as_username: true } }\n";
+        assert!(problems(&format!("{mtls}{route}{auth}")).is_empty());
+        let p = problems(&format!("{mtls}{auth}"));
+        assert!(p.len() == 1 && p[0].contains("no listener MQTT clients reach asks for client certificates"), "{p:#?}");
     }
 
     #[test]

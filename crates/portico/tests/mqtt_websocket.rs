@@ -324,31 +324,36 @@ fn close_code<S: Read + Write>(ws: &mut WebSocket<S>) -> Option<CloseCode> {
 }
 
 #[test]
-fn wss_on_a_tls_listener_and_a_drain_that_says_server_shutting_down() {
+fn wss_with_a_client_certificate_as_the_user_and_a_drain_that_says_server_shutting_down() {
     let dir = temp_dir();
     let ca = pki::Ca::new(&dir, "ca");
     let site = ca.server(&dir, "site", "site", &["localhost"]);
+    let device = ca.client(&dir, "device", "sensor-7");
     let tls = format!(
-        "    tls: {{ certificates: [ {{ cert: \"{}\", key: \"{}\" }} ] }}\n",
+        "    tls: {{ certificates: [ {{ cert: \"{}\", key: \"{}\" }} ], client_ca: \"{}\", client_auth: optional }}\n",
         site.cert.display(),
-        site.key.display()
+        site.key.display(),
+        ca.pem.display()
     );
-    let mut p = Portico::start_in(&dir, &config(&tls));
+    let auth = "mqtt:\n  auth: { use_certificate_as_username: true }\n  acl:\n    - { topic: \"sensors/%u/#\", access: readwrite }\n";
+    let mut p = Portico::start_in(&dir, &format!("{}{auth}", config(&tls)));
     // A browser's WebSocket offers HTTP/1.1 by ALPN even where HTTP/2 is on.
-    let stream = pki::connect(p.addr, "localhost", &ca.pem, None, &["http/1.1"]).expect("TLS handshake");
+    let stream = pki::connect(p.addr, "localhost", &ca.pem, Some(&device), &["http/1.1"]).expect("TLS handshake");
     let mut c = Mqtt::new(open(stream, "mqtt"));
     c.io.put(&connect("wss5", 5));
     let ack = c.expect("CONNACK", 0x20);
     assert_eq!(&ack[..2], &[0, 0], "accepted: {ack:?}");
-    c.io.put(&subscribe(1, "secure/#", 0, 5));
-    let suback = c.expect("SUBACK", 0x90);
-    assert_eq!(suback.last(), Some(&0), "granted QoS 0: {suback:?}");
-    let mut body = string("secure/door");
+    // The certificate's CN is the user: `%u` is `sensor-7`.
+    c.io.put(&subscribe(1, "sensors/sensor-8/#", 0, 5));
+    assert_eq!(c.expect("SUBACK", 0x90).last(), Some(&0x87), "not authorized for another sensor's topics");
+    c.io.put(&subscribe(2, "sensors/sensor-7/#", 0, 5));
+    assert_eq!(c.expect("SUBACK", 0x90).last(), Some(&0), "granted QoS 0");
+    let mut body = string("sensors/sensor-7/door");
     body.push(0); // no properties
     body.extend_from_slice(b"open");
     c.io.put(&packet(0x30, &body));
     let got = c.expect("PUBLISH", 0x30);
-    assert!(got.ends_with(b"open") && got.starts_with(&string("secure/door")), "{got:?}");
+    assert!(got.ends_with(b"open") && got.starts_with(&string("sensors/sensor-7/door")), "{got:?}");
     assert_eq!(p.metric("portico_mqtt_connections"), 1.0);
 
     // The drain: a v5 client gets DISCONNECT Server shutting down (0x8B), and does not hold the process for
