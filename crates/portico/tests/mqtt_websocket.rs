@@ -1,8 +1,9 @@
 //! MQTT over WebSocket (`mqtt: websocket` on an HTTP route) through the binary, with a real WebSocket client
 //! (tungstenite) carrying MQTT packets written from the specification: packets split across messages and
 //! several in one, clients on the WebSocket route and on a TCP listener reaching each other, ping, the
-//! refusals (no handshake, no subprotocol, HTTP/2, text messages, broken frames), wss on a TLS listener, the
-//! MQTT metrics and the drain. The registries' clients (mqtt.js, paho-mqtt) are in mqtt_clients.rs.
+//! refusals (no handshake, no subprotocol, HTTP/2, text messages, broken frames, messages too large), wss on a
+//! TLS listener with a client certificate as the MQTT user, the MQTT metrics and the drain. The registries'
+//! clients (mqtt.js, paho-mqtt) are in mqtt_clients.rs.
 
 mod common;
 use common::*;
@@ -278,6 +279,12 @@ fn what_is_no_mqtt_websocket_is_refused() {
     text.connect("texting");
     text.io.send(Message::text("hello")).unwrap();
     assert_eq!(close_code(&mut text.io), Some(CloseCode::Unsupported));
+
+    // A message over twice `limits.max_packet_size` (1 MiB by default) is answered with a close 1009.
+    let mut big = Mqtt::new(open(tcp(p.addr), "mqtt"));
+    big.connect("too-big");
+    big.io.send(Message::binary(vec![0u8; (2 << 20) + 1])).unwrap();
+    assert_eq!(close_code(&mut big.io), Some(CloseCode::Size));
 
     // An unmasked frame from a client breaks RFC 6455: a close 1002.
     let mut raw = tcp(p.addr);
