@@ -2,7 +2,7 @@
 //! (a Receive Maximum is two bytes, a Keep Alive whole seconds), and what the broker cannot do yet.
 
 use crate::schema::{Config, ListenerProtocol, ProcessModel};
-use crate::LeftOut;
+use crate::{LeftOut, LoadedConfig};
 use std::time::Duration;
 
 /// The largest packet MQTT can carry: a Remaining Length of at most 268,435,455 bytes, plus its header.
@@ -95,16 +95,17 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
     if mqtt.auth.password_file.as_deref().is_some_and(|p| p.trim().is_empty()) {
         err("mqtt.auth.password_file", "the password file's path is empty".into(), None);
     }
+    // MQTT clients come through MQTT listeners, and through HTTP ones when a route serves MQTT over WebSocket.
+    let websocket = cfg.routes.iter().any(|r| r.mqtt.is_some());
     if mqtt.auth.use_certificate_as_username
-        && !cfg
-            .listeners
-            .iter()
-            .any(|l| l.protocol == ListenerProtocol::Mqtt && l.tls.as_ref().is_some_and(|t| t.client_ca.is_some()))
+        && !cfg.listeners.iter().any(|l| {
+            (l.protocol == ListenerProtocol::Mqtt || websocket) && l.tls.as_ref().is_some_and(|t| t.client_ca.is_some())
+        })
     {
         err(
             "mqtt.auth.use_certificate_as_username",
-            "no MQTT listener asks for client certificates".into(),
-            Some("give an MQTT listener `tls: { client_ca: ... }`"),
+            "no listener MQTT clients reach asks for client certificates".into(),
+            Some("give an MQTT listener (or, for `mqtt: websocket` routes, an HTTP one) `tls: { client_ca: ... }`"),
         );
     }
     for (i, entry) in mqtt.acl.iter().enumerate() {
@@ -113,6 +114,42 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
                 &format!("mqtt.acl[{i}].topic"),
                 format!("{:?} is not a topic filter: {why}", entry.topic),
                 Some("levels separated by `/`, `+` for one whole level, `#` last for the rest; `%u` and `%c` are replaced by the user name and the client id"),
+            );
+        }
+    }
+}
+
+/// Checks the routes with `mqtt: websocket`: they need the broker, which runs in a process with `process_model:
+/// threads` when the configuration asks for one (an `mqtt:` section or a `protocol: mqtt` listener), so that
+/// a route does not quietly start a broker nobody configured.
+pub(crate) fn validate_routes(
+    loaded: &LoadedConfig,
+    left_out: &LeftOut,
+    err: &mut impl FnMut(&str, String, Option<&str>),
+) {
+    let cfg = &loaded.config;
+    let multi_process = cfg.process_model == ProcessModel::MultiProcess && !left_out.setting("process_model");
+    let configured = loaded.spans.written("mqtt")
+        || left_out.setting("mqtt")
+        || left_out.any_listener()
+        || cfg.listeners.iter().any(|l| l.protocol == ListenerProtocol::Mqtt);
+    for (i, r) in cfg.routes.iter().enumerate() {
+        if r.mqtt.is_none() {
+            continue;
+        }
+        if multi_process {
+            err(
+                &format!("routes[{i}].mqtt"),
+                "`mqtt: websocket` is served by one process's broker: not with `process_model: multi_process`".into(),
+                Some("use `process_model: threads` (the default) for a configuration with an MQTT broker"),
+            );
+        } else if !configured {
+            err(
+                &format!("routes[{i}].mqtt"),
+                "`mqtt: websocket` needs the MQTT broker, and the configuration has none".into(),
+                Some(
+                    "add an `mqtt:` section (`mqtt: {}` for the defaults, docs/mqtt.md) or a `protocol: mqtt` listener",
+                ),
             );
         }
     }
@@ -197,10 +234,36 @@ mod tests {
             "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  auth: { use_certificate_as_username: true }\n  acl:\n    - { topic: \"a/#/b\", access: read }\n",
         );
         assert_eq!(p.len(), 2, "{p:#?}");
-        assert!(p[0].starts_with("3:40 no MQTT listener asks for client certificates"), "{p:#?}");
+        assert!(p[0].starts_with("3:40 no listener MQTT clients reach asks for client certificates"), "{p:#?}");
         assert!(p[1].starts_with("5:16 \"a/#/b\" is not a topic filter"), "{p:#?}");
         let p = problems("listeners: []\nmqtt: { acl: [ { topic: a, access: publish } ] }\n");
         assert!(p.iter().any(|p| p.starts_with("2:36") && p.contains("unknown variant `publish`")), "{p:#?}");
+    }
+
+    #[test]
+    fn mqtt_websocket_routes_need_the_broker() {
+        let route = "routes:\n  - match: { path: /mqtt }\n    mqtt: websocket\n";
+        let listener = "listeners: [ { name: w, address: 127.0.0.1:8080 } ]\n";
+        let loaded = crate::load_str(&format!("{listener}{route}mqtt: {{}}\n"), "t.yaml").unwrap();
+        assert_eq!(loaded.config.routes[0].mqtt, Some(crate::MqttRoute::Websocket));
+        let with_mqtt_listener = "listeners:\n  - { name: w, address: 127.0.0.1:8080 }\n  - { name: m, address: 127.0.0.1:1883, protocol: mqtt }\n";
+        assert!(problems(&format!("{with_mqtt_listener}{route}")).is_empty());
+        let p = problems(&format!("{listener}{route}"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].starts_with("4:11 `mqtt: websocket` needs the MQTT broker"), "{p:#?}");
+        let p = problems(&format!("process_model: multi_process\n{listener}{route}mqtt: {{}}\n"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].starts_with("5:11 `mqtt: websocket` is served by one process's broker"), "{p:#?}");
+        let p = problems(&format!("{listener}routes:\n  - match: {{ path: /mqtt }}\n    mqtt: tcp\n"));
+        assert!(p.len() == 1 && p[0].contains("unknown variant `tcp`"), "{p:#?}");
+        let p = problems(&format!("{listener}routes:\n  - {{ mqtt: websocket, handler: echo }}\nmqtt: {{}}\n"));
+        assert!(p.len() == 1 && p[0].contains("exactly one target"), "{p:#?}");
+        // Over wss, a client certificate can name the user: an HTTP listener asking for one will do.
+        let mtls = "listeners:\n  - name: w\n    address: 127.0.0.1:8443\n    tls: { certificates: [ { cert: a.pem, key: a.key } ], client_ca: ca.pem }\n";
+        let auth = "mqtt: { auth: { use_certificate_as_username: true } }\n";
+        assert!(problems(&format!("{mtls}{route}{auth}")).is_empty());
+        let p = problems(&format!("{mtls}{auth}"));
+        assert!(p.len() == 1 && p[0].contains("no listener MQTT clients reach asks for client certificates"), "{p:#?}");
     }
 
     #[test]

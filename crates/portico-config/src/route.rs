@@ -34,6 +34,9 @@ pub struct Route {
     /// Target: publish the request body to the MQTT broker.
     #[serde(default)]
     pub mqtt_publish: Option<MqttPublish>,
+    /// Target: the MQTT broker itself, over this route (`mqtt: websocket`).
+    #[serde(default)]
+    pub mqtt: Option<MqttRoute>,
     /// Clients that reach this route over plain HTTP are redirected to HTTPS (`true`, or `{ port, status }`);
     /// those on a TLS listener go to the route's target.
     #[serde(default)]
@@ -642,6 +645,15 @@ pub struct MqttPublish {
     pub retain: bool,
 }
 
+/// `mqtt:` on a route: how the broker is reached through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MqttRoute {
+    /// MQTT over WebSocket: an HTTP/1.1 WebSocket handshake offering the `mqtt` subprotocol, answered `101`,
+    /// and the connection then served by the broker (binary frames carry the MQTT bytes).
+    Websocket,
+}
+
 /// Checks one route's target and match (references to clusters are checked by the caller).
 pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig, err: &mut Report<'_>) {
     let targets = [
@@ -651,6 +663,7 @@ pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig
         r.handler.is_some(),
         r.function.is_some(),
         r.mqtt_publish.is_some(),
+        r.mqtt.is_some(),
     ];
     match targets.iter().filter(|t| **t).count() {
         1 => {}
@@ -658,13 +671,14 @@ pub(crate) fn validate_route(r: &Route, base: &str, loaded: &crate::LoadedConfig
             base,
             "the route has no target".into(),
             Some(
-                "give it one of `cluster: NAME`, `static: { body: ... }`, `redirect: { to: ... }`, `handler: echo` \
-                 or `function: NAME`",
+                "give it one of `cluster: NAME`, `static: { body: ... }`, `redirect: { to: ... }`, `handler: echo`, \
+                 `function: NAME`, `mqtt_publish: { topic: ... }` or `mqtt: websocket`",
             ),
         ),
         _ => err(
             base,
-            "a route has exactly one target: `cluster`, `static`, `redirect`, `handler`, `function` or `mqtt_publish`"
+            "a route has exactly one target: `cluster`, `static`, `redirect`, `handler`, `function`, `mqtt_publish` \
+             or `mqtt`"
                 .into(),
             Some("split it into two routes"),
         ),

@@ -58,6 +58,12 @@ impl SpanIndex {
         out + rest
     }
 
+    /// Whether the file writes `path` (a top-level section such as `mqtt`, a key, a list item).
+    pub fn written(&self, path: &str) -> bool {
+        let path = self.in_file(path);
+        self.keys.contains_key(&path) || self.positions.contains_key(&path)
+    }
+
     /// The position of the key that ends `path` (`listeners[0].adress`), else as `locate`.
     pub fn locate_key(&self, path: &str) -> Position {
         match self.keys.get(&self.in_file(path)) {

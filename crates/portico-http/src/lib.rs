@@ -52,5 +52,6 @@ mod tunnel;
 mod upstream;
 pub mod upstream_h2;
 pub mod upstream_tls;
+pub mod websocket;
 
 pub use snapshot::{build, build_checked, Registry, Snapshot};

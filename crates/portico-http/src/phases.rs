@@ -32,6 +32,8 @@ pub(crate) enum Front {
     Answer { route: usize, response: Arc<LocalResponse> },
     /// Answer with this in-process handler; `params` are the route's path parameters by name.
     Handler { route: usize, handler: Arc<dyn crate::handler::Handler>, params: Vec<(String, String)> },
+    /// Hand the connection to this WebSocket endpoint once the handshake is answered (HTTP/1 only).
+    WebSocket { route: usize, endpoint: crate::websocket::Endpoint },
     /// The route's function filters must run first (they may wait): `pass_gates` then decides the target.
     Gated { route: usize, captured: Box<Captured> },
     /// No route matches.
@@ -46,6 +48,7 @@ impl Front {
             Front::Cluster { route, .. }
             | Front::Answer { route, .. }
             | Front::Handler { route, .. }
+            | Front::WebSocket { route, .. }
             | Front::Gated { route, .. } => Some(*route),
             Front::NoRoute | Front::BadPath(_) => None,
         }
@@ -131,5 +134,6 @@ fn target(head: &RequestHead, index: usize, route: &CompiledRoute, captured: &Ca
                 .collect();
             Front::Handler { route: index, handler: handler.clone(), params }
         }
+        Target::WebSocket(endpoint) => Front::WebSocket { route: index, endpoint: *endpoint },
     }
 }

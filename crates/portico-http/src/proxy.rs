@@ -345,6 +345,9 @@ async fn handle_request(
             let listener = (settings, snapshot);
             return Box::pin(crate::serve_handler::serve_h1(client, head, &handler, params, listener, ctx)).await;
         }
+        Front::WebSocket { endpoint, .. } => {
+            return Box::pin(crate::websocket::serve_h1(client, head, endpoint, settings, ctx)).await;
+        }
     };
     if head.body == BodyFraming::Chunked {
         // Catch a broken chunked body that already arrived before anything goes upstream.

@@ -49,6 +49,8 @@ pub enum Target {
     Redirect(crate::redirect::RedirectTarget),
     /// Code in the process (`handler:`), with the names of the route pattern's parameters.
     Handler(Arc<dyn crate::handler::Handler>, Arc<[String]>),
+    /// A WebSocket endpoint in the process (`mqtt: websocket`): it takes the upgraded connection.
+    WebSocket(crate::websocket::Endpoint),
 }
 
 #[derive(Debug)]
@@ -306,6 +308,8 @@ fn compile_route(
             prefix: r.matcher.path_prefix.as_ref().map(|p| p.trim_end_matches('/').to_string()),
         };
         Target::Handler(Arc::new(publish), names.clone().into())
+    } else if let Some(portico_config::MqttRoute::Websocket) = r.mqtt {
+        Target::WebSocket(crate::websocket::Endpoint::Mqtt)
     } else if let Some(redirect) = &r.redirect {
         match crate::redirect::RedirectTarget::parse(redirect, &names) {
             Ok(t) => Target::Redirect(t),

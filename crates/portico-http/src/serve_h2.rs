@@ -79,6 +79,9 @@ pub(crate) async fn serve(
         Front::Gated { route, .. } => {
             reply.local(Some(route), &head, &LocalResponse::text(500, "function filters did not decide"), |_| {})
         }
+        Front::WebSocket { route, endpoint } => {
+            reply.local(Some(route), &head, &crate::websocket::refuse_h2(endpoint), |_| {})
+        }
         Front::Handler { route, handler, params } => {
             let target = (route, handler, params);
             crate::serve_handler::serve_h2(body, head, target, &snapshot, conn, started).await

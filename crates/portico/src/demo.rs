@@ -1,5 +1,6 @@
 //! `portico demo`: three built-in backends on loopback behind a round-robin load balancer, with a static
-//! route, a redirect, an in-process handler and a filter to show the other targets.
+//! route, a redirect, an in-process handler and a filter to show the other targets, and the MQTT broker (on its
+//! own listener, and over WebSocket at `/mqtt`).
 
 use crate::demo_backend;
 use anyhow::{anyhow, Context};
@@ -16,9 +17,13 @@ pub fn run(listen: &str, workers: &str, admin: &str, mqtt: &str) -> anyhow::Resu
         "off" => String::new(),
         address => format!("admin: {{ address: \"{address}\" }}"),
     };
-    let mqtt_listener = match mqtt {
-        "off" => String::new(),
-        address => format!("\n  - name: mqtt\n    address: {address}\n    protocol: mqtt"),
+    let (mqtt_listener, mqtt_route) = match mqtt {
+        "off" => (String::new(), String::new()),
+        address => (
+            format!("\n  - name: mqtt\n    address: {address}\n    protocol: mqtt"),
+            // The same broker over WebSocket, on the HTTP listener (mqtt.js, paho-mqtt's websockets transport).
+            "\n  - match: { path: /mqtt }\n    mqtt: websocket".to_string(),
+        ),
     };
     let yaml = format!(
         "workers: {workers}
@@ -34,7 +39,7 @@ routes:
   - match: {{ path: /old/*rest }}
     redirect: {{ to: \"/{{rest}}\", status: 301 }}
   - match: {{ path: /whoami }}
-    handler: echo
+    handler: echo{mqtt_route}
   - match: {{ path_prefix: /fn/hello }}
     function: hello
   - match: {{ path_prefix: /api/ }}
@@ -75,6 +80,9 @@ clusters:
     if let Some((host, port)) = (mqtt != "off").then(|| mqtt.rsplit_once(':')).flatten() {
         eprintln!("      mosquitto_sub -h {host} -p {port} -t 'demo/#' -v   (the MQTT broker; in another terminal:)");
         eprintln!("      mosquitto_pub -h {host} -p {port} -t demo/hello -m 'hello, MQTT'");
+        eprintln!(
+            "      MQTT over WebSocket: ws://{listen}/mqtt (subprotocol mqtt: mqtt.js, paho-mqtt, MQTT Explorer)"
+        );
     }
     eprintln!("Stop with Ctrl-C.\n");
     crate::lifecycle::serve(loaded, None)

@@ -368,6 +368,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         Arc::new(crate::mqtt::SnapshotListeners(shared.clone()));
     if let Some(broker) = &broker {
         portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
+        portico_http::websocket::register_mqtt_websocket(Box::new(crate::mqtt::WebSocketBroker(broker.clone())));
         views.push(Arc::new(portico_mqtt::plane::MqttView {
             broker: broker.clone(),
             listeners: mqtt_listeners.clone(),

@@ -94,3 +94,32 @@ impl portico_http::mqtt_publish::MqttPublisher for BridgePublisher {
         })
     }
 }
+
+/// The broker as the HTTP plane's `mqtt: websocket` routes hand it their upgraded connections: served like a
+/// TCP client's (counted in the MQTT metrics, drained on shutdown), over the WebSocket's byte stream.
+pub struct WebSocketBroker(pub portico_mqtt::Broker);
+
+impl portico_http::websocket::WebSocketService for WebSocketBroker {
+    fn max_message_size(&self) -> usize {
+        // A message may carry several packets: room for two of the largest, and never less than 64 KiB.
+        let packet = usize::try_from(self.0.limits().max_packet_size).unwrap_or(usize::MAX);
+        packet.saturating_mul(2).max(64 * 1024)
+    }
+
+    fn serve<'a>(
+        &'a self,
+        stream: portico_http::websocket::WebSocketBytes<'a>,
+        client: portico_http::websocket::Upgraded,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+        Box::pin(async move {
+            let mut shutdown = client.shutdown;
+            let draining = async move {
+                let _ = shutdown.wait_for(|down| *down).await;
+            };
+            let (peer, user, worker) = (client.peer, client.certificate_user, client.worker);
+            if let Err(e) = portico_mqtt::serve_as(stream, peer, user, &self.0, worker, draining).await {
+                tracing::debug!(client = %peer, "MQTT over WebSocket connection ended: {e}");
+            }
+        })
+    }
+}

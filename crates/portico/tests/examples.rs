@@ -103,6 +103,8 @@ fn the_demo_serves_its_admin_api_and_broker_too() {
     assert_eq!(mqtt_read(&mut client), (0x20, vec![0, 0]));
     mqtt_packet(&mut client, 0xc0, b"");
     assert_eq!(mqtt_read(&mut client), (0xd0, vec![]));
+    // And over WebSocket at /mqtt on the HTTP listener.
+    assert_eq!(mqtt_over_websocket(listen.parse().unwrap()), (0x20, vec![0, 0]));
     assert_eq!(Conn::open(listen.parse().unwrap()).get("/", "").status, 200);
     let function = Conn::open(listen.parse().unwrap()).get("/fn/hello?name=tests", "");
     assert_eq!(function.status, 200, "{}", function.text());
@@ -189,6 +191,24 @@ fn the_mqtt_example_brokers_over_tcp_and_tls_beside_http() {
     let (first, body) = mqtt_read(&mut sub);
     assert_eq!((first & 0xf0, &body[..14]), (0x30, &b"\x00\x0csensors/temp"[..]));
     assert!(dir.join("data/mqtt/store.redb").exists());
+    // And the broker over WebSocket on the HTTP listener.
+    assert_eq!(mqtt_over_websocket(web), (0x20, vec![0, 0]));
+}
+
+/// A WebSocket client's CONNECT at `/mqtt` of `addr` (subprotocol `mqtt`): the broker's answer.
+fn mqtt_over_websocket(addr: SocketAddr) -> (u8, Vec<u8>) {
+    use tungstenite::client::IntoClientRequest;
+    let stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut request = format!("ws://{addr}/mqtt").into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", "mqtt".parse().unwrap());
+    let (mut ws, _) = tungstenite::client(request, stream).expect("WebSocket handshake");
+    let mut connect = Vec::new();
+    mqtt_packet(&mut connect, 0x10, b"\x00\x04MQTT\x04\x02\x00\x1e\x00\x02ws");
+    ws.send(tungstenite::Message::binary(connect)).unwrap();
+    let answer = ws.read().unwrap().into_data();
+    let mut answer = std::io::Cursor::new(answer.to_vec());
+    mqtt_read(&mut answer)
 }
 
 /// Writes one MQTT packet (its first byte, then a one-byte length: these are short).
