@@ -108,6 +108,9 @@ export default (native) => {
 
   const CONSTRUCTING = Symbol("constructing");
   const material = new WeakMap(); // CryptoKey -> its native key
+  // CryptoKey -> as many bytes of the runtime's heap as `ring` keeps outside it for an RSA key (its primes,
+  // exponents and Montgomery constants: about eight times the modulus), so that the heap limit counts them.
+  const weight = new WeakMap();
   class CryptoKey {
     #type;
     #extractable;
@@ -137,6 +140,7 @@ export default (native) => {
     else algorithm = { name, modulusLength: detail, publicExponent: new Uint8Array(exponent), hash: { name: params.hash } };
     const key = new CryptoKey(CONSTRUCTING, type, Boolean(extractable), algorithm, usages);
     material.set(key, handle);
+    if (algorithm.modulusLength) weight.set(key, new ArrayBuffer(algorithm.modulusLength));
     return key;
   };
   const handleOf = (key, what) => {

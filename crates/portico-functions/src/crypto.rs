@@ -147,21 +147,39 @@ impl Curve {
     }
 }
 
-/// How a private key can be exported again: in the format it came in (or PKCS #8 when generated here).
-enum Private {
-    Pkcs8(Vec<u8>),
-    /// The JWK's private members, decoded: RSA's d, p, q, dp, dq, qi; EC's and Ed25519's d.
-    Jwk(Vec<Vec<u8>>),
-}
-
 enum Material {
-    Secret { raw: Vec<u8>, key: ring::hmac::Key },
-    RsaPublic { n: Vec<u8>, e: Vec<u8> },
-    RsaPrivate { pair: RsaKeyPair, n: Vec<u8>, e: Vec<u8>, private: Private },
-    EcPublic { curve: Curve, point: Vec<u8> },
-    EcPrivate { curve: Curve, pair: EcdsaKeyPair, private: Private },
-    EdPublic { point: Vec<u8> },
-    EdPrivate { pair: Ed25519KeyPair, private: Private },
+    Secret {
+        raw: Vec<u8>,
+        key: ring::hmac::Key,
+    },
+    RsaPublic {
+        n: Vec<u8>,
+        e: Vec<u8>,
+    },
+    /// `private`: what a private key is exported as, its JWK members: RSA's d, p, q, dp, dq and qi, EC's d,
+    /// Ed25519's d (the seed), big-endian (`ring` keeps them only in forms of its own).
+    RsaPrivate {
+        pair: RsaKeyPair,
+        n: Vec<u8>,
+        e: Vec<u8>,
+        private: Vec<Vec<u8>>,
+    },
+    EcPublic {
+        curve: Curve,
+        point: Vec<u8>,
+    },
+    EcPrivate {
+        curve: Curve,
+        pair: EcdsaKeyPair,
+        private: Vec<Vec<u8>>,
+    },
+    EdPublic {
+        point: Vec<u8>,
+    },
+    EdPrivate {
+        pair: Ed25519KeyPair,
+        private: Vec<Vec<u8>>,
+    },
 }
 
 /// A key's material, parsed, behind a `CryptoKey`.
@@ -294,25 +312,55 @@ fn import_private<'js>(
     der: TypedArray<'js, u8>,
 ) -> rquickjs::Result<Class<'js, Key>> {
     let der = bytes_of(&der);
-    let rejected = |e: ring::error::KeyRejected| fail(&ctx, "DataError", format!("the PKCS #8 key was refused: {e}"));
-    let material = guarded("key parser", || match kind.as_str() {
+    let material = guarded("key parser", || from_pkcs8(&ctx, &kind, &curve, &der))?;
+    key(&ctx, material)
+}
+
+fn from_pkcs8(ctx: &Ctx<'_>, kind: &str, curve: &str, der: &[u8]) -> rquickjs::Result<Material> {
+    let rejected = |e: ring::error::KeyRejected| fail(ctx, "DataError", format!("the PKCS #8 key was refused: {e}"));
+    let members = || pkcs8_members(kind, der).ok_or_else(|| fail(ctx, "DataError", "not a PKCS #8 key of this kind"));
+    match kind {
         "rsa" => {
-            let pair = RsaKeyPair::from_pkcs8(&der).map_err(rejected)?;
+            let pair = RsaKeyPair::from_pkcs8(der).map_err(rejected)?;
             let public = signature::RsaPublicKeyComponents::<Vec<u8>>::from(pair.public());
-            Ok(Material::RsaPrivate { pair, n: public.n, e: public.e, private: Private::Pkcs8(der.clone()) })
+            Ok(Material::RsaPrivate { pair, n: public.n, e: public.e, private: members()? })
         }
         "ec" => {
-            let curve = Curve::named(&ctx, &curve)?;
-            let pair = EcdsaKeyPair::from_pkcs8(curve.signing(), &der, &SystemRandom::new()).map_err(rejected)?;
-            Ok(Material::EcPrivate { curve, pair, private: Private::Pkcs8(der.clone()) })
+            let curve = Curve::named(ctx, curve)?;
+            let pair = EcdsaKeyPair::from_pkcs8(curve.signing(), der, &SystemRandom::new()).map_err(rejected)?;
+            let mut private = members()?;
+            // (d as long as the curve's scalars, as a JWK writes it.)
+            if let Some(d) = private.first_mut() {
+                while d.len() < curve.size() {
+                    d.insert(0, 0);
+                }
+            }
+            Ok(Material::EcPrivate { curve, pair, private })
         }
         "ed25519" => {
-            let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der).map_err(rejected)?;
-            Ok(Material::EdPrivate { pair, private: Private::Pkcs8(der.clone()) })
+            let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(der).map_err(rejected)?;
+            Ok(Material::EdPrivate { pair, private: members()? })
         }
-        _ => Err(fail(&ctx, "NotSupportedError", format!("{kind} keys are not supported"))),
-    })?;
-    key(&ctx, material)
+        _ => Err(fail(ctx, "NotSupportedError", format!("{kind} keys are not supported"))),
+    }
+}
+
+/// The JWK members of a PKCS #8 key `ring` has accepted (`ring` reads them, but keeps them to itself): RSA's
+/// d, p, q, dp, dq and qi (RFC 8017's RSAPrivateKey), EC's d (RFC 5915's ECPrivateKey), Ed25519's seed
+/// (RFC 8410's CurvePrivateKey).
+fn pkcs8_members(kind: &str, der: &[u8]) -> Option<Vec<Vec<u8>>> {
+    use x509_parser::der_parser::parse_der;
+    let (_, info) = parse_der(der).ok()?;
+    let key = info.as_sequence().ok()?.get(2)?.as_slice().ok()?;
+    let (_, inner) = parse_der(key).ok()?;
+    match kind {
+        "rsa" => {
+            let fields = inner.as_sequence().ok()?;
+            fields.get(3..9)?.iter().map(|f| f.as_slice().ok().map(unsigned)).collect()
+        }
+        "ec" => Some(vec![inner.as_sequence().ok()?.get(1)?.as_slice().ok()?.to_vec()]),
+        _ => Some(vec![inner.as_slice().ok()?.to_vec()]),
+    }
 }
 
 /// A key from a JWK's members, decoded from base64url by crypto.js: RSA `[n, e]` or `[n, e, d, p, q, dp, dq,
@@ -338,7 +386,7 @@ fn import_jwk<'js>(
                 qInv: unsigned(qi),
             };
             let pair = RsaKeyPair::from_components(&components).map_err(rejected)?;
-            let private = Private::Jwk(parts[2..].to_vec());
+            let private = parts[2..].iter().map(|p| unsigned(p)).collect();
             Ok(Material::RsaPrivate { pair, n: unsigned(n), e: unsigned(e), private })
         }
         ("ec", [x, y, rest @ ..]) if rest.len() <= 1 => {
@@ -356,7 +404,7 @@ fn import_jwk<'js>(
                     let pair =
                         EcdsaKeyPair::from_private_key_and_public_key(curve.signing(), d, &point, &SystemRandom::new())
                             .map_err(rejected)?;
-                    Ok(Material::EcPrivate { curve, pair, private: Private::Jwk(vec![d.clone()]) })
+                    Ok(Material::EcPrivate { curve, pair, private: vec![d.clone()] })
                 }
                 _ => ec_public(&ctx, curve, point),
             }
@@ -364,7 +412,7 @@ fn import_jwk<'js>(
         ("ed25519", [x]) => ed_public(&ctx, x.clone()),
         ("ed25519", [x, d]) => {
             let pair = Ed25519KeyPair::from_seed_and_public_key(d, x).map_err(rejected)?;
-            Ok(Material::EdPrivate { pair, private: Private::Jwk(vec![d.clone()]) })
+            Ok(Material::EdPrivate { pair, private: vec![d.clone()] })
         }
         _ => Err(fail(&ctx, "DataError", "the JWK lacks members its key type needs")),
     })?;
@@ -375,26 +423,18 @@ fn import_jwk<'js>(
 fn generate<'js>(ctx: Ctx<'js>, kind: String, curve: String) -> rquickjs::Result<Array<'js>> {
     let rng = SystemRandom::new();
     let failed = |_: ring::error::Unspecified| fail(&ctx, "OperationError", "the key could not be generated");
-    let rejected = |_: ring::error::KeyRejected| fail(&ctx, "OperationError", "the key could not be generated");
-    let (private, public) = match kind.as_str() {
-        "ec" => {
-            let curve = Curve::named(&ctx, &curve)?;
-            let pkcs8 = EcdsaKeyPair::generate_pkcs8(curve.signing(), &rng).map_err(failed)?;
-            let pair = EcdsaKeyPair::from_pkcs8(curve.signing(), pkcs8.as_ref(), &rng).map_err(rejected)?;
-            let point = pair.public_key().as_ref().to_vec();
-            let private = Private::Pkcs8(pkcs8.as_ref().to_vec());
-            (Material::EcPrivate { curve, pair, private }, Material::EcPublic { curve, point })
-        }
-        "ed25519" => {
-            let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(failed)?;
-            let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(rejected)?;
-            let point = pair.public_key().as_ref().to_vec();
-            (
-                Material::EdPrivate { pair, private: Private::Pkcs8(pkcs8.as_ref().to_vec()) },
-                Material::EdPublic { point },
-            )
-        }
+    let pkcs8 = match kind.as_str() {
+        "ec" => EcdsaKeyPair::generate_pkcs8(Curve::named(&ctx, &curve)?.signing(), &rng).map_err(failed)?,
+        "ed25519" => Ed25519KeyPair::generate_pkcs8(&rng).map_err(failed)?,
         _ => return Err(fail(&ctx, "NotSupportedError", format!("generating {kind} keys is not supported"))),
+    };
+    let private = from_pkcs8(&ctx, &kind, &curve, pkcs8.as_ref())?;
+    let public = match &private {
+        Material::EcPrivate { curve, pair, .. } => {
+            Material::EcPublic { curve: *curve, point: pair.public_key().as_ref().to_vec() }
+        }
+        Material::EdPrivate { pair, .. } => Material::EdPublic { point: pair.public_key().as_ref().to_vec() },
+        _ => return Err(fail(&ctx, "OperationError", "the key could not be generated")),
     };
     let pair = Array::new(ctx.clone())?;
     pair.set(0, key(&ctx, private)?)?;
@@ -608,6 +648,11 @@ fn spki(algorithm: &[u8], key: &[u8]) -> Vec<u8> {
     der(0x30, &[der(0x30, algorithm), der(0x03, &[&[0u8][..], key].concat())].concat())
 }
 
+/// A DER PKCS #8 PrivateKeyInfo (version 0): the algorithm identifier's content, and the private key.
+fn pkcs8(algorithm: &[u8], key: &[u8]) -> Vec<u8> {
+    der(0x30, &[der_unsigned(&[0]), der(0x30, algorithm), der(0x04, key)].concat())
+}
+
 /// The key in `format`: `raw`, `spki` or `pkcs8` bytes, or for `jwk` its members' bytes, in the order
 /// import_jwk takes them (a secret: `[k]`).
 fn export<'js>(ctx: Ctx<'js>, key: Class<'js, Key>, format: String) -> rquickjs::Result<Value<'js>> {
@@ -639,19 +684,35 @@ fn export<'js>(ctx: Ctx<'js>, key: Class<'js, Key>, format: String) -> rquickjs:
         }
         (Material::EdPublic { point }, "spki") => bytes(&spki(&ed_oid, point)),
         (Material::EdPublic { point }, "jwk") => list(vec![point]),
-        (Material::RsaPrivate { private: Private::Pkcs8(der), .. }, "pkcs8")
-        | (Material::EcPrivate { private: Private::Pkcs8(der), .. }, "pkcs8")
-        | (Material::EdPrivate { private: Private::Pkcs8(der), .. }, "pkcs8") => bytes(der),
-        (Material::RsaPrivate { n, e, private: Private::Jwk(parts), .. }, "jwk") => {
-            list([&n[..], &e[..]].into_iter().chain(parts.iter().map(Vec::as_slice)).collect())
+        (Material::RsaPrivate { n, e, private, .. }, "pkcs8") => {
+            let fields: Vec<u8> = [&[0u8][..], n, e]
+                .into_iter()
+                .chain(private.iter().map(Vec::as_slice))
+                .flat_map(der_unsigned)
+                .collect();
+            bytes(&pkcs8(&rsa_oid, &der(0x30, &fields)))
         }
-        (Material::EcPrivate { curve, pair, private: Private::Jwk(parts) }, "jwk") => {
+        (Material::EcPrivate { curve, pair, private }, "pkcs8") => {
+            let d = private.first().map(Vec::as_slice).unwrap_or_default();
+            let point = [&[0u8][..], pair.public_key().as_ref()].concat();
+            let ec_private_key = [der_unsigned(&[1]), der(0x04, d), der(0xa1, &der(0x03, &point))].concat();
+            bytes(&pkcs8(&[&ec_oid[..], curve.oid_der()].concat(), &der(0x30, &ec_private_key)))
+        }
+        (Material::EdPrivate { private, .. }, "pkcs8") => {
+            let seed = private.first().map(Vec::as_slice).unwrap_or_default();
+            bytes(&pkcs8(&ed_oid, &der(0x04, seed)))
+        }
+        (Material::RsaPrivate { n, e, private, .. }, "jwk") => {
+            list([&n[..], &e[..]].into_iter().chain(private.iter().map(Vec::as_slice)).collect())
+        }
+        (Material::EcPrivate { curve, pair, private }, "jwk") => {
             let point = pair.public_key().as_ref();
             let size = curve.size();
-            list([&point[1..1 + size], &point[1 + size..]].into_iter().chain(parts.iter().map(Vec::as_slice)).collect())
+            let coordinates = [&point[1..1 + size], &point[1 + size..]];
+            list(coordinates.into_iter().chain(private.iter().map(Vec::as_slice)).collect())
         }
-        (Material::EdPrivate { pair, private: Private::Jwk(parts) }, "jwk") => {
-            list([pair.public_key().as_ref()].into_iter().chain(parts.iter().map(Vec::as_slice)).collect())
+        (Material::EdPrivate { pair, private }, "jwk") => {
+            list([pair.public_key().as_ref()].into_iter().chain(private.iter().map(Vec::as_slice)).collect())
         }
         _ => Err(unsupported()),
     }

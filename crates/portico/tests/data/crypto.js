@@ -145,7 +145,10 @@ async function vectors() {
     expect(exported.alg, "RS256", "exported alg");
     const privateJwk = await subtle.exportKey("jwk", privateKey);
     expect(privateJwk.qi, RS256.jwk.qi, "exported qi");
-    outputs.rsa = [hex(spki), publicKey.algorithm.modulusLength, [...publicKey.algorithm.publicExponent], exported, privateJwk];
+    const pkcs8 = await subtle.exportKey("pkcs8", privateKey);
+    const fromPkcs8 = await subtle.importKey("pkcs8", pkcs8, algorithm, true, ["sign"]);
+    expect(b64url(await subtle.sign("RSASSA-PKCS1-v1_5", fromPkcs8, utf8(RS256.input))), RS256.signature, "signature with the pkcs8");
+    outputs.rsa = [hex(spki), publicKey.algorithm.modulusLength, [...publicKey.algorithm.publicExponent], exported, privateJwk, hex(pkcs8)];
   });
 
   await check("RFC 7515 A.3: ES256", async () => {
@@ -170,7 +173,10 @@ async function vectors() {
     const [{ alg: publicAlg, ...publicJwk }, { alg: privateAlg, ...privateJwk }] =
       [await subtle.exportKey("jwk", publicKey), await subtle.exportKey("jwk", privateKey)];
     standardOnly.ecJwkAlg = [publicAlg ?? null, privateAlg ?? null];
-    outputs.ec = [hex(spki), publicJwk, privateJwk, publicKey.algorithm];
+    const pkcs8 = await subtle.exportKey("pkcs8", privateKey);
+    const fromPkcs8 = await subtle.importKey("pkcs8", pkcs8, algorithm, true, ["sign"]);
+    expect((await subtle.exportKey("jwk", fromPkcs8)).d, ES256.jwk.d, "d from the pkcs8");
+    outputs.ec = [hex(spki), publicJwk, privateJwk, publicKey.algorithm, hex(pkcs8)];
   });
 
   for (const [i, [secret, publicKey, message, signature]] of ED25519.entries()) {
@@ -186,6 +192,10 @@ async function vectors() {
       const fromJwk = await subtle.importKey("jwk", publicJwk, "Ed25519", true, ["verify"]);
       expect(hex(await subtle.exportKey("raw", fromJwk)), publicKey, "raw");
       expect((await subtle.exportKey("jwk", privateKey)).d, b64url(fromHex(secret)), "exported d");
+      const pkcs8 = await subtle.exportKey("pkcs8", privateKey);
+      expect(hex(pkcs8), `302e020100300506032b657004220420${secret}`, "pkcs8");
+      const fromPkcs8 = await subtle.importKey("pkcs8", pkcs8, "Ed25519", true, ["sign"]);
+      expect(hex(await subtle.sign("Ed25519", fromPkcs8, fromHex(message))), signature, "signature with the pkcs8");
       outputs[`ed25519-${i + 1}`] = [await subtle.exportKey("jwk", key), key.algorithm, key.type, key.usages];
     });
   }
