@@ -263,12 +263,29 @@ fn import_public<'js>(
 
 fn ec_public(ctx: &Ctx<'_>, curve: Curve, point: Vec<u8>) -> rquickjs::Result<Material> {
     match point.first() {
-        Some(4) if point.len() == 1 + 2 * curve.size() => Ok(Material::EcPublic { curve, point }),
+        Some(4) if point.len() == 1 + 2 * curve.size() => {
+            if !on_curve(curve, &point) {
+                return Err(fail(ctx, "DataError", format!("the point is not on {}", curve.name())));
+            }
+            Ok(Material::EcPublic { curve, point })
+        }
         Some(2 | 3) if point.len() == 1 + curve.size() => {
             Err(fail(ctx, "NotSupportedError", "compressed elliptic curve points are not supported"))
         }
         _ => Err(fail(ctx, "DataError", format!("not a {} point", curve.name()))),
     }
+}
+
+/// Whether `point` is on the curve, as the standard checks at import. `ring` has no call for that alone, but
+/// ECDH checks its peer's point before it uses it: one with a throwaway key does.
+fn on_curve(curve: Curve, point: &[u8]) -> bool {
+    use ring::agreement;
+    let algorithm = match curve {
+        Curve::P256 => &agreement::ECDH_P256,
+        Curve::P384 => &agreement::ECDH_P384,
+    };
+    let Ok(ours) = agreement::EphemeralPrivateKey::generate(algorithm, &SystemRandom::new()) else { return false };
+    agreement::agree_ephemeral(ours, &agreement::UnparsedPublicKey::new(algorithm, point), |_| ()).is_ok()
 }
 
 fn ed_public(ctx: &Ctx<'_>, point: Vec<u8>) -> rquickjs::Result<Material> {

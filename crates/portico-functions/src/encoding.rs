@@ -23,19 +23,13 @@ fn encoding_named(name: &str) -> rquickjs::Result<&'static Encoding> {
         .ok_or_else(|| rquickjs::Error::new_from_js_message("string", "encoding", format!("no encoding {name:?}")))
 }
 
-/// The bytes of a `Uint8Array`, copied (a detached one has none).
-fn bytes_of(bytes: &TypedArray<'_, u8>) -> Vec<u8> {
-    // SAFETY: copied at once; no JavaScript runs while the slice is borrowed.
-    unsafe { bytes.as_bytes() }.unwrap_or_default().to_vec()
-}
-
 /// `bytes` decoded whole, as one `decode()` that does not stream: the BOM of the encoding removed unless
 /// `ignore_bom`, each malformed sequence a U+FFFD, or `None` for malformed bytes when `fatal`.
 fn decode(name: String, bytes: TypedArray<'_, u8>, fatal: bool, ignore_bom: bool) -> rquickjs::Result<Option<String>> {
     guarded("decoder", || {
         let encoding = encoding_named(&name)?;
-        let bytes = bytes_of(&bytes);
-        let mut input = bytes.as_slice();
+        // SAFETY: read in place while no JavaScript runs; the text made of it is a copy.
+        let mut input = unsafe { bytes.as_bytes() }.unwrap_or_default();
         if !ignore_bom {
             if let Some((bom_encoding, length)) = Encoding::for_bom(input) {
                 if bom_encoding == encoding {
@@ -90,8 +84,9 @@ fn decode_more(
     fatal: bool,
 ) -> rquickjs::Result<Option<String>> {
     let mut decoder = decoder.try_borrow_mut()?;
-    let bytes = bytes_of(&bytes);
-    guarded("decoder", || Ok(run(&mut decoder.0, &bytes, last, fatal)))
+    // SAFETY: read in place while no JavaScript runs; the decoder copies what it keeps of it.
+    let input = unsafe { bytes.as_bytes() }.unwrap_or_default();
+    guarded("decoder", || Ok(run(&mut decoder.0, input, last, fatal)))
 }
 
 fn run(decoder: &mut Decoder, mut input: &[u8], last: bool, fatal: bool) -> Option<String> {

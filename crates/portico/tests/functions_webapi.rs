@@ -142,6 +142,11 @@ fn crypto_passes_the_published_test_vectors_and_signs_and_verifies_its_own_keys(
         assert_eq!(errors[key], expected, "{key}");
     }
     assert_eq!(errors["verify a short signature"], false);
+    // Bytes of any shape are refused as what the standard says, and the runtime goes on.
+    let hostile = ask(p.addr, "/crypto/hostile", None);
+    let outcomes = hostile.as_object().unwrap();
+    assert!(outcomes.keys().all(|k| ["DataError", "NotSupportedError"].contains(&k.as_str())), "{hostile}");
+    assert!(outcomes.values().map(|n| n.as_u64().unwrap()).sum::<u64>() >= 5 * 3 * 47 - 1, "{hostile}");
     // Keys made here, imported again in each format they export in, sign and verify.
     let keys = ask(p.addr, "/crypto/keys", None);
     let made: Vec<(&str, Option<&str>)> =

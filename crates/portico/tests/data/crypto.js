@@ -10,6 +10,7 @@
 // POST /verify with { keys: this runtime's /keys, signatures: another's /check signatures }: those verified
 // with the public keys; { name: true or what went wrong }.
 // GET /errors: what each misuse of the API throws (the DOMException's name, or the error's class).
+// GET /hostile: how many imports of bytes of every shape gave each outcome.
 
 const subtle = crypto.subtle;
 const utf8 = (text) => new TextEncoder().encode(text);
@@ -335,7 +336,13 @@ async function errors() {
   const ed = await subtle.importKey("raw", fromHex(ED25519[0][1]), "Ed25519", true, ["verify"]);
   const rsaPublic = await subtle.importKey("jwk", { kty: "RSA", n: RS256.jwk.n, e: "AQAB" }, { name: "RSA-PSS", hash: "SHA-256" }, true, ["verify"]);
   const hmac = { name: "HMAC", hash: "SHA-256" };
+  const rsaPkcs8 = await subtle.exportKey("pkcs8", await subtle.importKey("jwk", RS256.jwk, { name: "RSA-PSS", hash: "SHA-256" }, true, ["sign"]));
   const cases = {
+    "spki truncated": () => subtle.importKey("spki", ecSpki.slice(0, 40), { name: "ECDSA", namedCurve: "P-256" }, true, ["verify"]),
+    "pkcs8 truncated": () => subtle.importKey("pkcs8", rsaPkcs8.slice(0, 600), { name: "RSA-PSS", hash: "SHA-256" }, true, ["sign"]),
+    "pkcs8 of RSA as ECDSA": () => subtle.importKey("pkcs8", rsaPkcs8, { name: "ECDSA", namedCurve: "P-256" }, true, ["sign"]),
+    "jwk n not base64url": () => subtle.importKey("jwk", { kty: "RSA", n: "!!", e: "AQAB" }, { name: "RSA-PSS", hash: "SHA-256" }, true, ["verify"]),
+    "jwk without e": () => subtle.importKey("jwk", { kty: "RSA", n: RS256.jwk.n }, { name: "RSA-PSS", hash: "SHA-256" }, true, ["verify"]),
     "unknown algorithm": () => subtle.importKey("raw", utf8("k"), "AES-XYZ", false, ["sign"]),
     "HMAC without hash": () => subtle.importKey("raw", utf8("k"), { name: "HMAC" }, false, ["sign"]),
     "HMAC usage encrypt": () => subtle.importKey("raw", utf8("k"), hmac, false, ["encrypt"]),
@@ -430,6 +437,38 @@ async function errors() {
   return out;
 }
 
+// Bytes of every shape imported as every format of every algorithm: each a DataError (or the SyntaxError or
+// NotSupportedError the format and usage give before the bytes are read), never anything else.
+async function hostile() {
+  let seed = 7;
+  const random = () => (seed = (seed * 1103515245 + 12345) >>> 0) >>> 16;
+  const inputs = [new Uint8Array(0), new Uint8Array(1), new Uint8Array(65).fill(4), new Uint8Array(32).fill(0xff)];
+  for (let i = 0; i < 40; i++) inputs.push(new Uint8Array(random() % 300).map(() => random() & 0xff));
+  // DER-looking ones: a SEQUENCE header with a length past the end, nested sequences, an OID.
+  inputs.push(new Uint8Array([0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), new Uint8Array([0x30, 0x03, 0x30, 0x01, 0x30]),
+    new Uint8Array([0x30, 0x0b, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x02, 0x00, 0x01]));
+  const algorithms = [{ name: "ECDSA", namedCurve: "P-256" }, { name: "ECDSA", namedCurve: "P-384" }, { name: "Ed25519" },
+    { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" }, { name: "RSA-PSS", hash: "SHA-512" }];
+  const outcomes = {};
+  for (const algorithm of algorithms) {
+    for (const [format, usage] of [["spki", "verify"], ["raw", "verify"], ["pkcs8", "sign"]]) {
+      for (const input of inputs) {
+        // (The standard imports any 32 bytes as an Ed25519 public key: a bad point fails to verify.)
+        if (algorithm.name === "Ed25519" && format === "raw" && input.length === 32) continue;
+        let got;
+        try {
+          await subtle.importKey(format, input, algorithm, false, [usage]);
+          got = "ok";
+        } catch (e) {
+          got = errorName(e);
+        }
+        outcomes[got] = (outcomes[got] ?? 0) + 1;
+      }
+    }
+  }
+  return outcomes;
+}
+
 export default {
   async fetch(request) {
     const path = new URL(request.url).pathname.replace(/^.*\//, "/"); // (the last segment: Portico routes on a prefix)
@@ -438,6 +477,7 @@ export default {
     if (path === "/check") return Response.json(await checkKeys(await request.json()));
     if (path === "/verify") return Response.json(await verifySignatures(await request.json()));
     if (path === "/errors") return Response.json(await errors());
+    if (path === "/hostile") return Response.json(await hostile());
     return new Response("not found\n", { status: 404 });
   },
 };
