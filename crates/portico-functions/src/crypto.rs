@@ -321,6 +321,17 @@ fn from_spki(ctx: &Ctx<'_>, kind: &str, curve: &str, der: &[u8]) -> rquickjs::Re
     }
 }
 
+/// `ring`'s refusal of a private key: a `NotSupportedError` for a key it does not take (an RSA key of fewer than
+/// 2,048 or more than 4,096 bits, an EC key without its public key, ...), a `DataError` for one that is no key.
+fn refused(ctx: &Ctx<'_>, what: &str, e: ring::error::KeyRejected) -> rquickjs::Error {
+    let reason = e.to_string();
+    let name = match reason.as_str() {
+        "TooSmall" | "TooLarge" | "VersionNotSupported" | "PublicKeyIsMissing" => "NotSupportedError",
+        _ => "DataError",
+    };
+    fail(ctx, name, format!("the {what} was refused: {reason}"))
+}
+
 /// A private key from a DER PKCS #8 PrivateKeyInfo.
 fn import_private<'js>(
     ctx: Ctx<'js>,
@@ -334,7 +345,7 @@ fn import_private<'js>(
 }
 
 fn from_pkcs8(ctx: &Ctx<'_>, kind: &str, curve: &str, der: &[u8]) -> rquickjs::Result<Material> {
-    let rejected = |e: ring::error::KeyRejected| fail(ctx, "DataError", format!("the PKCS #8 key was refused: {e}"));
+    let rejected = |e| refused(ctx, "PKCS #8 key", e);
     let members = || pkcs8_members(kind, der).ok_or_else(|| fail(ctx, "DataError", "not a PKCS #8 key of this kind"));
     match kind {
         "rsa" => {
@@ -389,7 +400,7 @@ fn import_jwk<'js>(
     parts: Vec<TypedArray<'js, u8>>,
 ) -> rquickjs::Result<Class<'js, Key>> {
     let parts: Vec<Vec<u8>> = parts.iter().map(bytes_of).collect();
-    let rejected = |e: ring::error::KeyRejected| fail(&ctx, "DataError", format!("the JWK was refused: {e}"));
+    let rejected = |e| refused(&ctx, "JWK", e);
     let material = guarded("key parser", || match (kind.as_str(), parts.as_slice()) {
         ("rsa", [n, e]) => rsa_public(&ctx, n, e),
         ("rsa", [n, e, d, p, q, dp, dq, qi]) => {

@@ -164,6 +164,7 @@ fn crypto_passes_the_published_test_vectors_and_signs_and_verifies_its_own_keys(
             // `ring` makes no RSA keys.
             ("rsa-pkcs1-sha256", Some("NotSupportedError")),
             ("rsa-pss-sha384", Some("NotSupportedError")),
+            ("rsa-pkcs1-sha1-1024", Some("NotSupportedError")),
             ("rsa-pkcs1-sha512-rfc7515", None),
             ("rsa-pss-sha256-rfc7515", None),
         ]
@@ -304,12 +305,15 @@ fn encoding_and_crypto_answer_as_deno_does_and_verify_each_others_signatures() {
         "Deno makes every key: {their_keys}"
     );
     let mut ours_of_theirs = post(p.addr, "/crypto/check", &their_keys);
-    // (`ring` signs on P-256 with SHA-256 only: Portico verifies such signatures, and cannot make them.)
+    // (`ring` signs on P-256 with SHA-256 only, and with RSA keys of 2,048 bits or more: Portico verifies such
+    // signatures, and cannot make them.)
     let checks = ours_of_theirs["checks"].as_object_mut().unwrap();
-    for format in ["pkcs8", "privateJwk"] {
-        let key = format!("ecdsa-p256-sha384 sign with {format}");
-        let refused = checks.remove(&key).unwrap_or_default();
-        assert!(refused.as_str().is_some_and(|e| e.starts_with("NotSupportedError")), "{key}: {refused}");
+    for id in ["ecdsa-p256-sha384", "rsa-pkcs1-sha1-1024"] {
+        for format in ["pkcs8", "privateJwk"] {
+            let key = format!("{id} sign with {format}");
+            let refused = checks.remove(&key).unwrap_or_default();
+            assert!(refused.as_str().is_some_and(|e| e.starts_with("NotSupportedError")), "{key}: {refused}");
+        }
     }
     assert_all_true(&ours_of_theirs["checks"], "Deno's keys and signatures, checked by Portico", 30);
     let back = json_of(&their_keys, &ours_of_theirs["signatures"]);

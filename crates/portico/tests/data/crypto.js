@@ -215,6 +215,8 @@ const KINDS = [
   ["hmac-sha512", { name: "HMAC", hash: "SHA-512", length: 256 }, { name: "HMAC" }],
   ["rsa-pkcs1-sha256", { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256", modulusLength: 2048, publicExponent: EXPONENT }, { name: "RSASSA-PKCS1-v1_5" }],
   ["rsa-pss-sha384", { name: "RSA-PSS", hash: "SHA-384", modulusLength: 2048, publicExponent: EXPONENT }, { name: "RSA-PSS", saltLength: 48 }],
+  // A small old key: Portico verifies with it, and signs with none under 2,048 bits (nor with SHA-1).
+  ["rsa-pkcs1-sha1-1024", { name: "RSASSA-PKCS1-v1_5", hash: "SHA-1", modulusLength: 1024, publicExponent: EXPONENT }, { name: "RSASSA-PKCS1-v1_5" }],
   // A fixed key both runtimes have (Portico makes no RSA keys): RFC 7515 A.2's, with other hashes.
   ["rsa-pkcs1-sha512-rfc7515", { name: "RSASSA-PKCS1-v1_5", hash: "SHA-512" }, { name: "RSASSA-PKCS1-v1_5" }, RS256.jwk],
   ["rsa-pss-sha256-rfc7515", { name: "RSA-PSS", hash: "SHA-256" }, { name: "RSA-PSS", saltLength: 32 }, RS256.jwk],
