@@ -116,6 +116,45 @@ fn encoding_passes_the_web_platform_tests_and_every_label() {
     );
 }
 
+/// A request body piped through TextDecoderStream and TextEncoderStream, its characters split between the
+/// pieces it comes in.
+#[test]
+fn text_streams_carry_characters_split_between_body_pieces() {
+    let p = start_portico(&temp_dir());
+    let text = "aé€😀ß and so on, ünïcödé".repeat(50);
+    for (label, bytes) in
+        [("utf-8", text.as_bytes().to_vec()), ("utf-16be", text.encode_utf16().flat_map(u16::to_be_bytes).collect())]
+    {
+        let mut conn = Conn::open(p.addr);
+        conn.send(
+            format!(
+                "POST /encoding/pipe?encoding={label} HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        // Pieces of 1 to 7 bytes, most of them ending inside a character.
+        let mut at = 0;
+        for size in (1..=7).cycle() {
+            if at >= bytes.len() {
+                break;
+            }
+            let piece = &bytes[at..(at + size).min(bytes.len())];
+            let mut chunk = format!("{:x}\r\n", piece.len()).into_bytes();
+            chunk.extend_from_slice(piece);
+            chunk.extend_from_slice(b"\r\n");
+            conn.send(&chunk);
+            at += size;
+            if at % 97 < 7 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        conn.send(b"0\r\n\r\n");
+        let r = conn.read_response(false);
+        assert_eq!(r.status, 200, "{label}: {}", r.text());
+        assert_eq!(r.text(), text.to_uppercase(), "{label}");
+    }
+}
+
 #[test]
 fn crypto_passes_the_published_test_vectors_and_signs_and_verifies_its_own_keys() {
     let p = start_portico(&temp_dir());

@@ -8,6 +8,7 @@
 // POST /labels with encoding-labels.json (the standard's table of encodings and labels): every label, in any
 // case and between whitespace, names its encoding; { total, failures }.
 // GET /observe: what decoding and encoding give on fixed inputs in every encoding, as JSON, to compare with Deno.
+// POST /pipe?encoding=LABEL: the body decoded, upper-cased and encoded in UTF-8 as it streams through.
 
 const show = (value) => {
   if (typeof value === "string") return JSON.stringify(value);
@@ -600,6 +601,12 @@ export default {
     if (path === "/wpt") return Response.json(await wpt());
     if (path === "/labels") return Response.json(labels(await request.json()));
     if (path === "/observe") return Response.json(observe());
+    if (path === "/pipe") {
+      // The request body's text, upper-cased, as it comes: bytes to text, text to bytes, a chunk at a time.
+      const upper = new TransformStream({ transform(chunk, controller) { controller.enqueue(chunk.toUpperCase()); } });
+      const label = new URL(request.url).searchParams.get("encoding") ?? "utf-8";
+      return new Response(request.body.pipeThrough(new TextDecoderStream(label)).pipeThrough(upper).pipeThrough(new TextEncoderStream()));
+    }
     return new Response("not found\n", { status: 404 });
   },
 };
