@@ -29,10 +29,11 @@ export default (native) => {
       throw e;
     }
   };
-  // A BufferSource's bytes, copied (the standard copies every input before the promise's work).
+  // A BufferSource's bytes as a Uint8Array. (The standard copies every input before the promise's work: here
+  // the work is done, natively, before the method returns, so the input is read in place.)
   const bytesOf = (data, what) => {
-    if (data instanceof ArrayBuffer) return new Uint8Array(data.slice(0));
-    if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength).slice();
+    if (data instanceof ArrayBuffer) return new Uint8Array(data);
+    if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     throw new TypeError(`${what}: expected an ArrayBuffer, a typed array or a DataView`);
   };
   const toBase64Url = (buffer) => {

@@ -1,7 +1,11 @@
 //! The native side of Web Crypto (crypto.js builds `crypto` and `crypto.subtle` on these): random bytes from
 //! the system's generator; digests, HMAC, RSASSA-PKCS1-v1_5, RSA-PSS, ECDSA and Ed25519 from `ring`; public
-//! keys read from SubjectPublicKeyInfo by `x509-parser`. No hand-written cryptography: what is written here is
-//! the DER framing of exported keys and of ECDSA signatures.
+//! keys read from SubjectPublicKeyInfo by `x509-parser`, a PKCS #8 key's members by its `der-parser`. No
+//! hand-written cryptography or parsing: what is written here is the DER of exported keys and of ECDSA
+//! signatures for `ring`'s DER verifiers.
+//!
+//! Each native reads its input and does its work before it returns (no JavaScript runs meanwhile), so that
+//! crypto.js's promises settle with what the input was when the method was called, as the standard has it.
 //!
 //! A key is a native object (`Key`) that JavaScript holds in a `CryptoKey` and hands back: parsed once, at
 //! import, so that signing does not parse it again. A failure meant as one of the standard's DOMExceptions is
