@@ -746,7 +746,7 @@ fn poll_serve_body(call: &Call, body: &mut Option<RequestBody<'_>>, cx: &mut std
     Poll::Ready(())
 }
 
-/// The natives the prelude builds on: logging, UTF-8, crypto, timers and `waitUntil`.
+/// The natives the prelude builds on: logging, UTF-8, timers and `waitUntil`.
 fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<Instance>>>) -> rquickjs::Result<()> {
     let globals = ctx.globals();
     let log_host = host.clone();
@@ -755,9 +755,6 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
     globals.set("__portico_utf8_encode", Func::from(utf8_encode))?;
     globals.set("__portico_utf8_decode", Func::from(utf8_decode))?;
-    globals.set("__portico_random", Func::from(crate::crypto::random))?;
-    globals.set("__portico_digest", Func::from(crate::crypto::digest))?;
-    globals.set("__portico_hmac", Func::from(crate::crypto::hmac))?;
     let (timer_host, timer_this) = (host.clone(), this.clone());
     let start_timer = move |number: u32, ms: f64| -> bool {
         // Only a call's code sets timers that fire: top-level code runs before any worker serves.

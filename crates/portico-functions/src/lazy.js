@@ -1,5 +1,6 @@
-// The Web APIs a handler seldom needs (events.js, clone.js), evaluated the first time a handler touches one of
-// their names: a runtime that never does keeps the memory they would take (about 200 KiB each runtime).
+// The Web APIs a handler may not need (events.js, clone.js, encoding.js, crypto.js), evaluated the first time a
+// handler touches one of their names: a runtime that never does keeps the memory they would take (about 200 KiB
+// each runtime for events.js).
 (() => {
   "use strict";
   const lazy = (names, load) => {
@@ -24,4 +25,6 @@
   };
   lazy(["DOMException", "Event", "CustomEvent", "EventTarget", "AbortController", "AbortSignal"], __portico_load_events);
   lazy(["structuredClone"], __portico_load_clone);
+  lazy(["TextEncoder", "TextDecoder", "TextEncoderStream", "TextDecoderStream"], __portico_load_encoding);
+  lazy(["crypto", "Crypto", "SubtleCrypto", "CryptoKey"], __portico_load_crypto);
 })();

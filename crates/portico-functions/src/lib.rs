@@ -11,6 +11,7 @@
 //! subset handlers use (Request, Response, Headers, URL, ...) is JavaScript in `prelude.js`.
 
 mod crypto;
+mod encoding;
 mod event_loop;
 mod filter;
 mod function;

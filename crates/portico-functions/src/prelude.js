@@ -1,5 +1,5 @@
-// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, TextEncoder,
-// TextDecoder, atob, btoa, console, queueMicrotask (URL, DOMException and more: webapi.rs). Evaluated once per runtime,
+// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, atob, btoa,
+// console, queueMicrotask (URL, TextEncoder, crypto, DOMException and more: webapi.rs). Evaluated once per runtime,
 // before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
 // responses out; `__portico_log` is native.
 (() => {
@@ -61,18 +61,6 @@
     if (body instanceof URLSearchParams) return fastEncode(body.toString());
     return fastEncode(String(body));
   };
-
-  class TextEncoder {
-    get encoding() { return "utf-8"; }
-    encode(text = "") { return fastEncode(text); }
-  }
-  class TextDecoder {
-    constructor(label = "utf-8") {
-      if (!/^(utf-?8|unicode-1-1-utf-8)$/i.test(String(label).trim())) throw new RangeError(`unsupported encoding ${label}`);
-    }
-    get encoding() { return "utf-8"; }
-    decode(input) { return input === undefined ? "" : fastDecode(toBytes(input)); }
-  }
 
   // Names seen before are looked up, not checked again: the same few names come with every request.
   const knownNames = new Map();
@@ -459,79 +447,6 @@
     return out;
   };
 
-  // Web Crypto: random values, digests and HMAC, on the system's generator and `ring` (crypto.rs).
-  const bufferSource = (data) => {
-    if (data instanceof ArrayBuffer) return new Uint8Array(data);
-    if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    throw new TypeError("expected an ArrayBuffer or a typed array");
-  };
-  const algorithmName = (a) => String(typeof a === "string" ? a : a && a.name).toUpperCase();
-  const notSupported = (what) => new DOMException(`${what} is not supported`, "NotSupportedError");
-  const keyBytes = new WeakMap();
-  class CryptoKey {
-    #algorithm; #extractable; #usages;
-    constructor(algorithm, extractable, usages) { this.#algorithm = algorithm; this.#extractable = extractable; this.#usages = usages; }
-    get type() { return "secret"; }
-    get algorithm() { return this.#algorithm; }
-    get extractable() { return this.#extractable; }
-    get usages() { return this.#usages; }
-    get [Symbol.toStringTag]() { return "CryptoKey"; }
-  }
-  const hmac = (key, data, usage) => {
-    if (!(key instanceof CryptoKey) || key.algorithm.name !== "HMAC") throw new DOMException("not an HMAC key", "InvalidAccessError");
-    if (!key.usages.includes(usage)) throw new DOMException(`the key cannot ${usage}`, "InvalidAccessError");
-    const b = bufferSource(data);
-    return __portico_hmac(key.algorithm.hash.name, keyBytes.get(key), b.buffer, b.byteOffset, b.byteLength);
-  };
-  const subtle = {
-    async digest(algorithm, data) {
-      const b = bufferSource(data);
-      return __portico_digest(algorithmName(algorithm), b.buffer, b.byteOffset, b.byteLength);
-    },
-    async importKey(format, keyData, algorithm, extractable, usages) {
-      if (format !== "raw") throw notSupported(`key format ${format}`);
-      if (algorithmName(algorithm) !== "HMAC") throw notSupported(`importKey for ${algorithmName(algorithm)}`);
-      const hash = algorithmName(algorithm.hash);
-      if (!["SHA-1", "SHA-256", "SHA-384", "SHA-512"].includes(hash)) throw notSupported(`hash ${hash}`);
-      const b = bufferSource(keyData);
-      const raw = b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength);
-      const key = new CryptoKey({ name: "HMAC", hash: { name: hash }, length: raw.byteLength * 8 }, Boolean(extractable), [...usages]);
-      keyBytes.set(key, raw);
-      return key;
-    },
-    async sign(algorithm, key, data) {
-      if (algorithmName(algorithm) !== "HMAC") throw notSupported(`sign with ${algorithmName(algorithm)}`);
-      return hmac(key, data, "sign");
-    },
-    async verify(algorithm, key, signature, data) {
-      if (algorithmName(algorithm) !== "HMAC") throw notSupported(`verify with ${algorithmName(algorithm)}`);
-      const expected = new Uint8Array(hmac(key, data, "verify"));
-      const given = bufferSource(signature);
-      if (given.length !== expected.length) return false;
-      let difference = 0; // every byte compared, whatever the first difference
-      for (let i = 0; i < given.length; i++) difference |= given[i] ^ expected[i];
-      return difference === 0;
-    },
-  };
-  const crypto = {
-    subtle,
-    getRandomValues(array) {
-      if (!ArrayBuffer.isView(array) || array instanceof Float32Array || array instanceof Float64Array || array instanceof DataView) {
-        throw new DOMException("getRandomValues takes an integer typed array", "TypeMismatchError");
-      }
-      if (array.byteLength > 65536) throw new DOMException("at most 65,536 bytes at once", "QuotaExceededError");
-      new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(new Uint8Array(__portico_random(array.byteLength)));
-      return array;
-    },
-    randomUUID() {
-      const b = new Uint8Array(__portico_random(16));
-      b[6] = (b[6] & 0x0f) | 0x40;
-      b[8] = (b[8] & 0x3f) | 0x80;
-      const hex = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
-      return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
-    },
-  };
-
   const show = (v) => {
     if (typeof v === "string") return v;
     if (v instanceof Error) return v.stack ? `${v.name}: ${v.message}\n${v.stack}` : `${v.name}: ${v.message}`;
@@ -541,8 +456,7 @@
   const console = { log: log("info"), info: log("info"), debug: log("debug"), warn: log("warn"), error: log("error") };
 
   for (const [name, value] of Object.entries({
-    TextEncoder, TextDecoder, Headers, Request, Response, atob, btoa, console,
-    crypto, CryptoKey,
+    Headers, Request, Response, atob, btoa, console,
     queueMicrotask: (f) => { Promise.resolve().then(f); },
   })) define(name, value);
 

@@ -54,7 +54,7 @@ fn components<'js>(ctx: &Ctx<'js>, url: &Url) -> rquickjs::Result<Array<'js>> {
 
 /// Runs a native's body; a panic in it (a bug in a crate, whatever the input) is a `TypeError` for the
 /// script, not a panic carried through QuickJS into the worker.
-fn guarded<T>(what: &'static str, body: impl FnOnce() -> rquickjs::Result<T>) -> rquickjs::Result<T> {
+pub(crate) fn guarded<T>(what: &'static str, body: impl FnOnce() -> rquickjs::Result<T>) -> rquickjs::Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|_| {
         Err(rquickjs::Error::new_from_js_message("value", what, format!("the {what} failed on this input")))
     })
