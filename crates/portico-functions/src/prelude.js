@@ -374,6 +374,7 @@
   // A Response's state: [source, bytes, used, status, statusText, headers (null until made), the content-type
   // to add when the headers are made, url].
   const responseOf = (body, init, type) => {
+    if (init === NO_INIT) return [sourceOf(body), undefined, false, 200, "", null, type, ""];
     const status = init.status === undefined ? 200 : checkStatus(init.status);
     const statusText = init.statusText === undefined ? "" : String(init.statusText);
     if (init.headers === undefined || init.headers === null) return [sourceOf(body), undefined, false, status, statusText, null, type, ""];

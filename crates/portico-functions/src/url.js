@@ -11,7 +11,7 @@
 export default (native) => {
   const { parse, set, formParse, formSerialize } = native;
   // WebIDL's USVString: a symbol is a TypeError, lone surrogates become U+FFFD.
-  const usv = (value) => `${value}`.toWellFormed();
+  const usv = (value) => (typeof value === "string" ? value : `${value}`).toWellFormed();
   const required = (given, count, what) => {
     if (given < count) throw new TypeError(`${what}: ${count} argument${count > 1 ? "s" : ""} required, but only ${given} present`);
   };
@@ -24,6 +24,7 @@ export default (native) => {
   // Internal constructor arguments: a URL from parts already parsed, searchParams linked to its URL.
   const PARSED = Symbol("parsed");
   const LINKED = Symbol("linked");
+  const MISSING = Symbol("missing");
 
   // Set in URLSearchParams' static block: the URL's query changed, the list follows.
   let urlSearchChanged; // (params, search)
@@ -40,12 +41,17 @@ export default (native) => {
     #c;
     #params = null;
 
-    constructor(url, base = undefined) {
+    // (`MISSING` rather than `arguments.length`, whose object QuickJS would build on every call: a missing
+    // `url` is told from an undefined one by the `base` that follows it.)
+    constructor(url = MISSING, base = undefined) {
       if (url === PARSED) {
         this.#c = base;
         return;
       }
-      required(arguments.length, 1, "Failed to construct 'URL'");
+      if (url === MISSING) {
+        if (base === undefined) throw new TypeError("Failed to construct 'URL': 1 argument required, but only 0 present");
+        url = undefined;
+      }
       url = usv(url);
       const c = base === undefined ? parse(url) : parse(url, usv(base));
       if (c === undefined) {
@@ -117,17 +123,19 @@ export default (native) => {
 
   class URLSearchParams {
     // name, value, name, value, ...
-    #list = [];
+    #list;
     // The parts of the URL whose query this is (shared with it), or null.
-    #url = null;
+    #url;
 
     constructor(init = undefined, parts = undefined) {
       if (init === LINKED) {
         this.#url = parts;
         const search = searchOf(parts);
-        if (search !== "") this.#list = formParse(search.slice(1));
+        this.#list = search === "" ? [] : formParse(search.slice(1));
         return;
       }
+      this.#list = [];
+      this.#url = null;
       if (init === undefined || init === null) return;
       if (typeof init === "object" || typeof init === "function") {
         const iterator = init[Symbol.iterator];

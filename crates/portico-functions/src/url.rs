@@ -11,6 +11,8 @@ use rquickjs::function::{Func, Opt};
 use rquickjs::{Array, Ctx, Object, Value};
 use url::{Position, Url};
 
+use crate::array::array_from;
+
 /// `[href, ...offsets]` (offsets in UTF-16 code units, as JavaScript strings count): after the scheme, before
 /// and after the username, the password, the host (without its port), the port, then before and after the path
 /// and after the query.
@@ -40,16 +42,16 @@ fn components<'js>(ctx: &Ctx<'js>, url: &Url) -> rquickjs::Result<Array<'js>> {
         at(Position::AfterPath),
         at(Position::AfterQuery),
     ];
-    let array = Array::new(ctx.clone())?;
-    array.set(0, rquickjs::String::from_str(ctx.clone(), href)?)?;
+    let mut items = Vec::with_capacity(1 + offsets.len());
+    items.push(rquickjs::String::from_str(ctx.clone(), href)?.into_value());
     // A serialized URL is ASCII (everything else is percent-encoded or punycode): bytes are code units. The
     // other case is counted anyway, should the crate ever serialize otherwise.
     let ascii = href.is_ascii();
-    for (i, bytes) in offsets.into_iter().enumerate() {
+    for bytes in offsets {
         let units = if ascii { bytes } else { href.get(..bytes).map_or(0, |s| s.encode_utf16().count()) };
-        array.set(i + 1, units as u32)?;
+        items.push(Value::new_int(ctx.clone(), i32::try_from(units).unwrap_or(i32::MAX)));
     }
-    Ok(array)
+    array_from(ctx, items)
 }
 
 /// Runs a native's body; a panic in it (a bug in a crate, whatever the input) is a `TypeError` for the
@@ -128,14 +130,12 @@ fn form_parse<'js>(ctx: Ctx<'js>, text: String) -> rquickjs::Result<Array<'js>> 
 }
 
 fn form_parse_unguarded<'js>(ctx: &Ctx<'js>, text: &str) -> rquickjs::Result<Array<'js>> {
-    let array = Array::new(ctx.clone())?;
-    let mut i = 0;
+    let mut items = Vec::new();
     for (name, value) in form_urlencoded::parse(text.as_bytes()) {
-        array.set(i, rquickjs::String::from_str(ctx.clone(), &name)?)?;
-        array.set(i + 1, rquickjs::String::from_str(ctx.clone(), &value)?)?;
-        i += 2;
+        items.push(rquickjs::String::from_str(ctx.clone(), &name)?.into_value());
+        items.push(rquickjs::String::from_str(ctx.clone(), &value)?.into_value());
     }
-    Ok(array)
+    array_from(ctx, items)
 }
 
 /// `[name, value, name, value, ...]` serialized as `application/x-www-form-urlencoded` (a last name without
