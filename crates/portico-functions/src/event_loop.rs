@@ -11,6 +11,10 @@ use portico_http::handler::Upstreams;
 use rquickjs::{Persistent, Promise};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+
+/// The maps a runtime looks calls and operations up in, several times per request: keyed by small numbers
+/// Portico picks, so foldhash's fast hash (not SipHash, whose flooding resistance they do not need).
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::task::Waker;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -83,16 +87,16 @@ pub enum Outgoing {
 
 #[derive(Default)]
 pub struct Host {
-    calls: RefCell<HashMap<CallId, Call>>,
+    calls: RefCell<Map<CallId, Call>>,
     next_call: Cell<CallId>,
     /// The call whose slice is running: what timers, fetches and `waitUntil` made now belong to.
     current: Cell<Option<CallId>>,
     /// Timers and fetches by the number JavaScript knows them by.
-    operations: RefCell<HashMap<u32, Operation>>,
+    operations: RefCell<Map<u32, Operation>>,
     /// Woken after every slice: calls waiting for their promise look again.
     pub progress: Notify,
     /// Response bodies streamed from JavaScript, by the number JavaScript knows them by.
-    outgoing: RefCell<HashMap<u32, Outgoing>>,
+    outgoing: RefCell<Map<u32, Outgoing>>,
     /// Bodies being streamed that wait for a slice to make progress (woken with `progress`).
     wakers: RefCell<Vec<Waker>>,
     /// Operations cancelled when their call ended, which JavaScript still holds (their callbacks, their

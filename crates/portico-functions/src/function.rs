@@ -1,15 +1,15 @@
 //! A compiled function, and running one call of it on the worker's own runtime for its version, within its
 //! limits: what the route target (handler.rs) and the filter (filter.rs) share.
 
-use crate::event_loop::CallError;
+use crate::event_loop::{CallError, Map};
 use crate::instance::{CallInput, CallOutput, Hook, Instance, Shape};
 use crate::stats::{Ending, FunctionStats};
 use crate::streaming::CallBody;
 use portico_http::codec::RequestHead;
 use portico_http::handler::RequestBody;
 use portico_http::handler::Upstreams;
+use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,7 +108,7 @@ struct Slot {
 thread_local! {
     /// This worker's runtimes, by version: requests still running on an older configuration keep theirs while
     /// new ones use the new version's.
-    static SLOTS: RefCell<HashMap<u64, Slot>> = RefCell::new(HashMap::new());
+    static SLOTS: RefCell<Map<u64, Slot>> = RefCell::new(Map::default());
 }
 
 /// This worker's runtime for `compiled` (made on first use, and again after one was retired) and its
@@ -238,22 +238,31 @@ fn refusal(compiled: &Compiled, outcome: Option<Result<CallOutput, CallError>>) 
 /// The request as a function gets it: method, absolute URL, the headers as Portico would forward them.
 pub fn input_of(head: &RequestHead, https: bool, headers: Vec<(&[u8], &[u8])>, body: Vec<u8>) -> CallInput {
     let scheme = if https { "https" } else { "http" };
-    let host = head.host().map(String::from_utf8_lossy).unwrap_or_default();
-    let target = String::from_utf8_lossy(head.origin_form());
+    let host = head.host().map(text).unwrap_or_default();
+    let target = text(head.origin_form());
     let mut url = String::with_capacity(scheme.len() + 3 + host.len() + target.len());
     for part in [scheme, "://", &host, &target] {
         url.push_str(part);
     }
-    let method = String::from_utf8_lossy(head.method()).into_owned();
+    let method = text(head.method()).into_owned();
     let mut raw = String::with_capacity(headers.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
     for (k, v) in headers {
         if !raw.is_empty() {
             raw.push('\0');
         }
         // (A parsed name is a token: ASCII, so lowercasing it bytewise is right.)
-        raw.extend(String::from_utf8_lossy(k).chars().map(|c| c.to_ascii_lowercase()));
+        raw.extend(text(k).chars().map(|c| c.to_ascii_lowercase()));
         raw.push('\0');
-        raw.push_str(&String::from_utf8_lossy(v));
+        raw.push_str(&text(v));
     }
     CallInput { method, url, headers: raw, body, streamed: false }
+}
+
+/// Bytes from the client as text: as they are when they are UTF-8 (nearly always; checked faster than
+/// `from_utf8_lossy` walks them), with U+FFFD for what is not.
+fn text(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
