@@ -755,6 +755,7 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     // UTF-8 both ways, natively: a JavaScript loop per character costs more than the rest of a call.
     globals.set("__portico_utf8_encode", Func::from(utf8_encode))?;
     globals.set("__portico_utf8_decode", Func::from(utf8_decode))?;
+    globals.set("__portico_json_parse", Func::from(json_parse))?;
     let (timer_host, timer_this) = (host.clone(), this.clone());
     let start_timer = move |number: u32, ms: f64| -> bool {
         // Only a call's code sets timers that fire: top-level code runs before any worker serves.
@@ -864,6 +865,16 @@ fn utf8_encode<'js>(ctx: Ctx<'js>, text: String) -> rquickjs::Result<ArrayBuffer
 }
 
 /// `length` bytes of `buffer` from `offset` as text, each ill-formed sequence a U+FFFD (as TextDecoder does).
+/// `JSON.parse`'s fast path (json.rs): the value, or `undefined` for QuickJS's parser to answer (a text that
+/// is not UTF-8, such as one with a lone surrogate, included).
+fn json_parse<'js>(ctx: Ctx<'js>, text: rquickjs::String<'js>) -> rquickjs::Result<Value<'js>> {
+    let parsed = match text.to_string() {
+        Ok(text) => crate::json::parse(&ctx, &text)?,
+        Err(_) => None,
+    };
+    Ok(parsed.unwrap_or_else(|| Value::new_undefined(ctx)))
+}
+
 fn utf8_decode(buffer: ArrayBuffer<'_>, offset: usize, length: usize) -> String {
     // SAFETY: the bytes are copied into the string at once; no JavaScript runs meanwhile.
     let bytes = unsafe { buffer.as_bytes() }.unwrap_or_default();

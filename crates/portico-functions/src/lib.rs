@@ -18,6 +18,7 @@ mod filter;
 mod function;
 mod handler;
 mod instance;
+mod json;
 mod scripts;
 mod stats;
 mod streaming;

@@ -53,6 +53,20 @@
   };
   const fastDecode = (bytes) => __portico_utf8_decode(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 
+  // JSON.parse: serde_json's fast path (json.rs) for a string of up to 1 MiB without a reviver, QuickJS's own
+  // parser for the rest and for whatever the fast path leaves to it (errors included). (Longer texts stay with
+  // QuickJS, whose parser the CPU limit can interrupt.)
+  const quickJsParse = JSON.parse;
+  const nativeParse = __portico_json_parse;
+  const parseJson = { parse(text, reviver) {
+    if (reviver === undefined && typeof text === "string" && text.length <= 1048576) {
+      const value = nativeParse(text);
+      if (value !== undefined) return value;
+    }
+    return quickJsParse(text, reviver);
+  } }.parse;
+  Object.defineProperty(JSON, "parse", { value: parseJson, writable: true, configurable: true, enumerable: false });
+
   const toBytes = (body) => {
     if (body === null || body === undefined) return new Uint8Array(0);
     if (typeof body === "string") return fastEncode(body);
@@ -324,7 +338,7 @@
       text: { value: text },
       arrayBuffer: { value: arrayBuffer },
       bytes: { value: function bytes() { return arrayBuffer.call(this).then((b) => new Uint8Array(b)); } },
-      json: { value: function json() { return text.call(this).then(JSON.parse); } },
+      json: { value: function json() { return text.call(this).then(parseJson); } },
       formData: { value: function formData() { return Promise.reject(new TypeError("formData() is not supported")); } },
     };
     for (const name of Object.keys(members)) {

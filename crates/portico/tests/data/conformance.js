@@ -390,6 +390,67 @@ function hostile() {
   });
 }
 
+// JSON.parse (Portico's serde_json fast path, QuickJS's parser for the rest) on edge cases and on generated
+// texts, each value described exactly (-0, key order, own `__proto__`, lone surrogates) for comparison with
+// Deno's (V8's) answers.
+function describe(v) {
+  if (v === null) return "null";
+  if (typeof v === "number") return Object.is(v, -0) ? "-0" : String(v);
+  if (typeof v === "string") return JSON.stringify(v);
+  if (typeof v === "boolean") return String(v);
+  if (Array.isArray(v)) return `[${v.map(describe).join(",")}]`;
+  const proto = Object.getPrototypeOf(v) === Object.prototype ? "" : "!proto";
+  return `{${proto}${Object.keys(v).map((k) => `${JSON.stringify(k)}:${describe(v[k])}`).join(",")}}`;
+}
+function jsonCases() {
+  const edge = [
+    "0", "-0", "-0.0", "1", "-1", "1.5", "1e3", "1E+3", "1e-3", "-1e-7", "123456789012345678901234567890",
+    "9007199254740993", "-9007199254740993", "18446744073709551615", "18446744073709551616", "2147483647",
+    "2147483648", "-2147483648", "-2147483649", "0.1", "0.30000000000000004", "1.7976931348623157e308", "1e309",
+    "-1e309", "5e-324", "2.4703282292062327e-324", "2.4703282292062328e-324", "1.00000000000000011102230246251565404236316680908203125",
+    "true", "false", "null", '""', '"a"', '"\\u0000"', '"\\ud800"', '"\\udc00\\ud800"', '"\\ud83d\\ude00"', '"\u00e9\u4e2d"',
+    '"\\"\\\\\\/\\b\\f\\n\\r\\t"', "[]", "[1,[2,[3]]]", "{}", '{"a":1,"b":2,"a":3}', '{"__proto__":{"x":1}}',
+    '{"b":1,"a":2,"1":3,"0":4,"-1":5,"4294967295":6,"4294967294":7}', '{"":0}', ' \t\n\r 1 \t\n\r ',
+    "", " ", "01", "1.", ".1", "+1", "1e", "--1", "[1,]", "{\"a\":1,}", "{'a':1}", '"\\x41"', '"\t"', "tru", "nul",
+    "[1] x", "NaN", "Infinity", '"\\u12"', '{"a" 1}', "[1 2]", '"abc', "\u2028", '"\u2028\u2029"', "1 2",
+  ];
+  // Generated: a seeded xorshift, the same texts in every engine.
+  let seed = 0x2545f491;
+  const next = () => { seed ^= seed << 13; seed ^= seed >>> 17; seed ^= seed << 5; return (seed >>> 0) / 4294967296; };
+  const pick = (items) => items[Math.floor(next() * items.length)];
+  const numberText = () => pick([
+    () => String(Math.floor(next() * 1e6) - 5e5), () => (next() * 1e3 - 500).toPrecision(1 + Math.floor(next() * 17)),
+    () => `${Math.floor(next() * 9) + 1}e${Math.floor(next() * 700) - 350}`, () => "-0", () => String(2 ** Math.floor(next() * 70)),
+  ])();
+  const stringText = () => {
+    let out = '"';
+    const n = Math.floor(next() * 8);
+    for (let i = 0; i < n; i++) out += pick(["a", "Z", " ", "\\n", "\\\"", "\\u00e9", "\u00e9", "\u4e2d", "\\ud83d\\ude00", "\ud83d\ude00", "\\ud800", "\\/", "\\\\"]);
+    return out + '"';
+  };
+  const valueText = (depth) => {
+    const r = next();
+    if (depth > 4 || r < 0.3) return pick([numberText, stringText, () => "true", () => "false", () => "null"])();
+    if (r < 0.6) return `[${Array.from({ length: Math.floor(next() * 5) }, () => valueText(depth + 1)).join(",")}]`;
+    const keys = Array.from({ length: Math.floor(next() * 5) }, () => pick([stringText, () => '"k"', () => '"__proto__"', () => `"${Math.floor(next() * 20)}"`])());
+    return `{${keys.map((k) => `${k}:${valueText(depth + 1)}`).join(",")}}`;
+  };
+  const generated = Array.from({ length: 400 }, () => valueText(0));
+  // Deep nesting (past serde_json's 128 levels, so QuickJS's parser answers), measured without recursion.
+  const depth = (n) => {
+    let v = JSON.parse("[".repeat(n) + "1" + "]".repeat(n)), d = 0;
+    while (Array.isArray(v)) { v = v[0]; d++; }
+    return `depth ${d}, then ${v}`;
+  };
+  return [depth(100), depth(200), depth(2000), ...[...edge, ...generated].map((text) => {
+    try {
+      return describe(JSON.parse(text));
+    } catch (e) {
+      return e?.name ?? "thrown";
+    }
+  })];
+}
+
 export default {
   async fetch(request) {
     const path = new URL(request.url).pathname;
@@ -398,6 +459,7 @@ export default {
     if (path === "/edge") return Response.json(edge());
     if (path === "/events") return Response.json(await events());
     if (path === "/hostile") return Response.json(hostile());
+    if (path === "/json") return Response.json({ parse: jsonCases(), body: describe(await request.json().catch((e) => e.name)) });
     return new Response("not found", { status: 404 });
   },
 };
