@@ -756,6 +756,7 @@ fn install_natives<'js>(ctx: &Ctx<'js>, host: &Rc<Host>, this: &Rc<RefCell<Weak<
     globals.set("__portico_utf8_encode", Func::from(utf8_encode))?;
     globals.set("__portico_utf8_decode", Func::from(utf8_decode))?;
     globals.set("__portico_json_parse", Func::from(json_parse))?;
+    globals.set("__portico_json_stringify", Func::from(json_stringify))?;
     let (timer_host, timer_this) = (host.clone(), this.clone());
     let start_timer = move |number: u32, ms: f64| -> bool {
         // Only a call's code sets timers that fire: top-level code runs before any worker serves.
@@ -873,6 +874,14 @@ fn json_parse<'js>(ctx: Ctx<'js>, text: rquickjs::String<'js>) -> rquickjs::Resu
         Err(_) => None,
     };
     Ok(parsed.unwrap_or_else(|| Value::new_undefined(ctx)))
+}
+
+/// `JSON.stringify(value)`'s fast path (json.rs): the text, or `undefined` for QuickJS's stringify to answer.
+fn json_stringify<'js>(ctx: Ctx<'js>, value: Value<'js>) -> rquickjs::Result<Value<'js>> {
+    match crate::json::stringify(&ctx, &value)? {
+        Some(text) => rquickjs::String::from_str(ctx, &text).map(|s| s.into_value()),
+        None => Ok(Value::new_undefined(ctx)),
+    }
 }
 
 fn utf8_decode(buffer: ArrayBuffer<'_>, offset: usize, length: usize) -> String {

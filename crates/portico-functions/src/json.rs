@@ -155,3 +155,345 @@ impl<'de> Visitor<'de> for KeyVisitor {
         Ok(std::borrow::Cow::Owned(s.to_string()))
     }
 }
+
+/// `JSON.stringify(value)`'s text, or `None` when QuickJS's own should answer: QuickJS-ng's spends about
+/// 20,000 instructions on a small object (a holder object, a property list per object, a character at a time
+/// into its buffer); this walks the value through the C API and writes UTF-8 at once.
+///
+/// Taken here: `null`, booleans, numbers (QuickJS formats those that are not integers, so the digits are
+/// JavaScript's), strings (a lone surrogate escaped as the standard's well-formed JSON.stringify does),
+/// arrays, and plain objects (own enumerable string keys in the engine's order, values read with their
+/// getters), `undefined`, functions and symbols skipped in objects and `null` in arrays, as the standard says.
+/// Left to QuickJS: anything with a callable `toJSON` (a `Date`, say), any other kind of object (a boxed
+/// primitive, a Proxy, a typed array...), a BigInt, a cycle (its TypeError), nesting past `MAX_DEPTH`, output
+/// past `MAX_OUTPUT`, and a top level that is not a value. (A getter that ran before such a value was met runs
+/// again in QuickJS's pass.) An exception from a getter is the script's.
+pub fn stringify<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> rquickjs::Result<Option<String>> {
+    let raw = ctx.as_raw().as_ptr();
+    // SAFETY: the context is alive; the atom is freed below.
+    let to_json = unsafe { qjs::JS_NewAtomLen(raw, c"toJSON".as_ptr(), "toJSON".len() as _) };
+    if to_json == qjs::JS_ATOM_NULL {
+        return Err(rquickjs::Error::Exception);
+    }
+    let mut writer = Writer { ctx, out: String::new(), open: Vec::new(), classes: classes(ctx), to_json };
+    let written = writer.value(value.as_raw());
+    unsafe { qjs::JS_FreeAtom(raw, to_json) };
+    match written? {
+        Written::Value => Ok(Some(writer.out)),
+        Written::Nothing | Written::Declined => Ok(None),
+    }
+}
+
+/// Nesting deeper than this is left to QuickJS (whose stack limit then decides).
+const MAX_DEPTH: usize = 256;
+/// Output longer than this is left to QuickJS, whose buffer counts against the function's memory limit.
+const MAX_OUTPUT: usize = 4 << 20;
+
+enum Written {
+    Value,
+    /// `undefined`, a function or a symbol: nothing in an object, `null` in an array.
+    Nothing,
+    /// Something for QuickJS's stringify.
+    Declined,
+}
+
+struct Writer<'a, 'js> {
+    ctx: &'a Ctx<'js>,
+    out: String,
+    /// The objects being written, outermost first (a cycle is QuickJS's to report).
+    open: Vec<*mut std::ffi::c_void>,
+    /// The class ids of plain objects and of arrays in this engine.
+    classes: (u32, u32),
+    /// The atom `toJSON`.
+    to_json: qjs::JSAtom,
+}
+
+thread_local! {
+    static CLASSES: std::cell::Cell<Option<(u32, u32)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The class ids QuickJS gives `{}` and `[]` (internal numbers: asked of the engine once per thread).
+fn classes(ctx: &Ctx<'_>) -> (u32, u32) {
+    CLASSES.with(|cell| {
+        if let Some(ids) = cell.get() {
+            return ids;
+        }
+        let raw = ctx.as_raw().as_ptr();
+        // SAFETY: the context is alive; both new values are freed after their class is read.
+        let ids = unsafe {
+            let object = qjs::JS_NewObject(raw);
+            let array = qjs::JS_NewArray(raw);
+            let ids = (qjs::JS_GetClassID(object), qjs::JS_GetClassID(array));
+            qjs::JS_FreeValue(raw, object);
+            qjs::JS_FreeValue(raw, array);
+            ids
+        };
+        // (An allocation failure gives class 0 for both: nothing matches then, and QuickJS answers.)
+        if ids.0 != 0 && ids.1 != 0 {
+            cell.set(Some(ids));
+        }
+        ids
+    })
+}
+
+impl<'js> Writer<'_, 'js> {
+    fn raw_ctx(&self) -> *mut qjs::JSContext {
+        self.ctx.as_raw().as_ptr()
+    }
+
+    /// An owned value from the C API, freed when dropped (the exception marker is the pending exception).
+    fn own(&self, raw: qjs::JSValue) -> rquickjs::Result<Value<'js>> {
+        // SAFETY: `raw` was just returned to us, owned.
+        if unsafe { qjs::JS_VALUE_GET_TAG(raw) } == qjs::JS_TAG_EXCEPTION {
+            return Err(rquickjs::Error::Exception);
+        }
+        Ok(unsafe { Value::from_raw(self.ctx.clone(), raw) })
+    }
+
+    fn value(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
+        if self.out.len() > MAX_OUTPUT {
+            return Ok(Written::Declined);
+        }
+        // SAFETY: `v` is a live value borrowed from the caller for the duration of this call.
+        let tag = unsafe { qjs::JS_VALUE_GET_TAG(v) };
+        match tag {
+            qjs::JS_TAG_NULL => self.out.push_str("null"),
+            qjs::JS_TAG_BOOL => self.out.push_str(if unsafe { qjs::JS_VALUE_GET_BOOL(v) } { "true" } else { "false" }),
+            qjs::JS_TAG_INT => {
+                use std::fmt::Write;
+                let _ = write!(self.out, "{}", unsafe { qjs::JS_VALUE_GET_INT(v) });
+            }
+            qjs::JS_TAG_FLOAT64 => self.number(v, unsafe { qjs::JS_VALUE_GET_FLOAT64(v) })?,
+            qjs::JS_TAG_STRING | qjs::JS_TAG_STRING_ROPE => self.raw_text(v, true)?,
+            qjs::JS_TAG_UNDEFINED | qjs::JS_TAG_SYMBOL => return Ok(Written::Nothing),
+            qjs::JS_TAG_OBJECT => return self.object(v),
+            _ => return Ok(Written::Declined),
+        }
+        Ok(Written::Value)
+    }
+
+    fn number(&mut self, v: qjs::JSValue, n: f64) -> rquickjs::Result<()> {
+        if !n.is_finite() {
+            self.out.push_str("null");
+        } else if n == n.trunc() && n.abs() < 9_007_199_254_740_992.0 {
+            // An integer JavaScript prints in full (-0 included, as "0").
+            use std::fmt::Write;
+            let _ = write!(self.out, "{}", n as i64);
+        } else if !js_number(&mut self.out, n) {
+            // Seventeen digits: the last may be a tie, which JavaScript breaks to even and Rust's shortest
+            // form may not; QuickJS's own digits then.
+            let text = self.own(unsafe { qjs::JS_ToString(self.raw_ctx(), v) })?;
+            self.raw_text(text.as_raw(), false)?;
+        }
+        Ok(())
+    }
+
+    /// The UTF-8 of string `v` (QuickJS keeps a lone surrogate as its 3-byte form), quoted and escaped when
+    /// `quoted`, else as it is.
+    fn raw_text(&mut self, v: qjs::JSValue, quoted: bool) -> rquickjs::Result<()> {
+        let ctx = self.raw_ctx();
+        let mut len = 0;
+        // SAFETY: the returned buffer holds `len` bytes until `JS_FreeCString`.
+        let ptr = unsafe { qjs::JS_ToCStringLen2(ctx, &mut len, v, false) };
+        if ptr.is_null() {
+            return Err(rquickjs::Error::Exception);
+        }
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
+        if quoted {
+            quote(&mut self.out, bytes);
+        } else {
+            self.out.push_str(&String::from_utf8_lossy(bytes));
+        }
+        unsafe { qjs::JS_FreeCString(ctx, ptr) };
+        Ok(())
+    }
+
+    fn object(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
+        let class = unsafe { qjs::JS_GetClassID(v) };
+        let (plain, array) = self.classes;
+        if class != plain && class != array {
+            // A function is skipped like `undefined`; every other kind of object is QuickJS's.
+            return Ok(if unsafe { qjs::JS_IsFunction(self.raw_ctx(), v) } {
+                Written::Nothing
+            } else {
+                Written::Declined
+            });
+        }
+        let pointer = unsafe { qjs::JS_VALUE_GET_PTR(v) };
+        if self.open.len() >= MAX_DEPTH || self.open.contains(&pointer) {
+            return Ok(Written::Declined);
+        }
+        // A callable `toJSON` (own or inherited) is QuickJS's to call.
+        let to_json = self.own(unsafe { qjs::JS_GetProperty(self.raw_ctx(), v, self.to_json) })?;
+        if to_json.is_function() {
+            return Ok(Written::Declined);
+        }
+        self.open.push(pointer);
+        let written = if class == array { self.array(v) } else { self.members(v) };
+        self.open.pop();
+        written
+    }
+
+    fn array(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
+        let ctx = self.raw_ctx();
+        let mut length = 0i64;
+        if unsafe { qjs::JS_GetLength(ctx, v, &mut length) } < 0 {
+            return Err(rquickjs::Error::Exception);
+        }
+        self.out.push('[');
+        for i in 0..length {
+            if i > 0 {
+                self.out.push(',');
+            }
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            let item = self.own(unsafe { qjs::JS_GetPropertyUint32(ctx, v, index) })?;
+            match self.value(item.as_raw())? {
+                Written::Value => {}
+                Written::Nothing => self.out.push_str("null"),
+                Written::Declined => return Ok(Written::Declined),
+            }
+        }
+        self.out.push(']');
+        Ok(Written::Value)
+    }
+
+    fn members(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
+        let ctx = self.raw_ctx();
+        let mut table: *mut qjs::JSPropertyEnum = std::ptr::null_mut();
+        let mut count = 0u32;
+        let flags = (qjs::JS_GPN_STRING_MASK | qjs::JS_GPN_ENUM_ONLY) as i32;
+        if unsafe { qjs::JS_GetOwnPropertyNames(ctx, &mut table, &mut count, v, flags) } < 0 {
+            return Err(rquickjs::Error::Exception);
+        }
+        // SAFETY: QuickJS filled `count` entries, freed below with `JS_FreePropertyEnum`.
+        let atoms: Vec<qjs::JSAtom> = (0..count as usize).map(|i| unsafe { (*table.add(i)).atom }).collect();
+        let result = self.members_of(v, &atoms);
+        unsafe { qjs::JS_FreePropertyEnum(ctx, table, count) };
+        result
+    }
+
+    fn members_of(&mut self, v: qjs::JSValue, atoms: &[qjs::JSAtom]) -> rquickjs::Result<Written> {
+        let ctx = self.raw_ctx();
+        self.out.push('{');
+        let mut first = true;
+        for &atom in atoms {
+            let item = self.own(unsafe { qjs::JS_GetProperty(ctx, v, atom) })?;
+            let mark = self.out.len();
+            if !first {
+                self.out.push(',');
+            }
+            let mut len = 0;
+            let key = unsafe { qjs::JS_AtomToCStringLen(ctx, &mut len, atom) };
+            if key.is_null() {
+                return Err(rquickjs::Error::Exception);
+            }
+            quote(&mut self.out, unsafe { std::slice::from_raw_parts(key.cast::<u8>(), len as usize) });
+            unsafe { qjs::JS_FreeCString(ctx, key) };
+            self.out.push(':');
+            match self.value(item.as_raw())? {
+                Written::Value => first = false,
+                Written::Nothing => self.out.truncate(mark),
+                Written::Declined => return Ok(Written::Declined),
+            }
+        }
+        self.out.push('}');
+        Ok(Written::Value)
+    }
+}
+
+/// A finite number as JavaScript's `Number.prototype.toString` writes it: the shortest digits that read back
+/// as the same double (Rust's `{:e}` finds the same ones), placed by the standard's rule (Number::toString):
+/// plain up to 21 integer digits, `0.000ddd` down to 1e-7, the exponent form beyond.
+/// `false` (and nothing written) when the shortest form has 17 digits, whose last JavaScript may choose
+/// otherwise.
+fn js_number(out: &mut String, n: f64) -> bool {
+    use std::fmt::Write;
+    let start = out.len();
+    let _ = write!(out, "{n:e}"); // "-1.2345e-7": sign, digits with a point after the first, exponent
+    let scientific = out.split_off(start);
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let (negative, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa),
+    };
+    // The digits: the mantissa without its point.
+    let (first, rest) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digit = |i: usize| if i < first.len() { &first[i..i + 1] } else { &rest[i - first.len()..i - first.len() + 1] };
+    let k = (first.len() + rest.len()) as i32;
+    if k >= 17 {
+        return false;
+    }
+    let point = exponent.parse::<i32>().unwrap_or(0) + 1; // `n` in the standard: where the point goes
+    let digits = |out: &mut String, from: i32, to: i32| (from..to).for_each(|i| out.push_str(digit(i as usize)));
+    if negative {
+        out.push('-');
+    }
+    if k <= point && point <= 21 {
+        digits(out, 0, k);
+        out.extend(std::iter::repeat_n('0', (point - k) as usize));
+    } else if 0 < point && point <= 21 {
+        digits(out, 0, point);
+        out.push('.');
+        digits(out, point, k);
+    } else if -6 < point && point <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-point) as usize));
+        digits(out, 0, k);
+    } else {
+        digits(out, 0, 1);
+        if k > 1 {
+            out.push('.');
+            digits(out, 1, k);
+        }
+        let _ = write!(out, "e{}{}", if point - 1 < 0 { '-' } else { '+' }, (point - 1).abs());
+    }
+    true
+}
+
+/// `bytes` (QuickJS's UTF-8, a lone surrogate in its 3-byte form) as a JSON string: quotes, backslashes and
+/// control characters escaped, lone surrogates as `\udXXX`, everything else as it is.
+fn quote(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    let flush = |out: &mut String, run: &[u8]| match std::str::from_utf8(run) {
+        Ok(text) => out.push_str(text),
+        Err(_) => out.push_str(&String::from_utf8_lossy(run)),
+    };
+    let mut plain = 0; // start of the run of bytes copied as they are
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b >= 0x20 && b != b'"' && b != b'\\' && b != 0xed {
+            i += 1;
+            continue;
+        }
+        // A surrogate's 3-byte form (ED A0-BF xx): only a lone one reaches here (a pair is 4 bytes of UTF-8).
+        let surrogate = b == 0xed && i + 2 < bytes.len() && bytes[i + 1] & 0xe0 == 0xa0;
+        if b == 0xed && !surrogate {
+            i += 1;
+            continue;
+        }
+        flush(out, &bytes[plain..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            0xed => {
+                let unit = 0xd000 | ((u32::from(bytes[i + 1]) & 0x3f) << 6) | (u32::from(bytes[i + 2]) & 0x3f);
+                use std::fmt::Write;
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+            _ => {
+                use std::fmt::Write;
+                let _ = write!(out, "\\u{b:04x}");
+            }
+        }
+        i += if surrogate { 3 } else { 1 };
+        plain = i;
+    }
+    flush(out, &bytes[plain..]);
+    out.push('"');
+}

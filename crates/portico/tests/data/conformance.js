@@ -451,6 +451,55 @@ function jsonCases() {
   })];
 }
 
+// JSON.stringify (Portico's native fast path, QuickJS's for the rest) on values of every kind, compared with
+// Deno's (V8's) texts.
+function stringifyCases() {
+  let seed = 0x1b873593;
+  const next = () => { seed ^= seed << 13; seed ^= seed >>> 17; seed ^= seed << 5; return (seed >>> 0) / 4294967296; };
+  const numbers = [0, -0, 1, -1, 0.1, 0.1 + 0.2, 1e21, 1e20, 123456789012345680000, 1e-7, 1e-6, 1.5e-7, 123e-20, 5e-324,
+    1.7976931348623157e308, 2 ** 53, 2 ** 53 + 2, -(2 ** 31), 2 ** 31, 2 ** 32 + 0.5, NaN, Infinity, -Infinity, 12.59, 100.5,
+    0.000001, 0.0000015, 1 / 3, -1 / 3, 4.35, 0.5e-6, 1e300 * 10];
+  for (let i = 0; i < 300; i++) numbers.push((next() - 0.5) * 10 ** Math.floor(next() * 60 - 30));
+  for (let i = 0; i < 50; i++) numbers.push(Math.round(next() * 1e6) / 100);
+  // Doubles from random bits: every exponent, subnormals, NaNs.
+  const bits = new DataView(new ArrayBuffer(8));
+  for (let i = 0; i < 3000; i++) {
+    bits.setUint32(0, Math.floor(next() * 4294967296));
+    bits.setUint32(4, Math.floor(next() * 4294967296));
+    numbers.push(bits.getFloat64(0));
+  }
+  class Point { constructor() { this.x = 1; this.y = [2]; } }
+  class WithJson { toJSON(key) { return { key, at: "toJSON" }; } }
+  const getter = { get a() { return "from a getter"; }, b: 1 };
+  const hidden = Object.defineProperty({ shown: 1 }, "hidden", { value: 2, enumerable: false });
+  const nullProto = Object.assign(Object.create(null), { a: 1, toJSON: 5 });
+  const holes = [1, , 3]; // eslint-disable-line no-sparse-arrays
+  const cyclic = { a: 1 };
+  cyclic.self = cyclic;
+  let deep = [];
+  for (let i = 0; i < 300; i++) deep = [deep];
+  const values = [
+    null, true, false, "", "plain", "quote \" backslash \\ slash /", "\b\f\n\r\t\u0000\u001f\u007f", "\u2028\u2029",
+    "é中😀", "\ud800", "a\udc00b", "\udbff\udfff", "\ud83d\ude00\ud83d", undefined, () => 1, Symbol("s"),
+    [], {}, [undefined, () => 1, Symbol("s"), null], { u: undefined, f() {}, s: Symbol("s"), n: null, [Symbol("k")]: 1 },
+    { b: 1, a: 2, 1: 3, 0: 4, "-1": 5, 4294967295: 6 }, JSON.parse('{"__proto__":{"x":1}}'), new Point(), new WithJson(),
+    { nested: new WithJson() }, new Date(0), [new Date(86400000)], getter, hidden, nullProto, holes, new Map([[1, 2]]),
+    new Set([1]), new Uint8Array([1, 2]), new Number(3), new String("s"), new Boolean(false), Object(Symbol("x")),
+    [1n].length, cyclic, deep, { a: [{ b: { c: [1, "2", null, true] } }] }, new Error("e"), /re/g, Math,
+    Object.assign([1, 2], { extra: 3 }), new Proxy({ a: 1 }, {}), new Proxy([1, 2], {}),
+    ...numbers, numbers, numbers.map((n) => ({ n, s: String(n) })),
+  ];
+  return values.map((value) => {
+    try {
+      const text = JSON.stringify(value);
+      return text === undefined ? "undefined" : text;
+    } catch (e) {
+      return e?.name ?? "thrown";
+    }
+  }).concat([JSON.stringify(1n === 1n), (() => { try { return JSON.stringify({ big: 1n }); } catch (e) { return e.name; } })(),
+    JSON.stringify({ a: [1, { b: 2 }] }, null, 2), JSON.stringify({ a: 1, b: 2 }, ["b"]), JSON.stringify({ a: 5 }, (k, v) => (typeof v === "number" ? v * 2 : v))]);
+}
+
 export default {
   async fetch(request) {
     const path = new URL(request.url).pathname;
@@ -459,7 +508,7 @@ export default {
     if (path === "/edge") return Response.json(edge());
     if (path === "/events") return Response.json(await events());
     if (path === "/hostile") return Response.json(hostile());
-    if (path === "/json") return Response.json({ parse: jsonCases(), body: describe(await request.json().catch((e) => e.name)) });
+    if (path === "/json") return Response.json({ parse: jsonCases(), stringify: stringifyCases(), body: describe(await request.json().catch((e) => e.name)) });
     return new Response("not found", { status: 404 });
   },
 };
