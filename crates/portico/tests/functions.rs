@@ -251,15 +251,6 @@ const REFERENCE: &str = r#"export default {
 };
 "#;
 
-/// Deno from the PATH or where `.ci/install-test-deps` puts it.
-fn deno() -> Option<std::path::PathBuf> {
-    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-tools/node_modules/.bin/deno");
-    if local.exists() {
-        return Some(local);
-    }
-    tool_exists("deno").then(|| "deno".into())
-}
-
 #[test]
 fn the_web_apis_answer_as_deno_does() {
     let Some(deno) = deno() else {

@@ -36,28 +36,9 @@ fn start_portico(dir: &Path) -> Portico {
     )
 }
 
-/// The handler's JSON answer to `path` (a POST of `body` when there is one).
-fn ask(addr: SocketAddr, path: &str, body: Option<&[u8]>) -> serde_json::Value {
-    let mut conn = Conn::open(addr);
-    conn.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let request = match body {
-        Some(body) => {
-            let mut r =
-                format!("POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
-            r.extend_from_slice(body);
-            r
-        }
-        None => format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").into_bytes(),
-    };
-    conn.send(&request);
-    let r = conn.read_response(false);
-    assert_eq!(r.status, 200, "{addr}{path}: {}", r.text());
-    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{addr}{path}: {e}: {}", r.text()))
-}
-
 /// A suite's answer: how many cases it ran, and each failed case's name and what was wrong.
 fn run_suite(addr: SocketAddr, path: &str, file: &str) -> (u64, BTreeMap<String, String>) {
-    let answer = ask(addr, path, Some(&std::fs::read(data(file)).unwrap()));
+    let answer = ask_json(addr, path, Some(&std::fs::read(data(file)).unwrap()));
     let total = answer["total"].as_u64().unwrap();
     let failures = answer["failures"]
         .as_array()
@@ -129,7 +110,7 @@ fn url_and_url_search_params_pass_the_web_platform_tests_but_the_known_cases() {
 #[test]
 fn hostile_inputs_to_url_and_url_search_params_are_values_or_type_errors() {
     let p = start_portico(&temp_dir());
-    let answer = ask(p.addr, "/hostile", None);
+    let answer = ask_json(p.addr, "/hostile", None);
     let outcomes = answer.as_array().unwrap();
     assert!(outcomes.len() > 20, "{answer}");
     for (i, outcome) in outcomes.iter().enumerate() {
@@ -147,7 +128,7 @@ fn hostile_inputs_to_url_and_url_search_params_are_values_or_type_errors() {
 #[test]
 fn events_abort_signals_and_structured_clone_follow_the_standards() {
     let p = start_portico(&temp_dir());
-    let events = ask(p.addr, "/events", None);
+    let events = ask_json(p.addr, "/events", None);
     let refused = serde_json::json!([true, "DataCloneError", 25]);
     assert_eq!(events["standardOnly"], serde_json::json!([[refused, refused, refused], "throws DataCloneError"]));
     // A few answers spelled out, for a run without Deno.
@@ -160,18 +141,9 @@ fn events_abort_signals_and_structured_clone_follow_the_standards() {
     );
     assert_eq!(events["clone"][1], true, "a cycle is kept");
     assert!(events["cloneErrors"].as_array().unwrap().iter().all(|e| *e == refused), "{}", events["cloneErrors"]);
-    let edge = ask(p.addr, "/edge", None);
+    let edge = ask_json(p.addr, "/edge", None);
     assert_eq!(edge["live"][4], "https://example.com/p?a=1&b=2&a=3&c=x+y#h");
     assert_eq!(edge["relative"][0], "http://example.com/x?y=1");
-}
-
-/// Deno from the PATH or where `.ci/install-test-deps` puts it.
-fn deno() -> Option<PathBuf> {
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-tools/node_modules/.bin/deno");
-    if local.exists() {
-        return Some(local);
-    }
-    tool_exists("deno").then(|| "deno".into())
 }
 
 #[test]
@@ -198,7 +170,7 @@ fn the_web_apis_answer_as_deno_does_on_their_edge_cases() {
     wait_until("deno serves", Duration::from_secs(30), || std::net::TcpStream::connect(deno_addr).is_ok());
     let mut differences = Vec::new();
     for path in ["/edge", "/events", "/json"] {
-        let (ours, theirs) = (ask(p.addr, path, None), ask(deno_addr, path, None));
+        let (ours, theirs) = (ask_json(p.addr, path, None), ask_json(deno_addr, path, None));
         for (key, value) in theirs.as_object().unwrap() {
             // (Checked against the standard by the test above: Deno departs from it there.)
             if key == "standardOnly" || ours[key] == *value {

@@ -33,27 +33,8 @@ fn start_portico(dir: &Path) -> Portico {
     )
 }
 
-/// The handler's JSON answer to `path` (a POST of `body` when there is one).
-fn ask(addr: SocketAddr, path: &str, body: Option<&[u8]>) -> Value {
-    let mut conn = Conn::open(addr);
-    conn.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let request = match body {
-        Some(body) => {
-            let mut r =
-                format!("POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
-            r.extend_from_slice(body);
-            r
-        }
-        None => format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").into_bytes(),
-    };
-    conn.send(&request);
-    let r = conn.read_response(false);
-    assert_eq!(r.status, 200, "{addr}{path}: {}", r.text());
-    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{addr}{path}: {e}: {}", r.text()))
-}
-
 fn post(addr: SocketAddr, path: &str, body: &Value) -> Value {
-    ask(addr, path, Some(&serde_json::to_vec(body).unwrap()))
+    ask_json(addr, path, Some(&serde_json::to_vec(body).unwrap()))
 }
 
 /// A suite's answer: how many cases it ran, and each failed case's name and what was wrong.
@@ -91,15 +72,15 @@ const DENO_DEPARTS: [(&str, &str, &str); 4] = [
 #[test]
 fn encoding_passes_the_web_platform_tests_and_every_label() {
     let p = start_portico(&temp_dir());
-    let (total, failed) = failures(&ask(p.addr, "/encoding/wpt", None));
+    let (total, failed) = failures(&ask_json(p.addr, "/encoding/wpt", None));
     assert!(total > 190, "ran {total} cases");
     assert!(failed.is_empty(), "{} of {total} cases fail:\n{failed:#?}", failed.len());
     let (table, count) = labels();
-    let (total, failed) = failures(&ask(p.addr, "/encoding/labels", Some(&table)));
+    let (total, failed) = failures(&ask_json(p.addr, "/encoding/labels", Some(&table)));
     assert_eq!(total, count, "labels checked");
     assert!(failed.is_empty(), "{} of {total} labels fail:\n{failed:#?}", failed.len());
     // A few answers spelled out, for a run without Deno.
-    let observed = ask(p.addr, "/encoding/observe", None);
+    let observed = ask_json(p.addr, "/encoding/observe", None);
     let windows = observed["windows-1252"].as_str().unwrap();
     assert_eq!(windows.chars().nth(0x80), Some('€'));
     assert_eq!(windows.chars().nth(0x81), Some('\u{81}'));
@@ -158,13 +139,13 @@ fn text_streams_carry_characters_split_between_body_pieces() {
 #[test]
 fn crypto_passes_the_published_test_vectors_and_signs_and_verifies_its_own_keys() {
     let p = start_portico(&temp_dir());
-    let vectors = ask(p.addr, "/crypto/vectors", None);
+    let vectors = ask_json(p.addr, "/crypto/vectors", None);
     let (total, failed) = failures(&vectors);
     assert_eq!(total, 11, "vectors checked");
     assert!(failed.is_empty(), "{} of {total} vectors fail:\n{failed:#?}", failed.len());
     assert_eq!(vectors["standardOnly"]["ecJwkAlg"], serde_json::json!([null, null]), "an ECDSA JWK has no alg");
     // The standard's answers to misuses (the same as Deno's but where DENO_DEPARTS says).
-    let errors = ask(p.addr, "/crypto/errors", None);
+    let errors = ask_json(p.addr, "/crypto/errors", None);
     for (key, expected) in [
         ("unknown algorithm", "NotSupportedError"),
         ("HMAC no usage", "SyntaxError"),
@@ -182,12 +163,12 @@ fn crypto_passes_the_published_test_vectors_and_signs_and_verifies_its_own_keys(
     }
     assert_eq!(errors["verify a short signature"], false);
     // Bytes of any shape are refused as what the standard says, and the runtime goes on.
-    let hostile = ask(p.addr, "/crypto/hostile", None);
+    let hostile = ask_json(p.addr, "/crypto/hostile", None);
     let outcomes = hostile.as_object().unwrap();
     assert!(outcomes.keys().all(|k| ["DataError", "NotSupportedError"].contains(&k.as_str())), "{hostile}");
     assert!(outcomes.values().map(|n| n.as_u64().unwrap()).sum::<u64>() >= 5 * 3 * 47 - 1, "{hostile}");
     // Keys made here, imported again in each format they export in, sign and verify.
-    let keys = ask(p.addr, "/crypto/keys", None);
+    let keys = ask_json(p.addr, "/crypto/keys", None);
     let made: Vec<(&str, Option<&str>)> =
         keys.as_array().unwrap().iter().map(|k| (k["id"].as_str().unwrap(), k["unsupported"].as_str())).collect();
     assert_eq!(
@@ -234,15 +215,6 @@ fn assert_all_true(answer: &Value, what: &str, at_least: usize) {
         answer.iter().filter(|(_, v)| **v != Value::Bool(true)).map(|(k, v)| format!("{k}: {v}")).collect();
     assert!(wrong.is_empty(), "{what}:\n{}", wrong.join("\n"));
     assert!(answer.len() >= at_least, "{what}: only {} checks: {answer:?}", answer.len());
-}
-
-/// Deno from the PATH or where `.ci/install-test-deps` puts it.
-fn deno() -> Option<PathBuf> {
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-tools/node_modules/.bin/deno");
-    if local.exists() {
-        return Some(local);
-    }
-    tool_exists("deno").then(|| "deno".into())
 }
 
 /// `deno serve` running one handler; killed when dropped.
@@ -309,7 +281,7 @@ fn encoding_and_crypto_answer_as_deno_does_and_verify_each_others_signatures() {
     let mut wrong = Vec::new();
 
     // The ported web-platform-tests: nothing fails here that passes under Deno (and Deno passes them).
-    let (ours, theirs) = (ask(p.addr, "/encoding/wpt", None), ask(encoding.addr, "/wpt", None));
+    let (ours, theirs) = (ask_json(p.addr, "/encoding/wpt", None), ask_json(encoding.addr, "/wpt", None));
     let (ours, theirs) = (failures(&ours).1, failures(&theirs).1);
     for (name, error) in &ours {
         if !theirs.iter().any(|(n, _)| n == name) {
@@ -318,27 +290,27 @@ fn encoding_and_crypto_answer_as_deno_does_and_verify_each_others_signatures() {
     }
     assert!(theirs.is_empty(), "Deno fails ported cases (is the port right?): {theirs:#?}");
     let (table, _) = labels();
-    assert_eq!(failures(&ask(encoding.addr, "/labels", Some(&table))).1, []);
+    assert_eq!(failures(&ask_json(encoding.addr, "/labels", Some(&table))).1, []);
     wrong.extend(differences(
         "/encoding/observe",
-        &ask(p.addr, "/encoding/observe", None),
-        &ask(encoding.addr, "/observe", None),
+        &ask_json(p.addr, "/encoding/observe", None),
+        &ask_json(encoding.addr, "/observe", None),
     ));
 
     // Published vectors: both pass, and what they export and sign again is the same.
-    let (ours, theirs) = (ask(p.addr, "/crypto/vectors", None), ask(crypto.addr, "/vectors", None));
+    let (ours, theirs) = (ask_json(p.addr, "/crypto/vectors", None), ask_json(crypto.addr, "/vectors", None));
     assert_eq!(failures(&theirs).1, [], "Deno fails vectors (are they right?)");
     wrong.extend(differences("/crypto/vectors", &ours["outputs"], &theirs["outputs"]));
     wrong.extend(differences(
         "/crypto/errors",
-        &ask(p.addr, "/crypto/errors", None),
-        &ask(crypto.addr, "/errors", None),
+        &ask_json(p.addr, "/crypto/errors", None),
+        &ask_json(crypto.addr, "/errors", None),
     ));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
     // Keys made by one, exported, imported by the other: each verifies the other's signatures, and signs with
     // the other's private keys what the other verifies.
-    let (our_keys, their_keys) = (ask(p.addr, "/crypto/keys", None), ask(crypto.addr, "/keys", None));
+    let (our_keys, their_keys) = (ask_json(p.addr, "/crypto/keys", None), ask_json(crypto.addr, "/keys", None));
     assert!(
         their_keys.as_array().unwrap().iter().all(|k| k["unsupported"].is_null()),
         "Deno makes every key: {their_keys}"

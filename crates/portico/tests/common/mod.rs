@@ -569,3 +569,32 @@ pub fn tool_exists(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// Deno from the PATH or where `.ci/install-test-deps` puts it (the functions tests' reference runtime).
+pub fn deno() -> Option<PathBuf> {
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-tools/node_modules/.bin/deno");
+    if local.exists() {
+        return Some(local);
+    }
+    tool_exists("deno").then(|| "deno".into())
+}
+
+/// A handler's JSON answer to `path` over HTTP/1.1 (a POST of `body` when there is one); anything but a 200
+/// with JSON fails the test.
+pub fn ask_json(addr: SocketAddr, path: &str, body: Option<&[u8]>) -> serde_json::Value {
+    let mut conn = Conn::open(addr);
+    conn.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let request = match body {
+        Some(body) => {
+            let mut r =
+                format!("POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+            r.extend_from_slice(body);
+            r
+        }
+        None => format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").into_bytes(),
+    };
+    conn.send(&request);
+    let r = conn.read_response(false);
+    assert_eq!(r.status, 200, "{addr}{path}: {}", r.text());
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{addr}{path}: {e}: {}", r.text()))
+}
