@@ -423,7 +423,7 @@
       }
       return s[5];
     }
-    get redirected() { return false; }
+    get redirected() { return this.#s[8] === true; }
     get url() { return this.#s[7]; }
     get type() { return "default"; }
     clone() { return new Response(tee(this.#s), { status: this.#s[3], statusText: this.#s[4], headers: this.headers }); }
@@ -520,15 +520,15 @@
   // fetch() to the configuration's clusters: `fetch("http://api/path")` where `api` is a cluster's name, sent
   // through Portico's pools, balancer, health checks, breaker and retries. The answer's body is read whole.
   const fetches = new Map();
-  define("fetch", (input, init) => new Promise((resolve, reject) => {
-    const request = input instanceof Request && init === undefined ? input : new Request(input, init);
+  // One request and its answer, as it comes (a redirect included).
+  const fetchOnce = (request, signal) => new Promise((resolve, reject) => {
     const url = new URL(request.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`fetch: unsupported scheme ${url.protocol}`);
-    if (init && init.signal && init.signal.aborted) throw init.signal.reason;
+    if (signal && signal.aborted) throw signal.reason;
     const state = requestState(request);
     if (!inHand(state[0])) {
       // A streamed body is read whole first (fetch sends bodies in hand).
-      readAll(state[0]).then((bytes) => resolve(fetch(new Request(request, { body: bytes }))), reject);
+      readAll(state[0]).then((bytes) => resolve(fetchOnce(new Request(request, { body: bytes }), signal)), reject);
       return;
     }
     const bytes = bytesOf(state);
@@ -537,12 +537,42 @@
     const parts = [request.method, url.hostname, url.host, url.pathname + url.search, url.protocol, url.port];
     __portico_fetch(id, parts, request.headers.__flat(), body);
     fetches.set(id, { resolve, reject, url: request.url });
-    if (init && init.signal && typeof init.signal.addEventListener === "function") {
-      init.signal.addEventListener("abort", () => {
-        if (fetches.delete(id)) { __portico_timer_cancel(id); reject(init.signal.reason); }
+    if (signal && typeof signal.addEventListener === "function") {
+      signal.addEventListener("abort", () => {
+        if (fetches.delete(id)) { __portico_timer_cancel(id); reject(signal.reason); }
       });
     }
-  }));
+  });
+  // Redirects are followed as the Fetch Standard says (`redirect: "follow"`, at most 20; 303, and 301/302 after
+  // a POST, go on as GET without a body), to wherever a fetch may go (a cluster); `redirect: "manual"` returns
+  // them, `redirect: "error"` rejects.
+  const REDIRECTS = [301, 302, 303, 307, 308];
+  define("fetch", async (input, init) => {
+    let request = input instanceof Request && init === undefined ? input : new Request(input, init);
+    const mode = init?.redirect === undefined ? "follow" : String(init.redirect);
+    if (!["follow", "manual", "error"].includes(mode)) throw new TypeError(`fetch: redirect must be "follow", "manual" or "error", not "${mode}"`);
+    const signal = init?.signal;
+    // A streamed body is read whole first: fetch sends bodies in hand, and a 307 or 308 sends it again.
+    if (!inHand(requestState(request)[0])) request = new Request(request, { body: await readAll(requestState(request)[0]) });
+    for (let hops = 0; ; hops++) {
+      const response = await fetchOnce(request, signal);
+      const location = REDIRECTS.includes(response.status) ? response.headers.get("location") : null;
+      if (location === null || mode === "manual") {
+        if (hops > 0) responseState(response)[8] = true;
+        return response;
+      }
+      if (mode === "error") throw new TypeError(`fetch to ${request.url}: redirected to ${location} (redirect: "error")`);
+      if (hops === 20) throw new TypeError(`fetch to ${request.url}: more than 20 redirects`);
+      let next;
+      try { next = new URL(location, request.url).href; } catch { throw new TypeError(`fetch to ${request.url}: a redirect to an invalid URL (${location})`); }
+      const asGet = response.status === 303 ? request.method !== "HEAD" : response.status <= 302 && request.method === "POST";
+      const headers = new Headers(request.headers);
+      if (asGet) for (const name of ["content-type", "content-length", "content-encoding", "content-language", "content-location"]) headers.delete(name);
+      if (new URL(next).origin !== new URL(request.url).origin) headers.delete("authorization");
+      const body = asGet ? null : bytesOf(requestState(request));
+      request = new Request(next, { method: asGet ? "GET" : request.method, headers, body });
+    }
+  });
   define("__portico_fetched", (id, status, pairs, body) => {
     const pending = fetches.get(id);
     if (!pending) return;

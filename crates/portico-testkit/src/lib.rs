@@ -7,6 +7,7 @@
 //! - `/upload`: reads the body as it streams, answers `LEN HASH`
 //! - `/slow/MS`: waits MS milliseconds before answering
 //! - `/status/CODE`: answers with that status
+//! - `/redirect/CODE?to=TARGET`: answers with that status and `Location: TARGET` (the rest of the query)
 //! - `/health`: `200 healthy`, or the status set with `set_health_status`
 //! - `/ws`: a WebSocket echo: accepts the handshake (RFC 6455) and sends every text and binary message back
 //! - anything else: `hello from NAME`
@@ -306,6 +307,15 @@ async fn handle(
             let code = arg.parse().ok().and_then(|c| hyper::StatusCode::from_u16(c).ok());
             let mut r = Response::new(full(format!("status from {name}\n")));
             *r.status_mut() = code.unwrap_or(hyper::StatusCode::BAD_REQUEST);
+            r
+        }
+        "redirect" => {
+            let code = arg.parse().ok().and_then(|c| hyper::StatusCode::from_u16(c).ok());
+            let mut r = Response::new(full(format!("redirect from {name}\n")));
+            *r.status_mut() = code.unwrap_or(hyper::StatusCode::BAD_REQUEST);
+            if let Some(Ok(location)) = query.strip_prefix("to=").map(hyper::header::HeaderValue::from_str) {
+                r.headers_mut().insert(hyper::header::LOCATION, location);
+            }
             r
         }
         _ => Response::new(full(format!("hello from {name}\n"))),

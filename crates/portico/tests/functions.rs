@@ -456,6 +456,24 @@ export default {
     if (path === "/gw/weird") {
       try { await fetch("http://api/status/799"); return new Response("fetched"); } catch (e) { return new Response(`${e.constructor.name}: ${e.message}`); }
     }
+    if (path === "/gw/redirects") {
+      // Followed: a 302 after a POST goes on as a GET without its body; a 307 keeps the method and the body.
+      const post = { method: "POST", headers: { "content-type": "text/plain" }, body: "payload" };
+      const r302 = await fetch("http://api/redirect/302?to=/echo?hop=1", post);
+      const e302 = await r302.json();
+      const r307 = await fetch("http://api/redirect/307?to=http://api/echo?hop=2", post);
+      const e307 = await r307.json();
+      const manual = await fetch("http://api/redirect/301?to=/echo", { redirect: "manual" });
+      const outcome = async (url, init) => { try { return (await fetch(url, init)).status; } catch (e) { return `${e.constructor.name}: ${e.message}`; } };
+      return Response.json({
+        followed: [r302.status, r302.redirected, r302.url, e302.method, e302.target, e302.body_len],
+        kept: [r307.status, r307.redirected, e307.method, e307.target, e307.body_len],
+        manual: [manual.status, manual.redirected, manual.headers.get("location")],
+        error: await outcome("http://api/redirect/302?to=/echo", { redirect: "error" }),
+        loop: await outcome("http://api/redirect/302?to="), // a Location of "" is the same URL
+        elsewhere: await outcome("http://api/redirect/302?to=http://nowhere.example/"),
+      });
+    }
     if (path === "/gw/nan") { await new Promise((resolve) => setTimeout(resolve, NaN)); return new Response("woke"); }
     return new Response("gateway");
   },
@@ -526,6 +544,15 @@ fn fetch_reaches_the_configurations_clusters_through_their_pools() {
     let text = Conn::open(p.addr).get("/gw/weird", "").text();
     assert!(text.starts_with("TypeError: fetch to http://api/status/799: the upstream answered status 799"), "{text}");
     assert_eq!(Conn::open(p.addr).get("/gw/nan", "").text(), "woke");
+    // Redirects are followed as the Fetch Standard says, to wherever a fetch may go.
+    let r = Conn::open(p.addr).get("/gw/redirects", "");
+    let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("{}", r.text()));
+    assert_eq!(json["followed"], serde_json::json!([200, true, "http://api/echo?hop=1", "GET", "/echo?hop=1", 0]));
+    assert_eq!(json["kept"], serde_json::json!([200, true, "POST", "/echo?hop=2", 7]));
+    assert_eq!(json["manual"], serde_json::json!([301, false, "/echo"]));
+    assert!(json["error"].as_str().unwrap_or_default().contains("(redirect: \"error\")"), "{json}");
+    assert!(json["loop"].as_str().unwrap_or_default().contains("more than 20 redirects"), "{json}");
+    assert!(json["elsewhere"].as_str().unwrap_or_default().contains("not a cluster of this configuration"), "{json}");
     // Subrequests are counted as the cluster's requests.
     let metrics = p.admin_get("/metrics").text();
     let tries: f64 = metrics
