@@ -520,71 +520,77 @@
   // fetch() to the configuration's clusters: `fetch("http://api/path")` where `api` is a cluster's name, sent
   // through Portico's pools, balancer, health checks, breaker and retries. The answer's body is read whole.
   const fetches = new Map();
-  // One request and its answer, as it comes (a redirect included).
-  const fetchOnce = (request, signal) => new Promise((resolve, reject) => {
+  // Sends `request` for the fetch whose promise `pending` settles (`pending.hops`: redirects followed so far).
+  const send = (request, pending) => {
     const url = new URL(request.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`fetch: unsupported scheme ${url.protocol}`);
+    const signal = pending.signal;
     if (signal && signal.aborted) throw signal.reason;
-    const state = requestState(request);
-    if (!inHand(state[0])) {
-      // A streamed body is read whole first (fetch sends bodies in hand).
-      readAll(state[0]).then((bytes) => resolve(fetchOnce(new Request(request, { body: bytes }), signal)), reject);
-      return;
-    }
-    const bytes = bytesOf(state);
-    const body = bytes ? bufferOf(bytes) : null;
+    const bytes = bytesOf(requestState(request));
     const id = nextOperation++;
     const parts = [request.method, url.hostname, url.host, url.pathname + url.search, url.protocol, url.port];
-    __portico_fetch(id, parts, request.headers.__flat(), body);
-    fetches.set(id, { resolve, reject, url: request.url });
+    __portico_fetch(id, parts, request.headers.__flat(), bytes ? bufferOf(bytes) : null);
+    pending.request = request;
+    fetches.set(id, pending);
     if (signal && typeof signal.addEventListener === "function") {
       signal.addEventListener("abort", () => {
-        if (fetches.delete(id)) { __portico_timer_cancel(id); reject(signal.reason); }
+        if (fetches.delete(id)) { __portico_timer_cancel(id); pending.reject(signal.reason); }
       });
     }
-  });
+  };
   // Redirects are followed as the Fetch Standard says (`redirect: "follow"`, at most 20; 303, and 301/302 after
   // a POST, go on as GET without a body), to wherever a fetch may go (a cluster); `redirect: "manual"` returns
-  // them, `redirect: "error"` rejects.
+  // them, `redirect: "error"` rejects. (Handled as the answers come, so that a fetch that is not redirected
+  // costs one promise.)
   const REDIRECTS = [301, 302, 303, 307, 308];
-  define("fetch", async (input, init) => {
+  define("fetch", (input, init) => new Promise((resolve, reject) => {
     let request = input instanceof Request && init === undefined ? input : new Request(input, init);
     const mode = init?.redirect === undefined ? "follow" : String(init.redirect);
-    if (!["follow", "manual", "error"].includes(mode)) throw new TypeError(`fetch: redirect must be "follow", "manual" or "error", not "${mode}"`);
-    const signal = init?.signal;
-    // A streamed body is read whole first: fetch sends bodies in hand, and a 307 or 308 sends it again.
-    if (!inHand(requestState(request)[0])) request = new Request(request, { body: await readAll(requestState(request)[0]) });
-    for (let hops = 0; ; hops++) {
-      const response = await fetchOnce(request, signal);
-      const location = REDIRECTS.includes(response.status) ? response.headers.get("location") : null;
-      if (location === null || mode === "manual") {
-        if (hops > 0) responseState(response)[8] = true;
-        return response;
-      }
-      if (mode === "error") throw new TypeError(`fetch to ${request.url}: redirected to ${location} (redirect: "error")`);
-      if (hops === 20) throw new TypeError(`fetch to ${request.url}: more than 20 redirects`);
-      let next;
-      try { next = new URL(location, request.url).href; } catch { throw new TypeError(`fetch to ${request.url}: a redirect to an invalid URL (${location})`); }
-      const asGet = response.status === 303 ? request.method !== "HEAD" : response.status <= 302 && request.method === "POST";
-      const headers = new Headers(request.headers);
-      if (asGet) for (const name of ["content-type", "content-length", "content-encoding", "content-language", "content-location"]) headers.delete(name);
-      if (new URL(next).origin !== new URL(request.url).origin) headers.delete("authorization");
-      const body = asGet ? null : bytesOf(requestState(request));
-      request = new Request(next, { method: asGet ? "GET" : request.method, headers, body });
+    if (mode !== "follow" && mode !== "manual" && mode !== "error") {
+      throw new TypeError(`fetch: redirect must be "follow", "manual" or "error", not "${mode}"`);
     }
-  });
+    const pending = { resolve, reject, mode, hops: 0, signal: init?.signal, request };
+    const source = requestState(request)[0];
+    if (inHand(source)) return send(request, pending);
+    // A streamed body is read whole first: fetch sends bodies in hand (and a 307 or 308 sends it again).
+    readAll(source).then((bytes) => send(new Request(request, { body: bytes }), pending)).catch(reject);
+  }));
+  // The next request of a redirected fetch, or a TypeError saying why there is none.
+  const redirected = (pending, status, location) => {
+    const request = pending.request;
+    if (pending.mode === "error") throw new TypeError(`fetch to ${request.url}: redirected to ${location} (redirect: "error")`);
+    if (pending.hops === 20) throw new TypeError(`fetch to ${request.url}: more than 20 redirects`);
+    let next;
+    try { next = new URL(location, request.url).href; } catch { throw new TypeError(`fetch to ${request.url}: a redirect to an invalid URL (${location})`); }
+    const asGet = status === 303 ? request.method !== "HEAD" : status <= 302 && request.method === "POST";
+    const headers = new Headers(request.headers);
+    if (asGet) for (const name of ["content-type", "content-length", "content-encoding", "content-language", "content-location"]) headers.delete(name);
+    if (new URL(next).origin !== new URL(request.url).origin) headers.delete("authorization");
+    pending.hops++;
+    return new Request(next, { method: asGet ? "GET" : request.method, headers, body: asGet ? null : bytesOf(requestState(request)) });
+  };
   define("__portico_fetched", (id, status, pairs, body) => {
     const pending = fetches.get(id);
     if (!pending) return;
     fetches.delete(id);
+    const url = pending.request.url;
     let response;
     try {
       response = new Response(status === 204 || status === 304 ? null : body, { status, headers: { [TRUSTED]: pairs } });
     } catch (e) {
-      pending.reject(new TypeError(`fetch to ${pending.url}: the upstream answered status ${status}, which a Response cannot have`));
+      pending.reject(new TypeError(`fetch to ${url}: the upstream answered status ${status}, which a Response cannot have`));
       return;
     }
-    responseState(response)[7] = pending.url;
+    if (pending.mode !== "manual" && REDIRECTS.includes(status)) {
+      const location = response.headers.get("location");
+      if (location !== null) {
+        try { send(redirected(pending, status, location), pending); } catch (e) { pending.reject(e); }
+        return;
+      }
+    }
+    const state = responseState(response);
+    state[7] = url;
+    if (pending.hops > 0) state[8] = true;
     pending.resolve(response);
   });
   define("__portico_fetch_failed", (id, message) => {
