@@ -497,3 +497,65 @@ fn quote(out: &mut String, bytes: &[u8]) {
     flush(out, &bytes[plain..]);
     out.push('"');
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{js_number, quote};
+
+    fn number(n: f64) -> Option<String> {
+        let mut out = String::new();
+        js_number(&mut out, n).then_some(out)
+    }
+
+    #[test]
+    fn numbers_are_written_as_javascript_writes_them() {
+        for (n, text) in [
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (1.5e20, "150000000000000000000"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (0.000001, "0.000001"),
+            (0.0000015, "0.0000015"),
+            (12.59, "12.59"),
+            (-0.5, "-0.5"),
+            (1.23e-18, "1.23e-18"),
+            (5e-324, "5e-324"),
+            (1.5e308, "1.5e+308"),
+            (4294967296.5, "4294967296.5"),
+        ] {
+            assert_eq!(number(n).as_deref(), Some(text), "{n:e}");
+        }
+        // Seventeen digits are left to QuickJS (JavaScript breaks a tie in the last digit to even).
+        assert_eq!(number(0.30000000000000004), None);
+        assert_eq!(number(123456789012345680000.0), None);
+    }
+
+    #[test]
+    fn every_number_written_reads_back_as_itself() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..200_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let n = f64::from_bits(seed);
+            if !n.is_finite() {
+                continue;
+            }
+            if let Some(text) = number(n) {
+                assert_eq!(text.parse::<f64>().ok(), Some(n), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn strings_are_quoted_as_well_formed_json_stringify_quotes_them() {
+        let mut out = String::new();
+        quote(&mut out, "a\"b\\c\n\r\t\u{8}\u{c}\u{1}\u{7f} é€😀\u{2028}".as_bytes());
+        assert_eq!(out, "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0001\u{7f} é€😀\u{2028}\"");
+        // A lone surrogate, as QuickJS hands it over (its 3-byte form), is escaped; text around it is kept.
+        let mut out = String::new();
+        quote(&mut out, &[b'x', 0xed, 0xa0, 0x80, b'y', 0xed, 0xbf, 0xbf]);
+        assert_eq!(out, "\"x\\ud800y\\udfff\"");
+    }
+}
