@@ -202,15 +202,20 @@ def main():
     ap.add_argument("--load-threads", type=int, default=1, help="tokio worker threads of the load generator")
     ap.add_argument("--idle", type=int, default=10000, help="idle clients for the memory test (0: skip it)")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--portico", help="the portico binary to run (default: $CARGO_TARGET_DIR/release/portico)")
+    ap.add_argument("--load", help="the mqtt-load binary (default: $CARGO_TARGET_DIR/release/mqtt-load)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global PORTICO, LOAD
+    PORTICO = a.portico or PORTICO
+    LOAD = a.load or LOAD
     if not a.no_build:
         build()
     run.raise_fd_limit()
     n = os.cpu_count() or 1
     one_core, rest = ("0", f"1-{n - 1}") if n > 1 else (None, None)
     brokers = a.brokers.split(",")
-    scenarios = a.scenarios.split(",")
+    scenarios = [s for s in a.scenarios.split(",") if s]  # empty: the idle memory test only
     vers = versions()
     run.log(f"{vers['mosquitto']}; {vers['portico']}; {n} CPUs")
     work = tempfile.mkdtemp(prefix="mqtt-bench-")
