@@ -26,6 +26,7 @@ use crate::retained::Retained;
 use crate::router::{Route, Router};
 use crate::session::{Attachment, Dropped, Outgoing, Session, SessionRef, SubscriptionRecord};
 use crate::store::{unix_now, PersistedSession, PersistedSubscription, Store, StoreError, StoreOp};
+use crate::sys::{is_sys_topic, Figures, SysState};
 use crate::timers::Timers;
 use crate::topic::FilterRef;
 
@@ -65,13 +66,34 @@ struct Inner {
     next_connection: AtomicU64,
     /// Set by [`Broker::drain`]: every connection ends as at a server's shutdown.
     draining: AtomicBool,
+    /// Clients past CONNECT now, and the most there have been at once (`$SYS/broker/clients/...`).
+    connected: AtomicU64,
+    connected_max: AtomicU64,
+    /// `$SYS/broker/...`: the retained ones (apart from clients' retained messages, never stored), what was
+    /// published last, the interval in milliseconds (0: off) and the generation of the publishing timer
+    /// (a changed interval starts a new one; the old one stops at its next turn).
+    sys_retained: Retained,
+    sys: Mutex<SysState>,
+    sys_interval_ms: AtomicU64,
+    sys_generation: AtomicU64,
     /// Wakes the connections still before CONNECT when the broker drains (the others have their session's).
     drain: Notify,
 }
 
 enum TimerEvent {
-    Will { session: SessionRef, generation: u32, will: Box<Message> },
-    Expiry { session: SessionRef, generation: u32 },
+    Will {
+        session: SessionRef,
+        generation: u32,
+        will: Box<Message>,
+    },
+    Expiry {
+        session: SessionRef,
+        generation: u32,
+    },
+    /// Time to publish `$SYS` (from the timer of this generation).
+    Sys {
+        generation: u64,
+    },
 }
 
 /// A session in the broker's table, found by its client identifier (the session's own: the table keeps no
@@ -159,12 +181,19 @@ impl Broker {
             next_connection: AtomicU64::new(1),
             draining: AtomicBool::new(false),
             drain: Notify::new(),
+            connected: AtomicU64::new(0),
+            connected_max: AtomicU64::new(0),
+            sys_retained: Retained::new(),
+            sys: Mutex::new(SysState::new(Instant::now())),
+            sys_interval_ms: AtomicU64::new(0),
+            sys_generation: AtomicU64::new(0),
         });
         let _ = slot.set(Arc::downgrade(&inner));
         let broker = Broker { inner };
         if let Some(loaded) = loaded {
             broker.restore(loaded);
         }
+        broker.set_sys_interval(broker.inner.config.sys_interval);
         Ok(broker)
     }
 
@@ -310,6 +339,8 @@ impl Broker {
     pub fn connect(&self, params: ConnectParams) -> Attached {
         let ConnectParams { client_id, version, clean_start, expiry } = params;
         let connection = self.inner.next_connection.fetch_add(1, Ordering::Relaxed);
+        let connected = self.inner.connected.fetch_add(1, Ordering::Relaxed) + 1;
+        self.inner.connected_max.fetch_max(connected, Ordering::Relaxed);
         let mut table = self.sessions();
         let existing = table.get(&*client_id).map(|s| s.0.clone());
         let resumed = match existing {
@@ -381,6 +412,7 @@ impl Broker {
     /// Detaches `connection` from its session when the connection ends. `will` is the will to publish (an
     /// abnormal end, or DISCONNECT with 0x04) with its Will Delay Interval in seconds.
     pub fn disconnect(&self, session: &SessionRef, connection: u64, will: Option<(Message, u32)>) {
+        self.inner.connected.fetch_sub(1, Ordering::Relaxed);
         let mut state = session.lock();
         let mine = state.attachment.as_ref().is_some_and(|a| a.connection == connection);
         if mine {
@@ -446,8 +478,80 @@ impl Broker {
                     debug!(client_id = %session.client_id(), "session expired");
                     table.remove(&**session.client_id());
                     self.end_session(&session);
+                    self.inner.metrics.inc(0, Counter::SessionsExpired);
                 }
             }
+            TimerEvent::Sys { generation } => {
+                if generation != self.inner.sys_generation.load(Ordering::Relaxed) {
+                    return; // an older timer: the interval changed since
+                }
+                let interval = self.inner.sys_interval_ms.load(Ordering::Relaxed);
+                if interval > 0 {
+                    self.publish_sys();
+                    let at = Instant::now() + Duration::from_millis(interval);
+                    self.inner.timers.schedule(at, TimerEvent::Sys { generation });
+                }
+            }
+        }
+    }
+
+    /// Sets how often `$SYS/broker/...` is published (a reload): `0` stops it and removes the retained `$SYS`
+    /// messages (stale figures would mislead); otherwise they are published now and then at each interval.
+    pub fn set_sys_interval(&self, interval: Duration) {
+        let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.inner.sys_interval_ms.store(ms, Ordering::Relaxed);
+        let generation = self.inner.sys_generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if ms == 0 {
+            self.inner.sys_retained.clear();
+            self.sys_state().reset();
+        } else {
+            self.inner.timers.schedule(Instant::now(), TimerEvent::Sys { generation });
+        }
+    }
+
+    fn sys_state(&self) -> MutexGuard<'_, SysState> {
+        self.inner.sys.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The figures `$SYS` publishes, read now.
+    pub fn sys_figures(&self) -> Figures {
+        let m = &self.inner.metrics;
+        let get = |counters: &[Counter]| counters.iter().map(|&c| m.get(c).max(0) as u64).sum::<u64>();
+        let retained = self.retained_count() as u64;
+        let (mut sessions, mut held) = (0, 0);
+        for ByTableKey(session) in self.sessions().iter() {
+            let state = session.lock();
+            sessions += 1;
+            held += (state.inflight() + state.queued()) as u64;
+        }
+        Figures {
+            connected: self.inner.connected.load(Ordering::Relaxed),
+            connected_max: self.inner.connected_max.load(Ordering::Relaxed),
+            sessions,
+            expired: get(&[Counter::SessionsExpired]),
+            packets_received: get(&[Counter::PacketsReceived]),
+            packets_sent: get(&[Counter::PacketsSent]),
+            publish_received: get(&[Counter::ReceivedQos0, Counter::ReceivedQos1, Counter::ReceivedQos2]),
+            publish_sent: get(&[Counter::SentQos0, Counter::SentQos1, Counter::SentQos2]),
+            publish_dropped: get(&[Counter::DroppedQueueFull, Counter::DroppedOffline, Counter::DroppedTooLarge]),
+            bytes_received: get(&[Counter::BytesReceived]),
+            bytes_sent: get(&[Counter::BytesSent]),
+            sockets: get(&[Counter::ConnectionsAccepted]),
+            connects: get(&[Counter::Connects]),
+            subscriptions: self.subscription_count() as u64,
+            retained,
+            stored: retained + held,
+        }
+    }
+
+    /// Publishes the `$SYS` topics whose value changed, retained (in their own table), at QoS 0.
+    fn publish_sys(&self) {
+        let figures = self.sys_figures();
+        let changed = self.sys_state().update(&figures, Instant::now());
+        for (topic, value) in changed {
+            let message = Arc::new(Message::new(ByteString::from(topic), value.into(), QoS::AtMostOnce, true));
+            self.inner.sys_retained.set(message.clone(), None);
+            self.route(message, 0);
         }
     }
 
@@ -460,11 +564,20 @@ impl Broker {
     /// RETAIN is set). `worker` picks the metrics slot.
     pub fn publish(&self, message: Arc<Message>, worker: usize) -> Published {
         let store = self.inner.store.as_ref();
-        let mut published = Published::default();
+        let mut retained = false;
         if message.retain {
             self.inner.retained.set(message.clone(), store);
-            published.persisted = store.is_some();
+            retained = store.is_some();
         }
+        let mut published = self.route(message, worker);
+        published.persisted |= retained;
+        published
+    }
+
+    /// Delivers `message` to the session of every matching subscription.
+    fn route(&self, message: Arc<Message>, worker: usize) -> Published {
+        let store = self.inner.store.as_ref();
+        let mut published = Published::default();
         let mut routes: Vec<Route<SessionRef>> = Vec::new();
         self.inner.router.route(&message.topic, message.publisher, &mut routes);
         published.matched = routes.len();
@@ -502,6 +615,9 @@ impl Broker {
     ) -> Result<Option<impl std::future::Future<Output = Result<(), Arc<StoreError>>> + Send + 'static>, String> {
         if !crate::topic::is_valid_topic_name(topic) || topic.len() > usize::from(u16::MAX) || topic.contains('\0') {
             return Err(format!("{topic:?} is not a valid topic name"));
+        }
+        if is_sys_topic(topic) {
+            return Err(format!("{topic:?} is the broker's own ($SYS)"));
         }
         let received = match qos {
             QoS::AtMostOnce => Counter::ReceivedQos0,
@@ -543,7 +659,8 @@ impl Broker {
         };
         if send_retained && !parsed.is_shared() {
             let store = self.inner.store.as_ref();
-            for message in self.inner.retained.matching(parsed.filter) {
+            let sys = self.inner.sys_retained.matching(parsed.filter);
+            for message in sys.into_iter().chain(self.inner.retained.matching(parsed.filter)) {
                 let out = Outgoing {
                     qos: message.qos.min(options.qos),
                     retain: true, // [MQTT-3.3.1-8]

@@ -1,12 +1,19 @@
 //! The connection driver: [`serve`] runs one MQTT connection over any byte stream, from CONNECT to close,
 //! against a shared [`Broker`].
 //!
-//! One task per connection, on the worker's current-thread runtime, owning the stream, a read buffer and a
-//! write buffer. It waits on four things at once: bytes from the client, the session's wake-up (a message
-//! queued by a publisher on any worker), the oldest acknowledgement waiting for the store, and the keep-alive
-//! deadline; plus the takeover signal. Decoded packets share the read buffer's allocation (a PUBLISH
-//! payload routed to a thousand subscribers is one allocation); encoding copies it once per subscriber, into
-//! that subscriber's write buffer.
+//! One task per connection, on the worker's current-thread runtime, owning the stream. It waits on several
+//! things at once: bytes from the client, the session's wake-up (a message queued by a publisher on any
+//! worker, the session taken over, a drain), the oldest acknowledgement waiting for the store, the shutdown
+//! and the keep-alive deadline. Decoded packets share the read buffer's allocation (a PUBLISH payload routed
+//! to a thousand subscribers is one allocation); encoding copies it once per subscriber, into the write
+//! buffer.
+//!
+//! Memory: most of what an idle client costs is this task, so the connection keeps nothing it does not need
+//! while idle. Reads go into the worker's scratch buffer and are copied into a buffer of their size (which
+//! the packets decoded from it share, and which is let go once decoded); only a partial packet stays with the
+//! connection. The write buffer is the worker's, lent while the connection encodes and writes. The future is
+//! kept small (376 bytes): the CONNECT exchange and the ending are boxed futures of their own, the wait is
+//! one hand-written poll, and no `async fn` keeps its arguments twice (see [`serve_as`]).
 //!
 //! Acknowledgements (PUBACK, PUBREC, PUBCOMP, SUBACK, UNSUBACK) are written in the order of the packets they
 //! answer [MQTT-4.6.0-2]; one that depends on the store waits for its commit, and the ones behind it wait too,
@@ -44,6 +51,7 @@ use crate::metrics::Counter;
 use crate::router::FxHasher;
 use crate::session::Outbound;
 use crate::store::{StoreError, StoreOp};
+use crate::sys::is_sys_topic;
 
 /// How long a drain waits for the store to commit what the connection's pending acknowledgements depend on.
 pub const DRAIN_ACKS: Duration = Duration::from_secs(2);
@@ -180,6 +188,7 @@ where
     async move {
         let Opened { mut io, mut conn, mut shutdown } = opening.await?;
         conn.broker.metrics().inc(conn.worker, Counter::Connections);
+        conn.broker.metrics().inc(conn.worker, Counter::Connects);
         let result = conn.run(&mut io, shutdown.as_mut()).await;
         let (metrics, worker, version) = (conn.broker.metrics(), conn.worker, conn.version);
         metrics.add(worker, Counter::Connections, -1);
@@ -228,7 +237,9 @@ where
 {
     broker.metrics().inc(worker, Counter::ConnectionsAccepted);
     let limits = broker.limits();
-    let connecting = tokio::time::timeout(limits.connect_timeout, read_connect(&mut io, limits.max_packet_size));
+    let mut received = 0;
+    let connecting =
+        tokio::time::timeout(limits.connect_timeout, read_connect(&mut io, limits.max_packet_size, &mut received));
     let connect = tokio::select! {
         connect = connecting => match connect {
             Ok(Ok(connect)) => connect,
@@ -250,6 +261,8 @@ where
             return Err(ConnectionError::ServerShutdown);
         }
     };
+    broker.metrics().add(worker, Counter::BytesReceived, received as i64);
+    broker.metrics().inc(worker, Counter::PacketsReceived);
     match accept(&mut io, &connect, peer, certificate_user, &broker, worker, limits).await? {
         Some(conn) => Ok(Opened { io, conn, shutdown }),
         None => Err(ConnectionError::Refused(ReasonCode::ClientIdentifierNotValid)),
@@ -301,12 +314,12 @@ fn release_read(rbuf: &mut BytesMut) {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
-    /// Reads more bytes; `Ok(false)` at end of stream.
-    async fn read_more(&mut self) -> std::io::Result<bool> {
+    /// Reads more bytes: how many; `Ok(0)` at end of stream.
+    async fn read_more(&mut self) -> std::io::Result<usize> {
         std::future::poll_fn(|cx| self.poll_read_more(cx)).await
     }
 
-    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         if self.rbuf.is_empty() {
             return self.poll_read_scratch(cx);
         }
@@ -314,10 +327,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
         // state between polls: one is made for each.)
         self.rbuf.reserve(READ_CHUNK);
         let read = std::pin::pin!(self.stream.read_buf(&mut self.rbuf));
-        read.poll(cx).map_ok(|n| n > 0)
+        read.poll(cx)
     }
 
-    fn poll_read_scratch(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+    fn poll_read_scratch(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         SCRATCH.with(|scratch| {
             // Borrowed only within this poll; a second borrow cannot happen (a stream does not poll a
             // connection), but would read into a buffer of its own rather than panic.
@@ -333,13 +346,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
             let mut read = ReadBuf::new(buf);
             ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read))?;
             self.rbuf.extend_from_slice(read.filled());
-            Poll::Ready(Ok(!read.filled().is_empty()))
+            Poll::Ready(Ok(read.filled().len()))
         })
     }
 
-    /// Writes what is in the write buffer and gives the buffer back to the worker's pool.
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.wbuf.is_empty() {
+    /// Writes what is in the write buffer and gives the buffer back to the worker's pool; how many bytes.
+    async fn flush(&mut self) -> std::io::Result<usize> {
+        let written = self.wbuf.len();
+        if written > 0 {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();
         }
@@ -353,15 +367,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
                 });
             }
         }
-        Ok(())
+        Ok(written)
     }
 
-    /// Writes `packet` and closes (an error answer).
-    async fn send_and_close(&mut self, packet: Packet, version: ProtocolVersion) {
+    /// Writes `packet` and closes (an error answer); the bytes written.
+    async fn send_and_close(&mut self, packet: Packet, version: ProtocolVersion) -> usize {
+        let mut written = 0;
         if packet.encode(version, out(&mut self.wbuf)).is_ok() {
-            let _ = self.flush().await;
+            written = self.flush().await.unwrap_or(0);
         }
         let _ = self.stream.shutdown().await;
+        written
     }
 }
 
@@ -380,10 +396,11 @@ fn connect_level(buf: &[u8]) -> Option<u8> {
     buf.get(at + 2 + name_len).copied()
 }
 
-/// Reads the first packet, which must be CONNECT [MQTT-3.1.0-1].
+/// Reads the first packet, which must be CONNECT [MQTT-3.1.0-1]; `received` counts the bytes read.
 async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
     io: &mut Io<S>,
     max_packet_size: u32,
+    received: &mut usize,
 ) -> Result<Box<Connect>, ConnectionError> {
     loop {
         // Read before decoding, which consumes a whole packet even when it refuses it.
@@ -400,11 +417,10 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
                     what: "the first packet is not CONNECT [MQTT-3.1.0-1]",
                 });
             }
-            Ok(None) => {
-                if !io.read_more().await? {
-                    return Err(ConnectionError::ClosedBeforeConnect);
-                }
-            }
+            Ok(None) => match io.read_more().await? {
+                0 => return Err(ConnectionError::ClosedBeforeConnect),
+                n => *received += n,
+            },
             Err(err) => {
                 // CONNACK with the reason where the version has one: v5 takes any, 3.1.1 only "unacceptable
                 // protocol version" [MQTT-3.1.2-2]; otherwise just close [MQTT-4.8.0-1].
@@ -418,7 +434,9 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
                     _ => None,
                 };
                 match answer {
-                    Some((connack, version)) => io.send_and_close(Packet::ConnAck(connack), version).await,
+                    Some((connack, version)) => {
+                        io.send_and_close(Packet::ConnAck(connack), version).await;
+                    }
                     None => {
                         let _ = io.stream.shutdown().await;
                     }
@@ -498,7 +516,7 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     };
     // A will is a publish: the ACL must allow its topic (refused at CONNECT, as Mosquitto 2 does).
     if let Some(will) = &connect.will {
-        if !auth.acl.can_publish(user.as_deref(), &client_id, &will.topic) {
+        if is_sys_topic(&will.topic) || !auth.acl.can_publish(user.as_deref(), &client_id, &will.topic) {
             broker.metrics().inc(worker, Counter::ConnectRefused);
             broker.metrics().inc(worker, Counter::AclDeniedPublish);
             io.send_and_close(refuse(ReasonCode::NotAuthorized), version).await;
@@ -535,6 +553,7 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         reason: ReasonCode::ImplementationSpecificError,
         what: "CONNACK does not encode",
     })?;
+    broker.metrics().inc(worker, Counter::PacketsSent);
     let client_receive_maximum = connect.properties.receive_maximum.map_or(u16::MAX, |n| n.get());
     Ok(Some(Conn {
         broker: broker.clone(),
@@ -591,8 +610,8 @@ enum Event {
     Unread,
     /// The store committed what the oldest pending acknowledgement waits for (or failed).
     Committed(Result<(), Arc<StoreError>>),
-    /// Bytes read (`Ok(false)`: end of stream).
-    Read(std::io::Result<bool>),
+    /// Bytes read (`Ok(0)`: end of stream).
+    Read(std::io::Result<usize>),
     /// A message queued, the session taken from the connection, or a drain.
     Woken,
     Shutdown,
@@ -642,8 +661,9 @@ impl Conn {
                 if let Err(err) = self.take_outbound(io) {
                     break Err(err);
                 }
-                if let Err(err) = io.flush().await {
-                    break Err(err.into());
+                match io.flush().await {
+                    Ok(written) => self.broker.metrics().add(self.worker, Counter::BytesSent, written as i64),
+                    Err(err) => break Err(err.into()),
                 }
                 let event = std::future::poll_fn(|cx| {
                     if std::mem::take(&mut unread) {
@@ -661,11 +681,12 @@ impl Conn {
                         Ok(None)
                     }
                     Event::Committed(Err(err)) => Err(ConnectionError::Store(err)),
-                    Event::Read(Ok(true)) => {
+                    Event::Read(Ok(0)) => Err(ConnectionError::Closed),
+                    Event::Read(Ok(n)) => {
                         last_seen = Instant::now();
+                        self.broker.metrics().add(self.worker, Counter::BytesReceived, n as i64);
                         self.process(io)
                     }
-                    Event::Read(Ok(false)) => Err(ConnectionError::Closed),
                     Event::Read(Err(err)) => Err(err.into()),
                     Event::Woken => Ok(None),
                     Event::Shutdown => Err(ConnectionError::ServerShutdown),
@@ -738,10 +759,12 @@ impl Conn {
         io: &mut Io<S>,
         ended: Result<bool, ConnectionError>,
     ) -> Result<bool, ConnectionError> {
+        let broker = self.broker.clone();
+        let metrics = broker.metrics();
         let err = match ended {
             Ok(discard_will) => {
                 self.write_ready_acks(io);
-                let _ = io.flush().await;
+                metrics.add(self.worker, Counter::BytesSent, io.flush().await.unwrap_or(0) as i64);
                 let _ = io.stream.shutdown().await;
                 return Ok(discard_will);
             }
@@ -765,10 +788,12 @@ impl Conn {
                     ConnectionError::TakenOver => "session taken over".to_string(),
                     err => err.to_string(),
                 };
-                io.send_and_close(disconnect_packet(reason, &text), self.version).await
+                let written = io.send_and_close(disconnect_packet(reason, &text), self.version).await;
+                metrics.add(self.worker, Counter::BytesSent, written as i64);
+                metrics.inc(self.worker, Counter::PacketsSent);
             }
             _ => {
-                let _ = io.flush().await;
+                metrics.add(self.worker, Counter::BytesSent, io.flush().await.unwrap_or(0) as i64);
                 let _ = io.stream.shutdown().await;
             }
         }
@@ -780,13 +805,26 @@ impl Conn {
         let max = self.limits.max_packet_size;
         let Io { rbuf, wbuf, .. } = io;
         let out = out(wbuf);
-        let mut ended = None;
-        while let Some(packet) = Packet::decode(rbuf, self.version, max)? {
-            if let Some(discard_will) = self.handle(packet, out)? {
-                ended = Some(discard_will);
-                break;
+        let (mut ended, mut packets) = (None, 0);
+        let result = loop {
+            match Packet::decode(rbuf, self.version, max) {
+                Ok(Some(packet)) => {
+                    packets += 1;
+                    match self.handle(packet, out) {
+                        Ok(None) => {}
+                        Ok(Some(discard_will)) => {
+                            ended = Some(discard_will);
+                            break Ok(());
+                        }
+                        Err(err) => break Err(err),
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(err.into()),
             }
-        }
+        };
+        self.broker.metrics().add(self.worker, Counter::PacketsReceived, packets);
+        result?;
         release_read(rbuf);
         Ok(ended)
     }
@@ -865,6 +903,7 @@ impl Conn {
             }
             // Acks are small and fixed-shape: encoding cannot fail.
             let _ = packet.encode(self.version, out);
+            self.broker.metrics().inc(self.worker, Counter::PacketsSent);
         } else {
             self.pending.push_back(PendingAck { wait, packet, frees_inbound });
         }
@@ -895,6 +934,7 @@ impl Conn {
             return;
         }
         let out = out(&mut io.wbuf);
+        let mut written = 0;
         while self.pending.front().is_some_and(|p| p.wait.is_none()) {
             let Some(ack) = self.pending.pop_front() else { break };
             if ack.frees_inbound {
@@ -902,7 +942,9 @@ impl Conn {
             }
             // Acks are small and fixed-shape: encoding cannot fail.
             let _ = ack.packet.encode(self.version, out);
+            written += 1;
         }
+        self.broker.metrics().add(self.worker, Counter::PacketsSent, written);
         self.pending.release_if_empty();
     }
 
@@ -968,9 +1010,10 @@ impl Conn {
             }
             return Ok(());
         }
-        if !self.broker.auth().acl.can_publish(self.user.as_deref(), session.client_id(), &publish.topic) {
-            // Not authorized: v5 says so in the acknowledgement; v3 has no way to, so the message is
-            // acknowledged and dropped, as Mosquitto does. QoS 0: dropped.
+        let acl = &self.broker.auth().acl;
+        if is_sys_topic(&publish.topic) || !acl.can_publish(self.user.as_deref(), session.client_id(), &publish.topic) {
+            // Not authorized (`$SYS` is the broker's): v5 says so in the acknowledgement; v3 has no way to, so
+            // the message is acknowledged and dropped, as Mosquitto does. QoS 0: dropped.
             metrics.inc(self.worker, Counter::AclDeniedPublish);
             let reason = if v5 { ReasonCode::NotAuthorized } else { ReasonCode::Success };
             match publish.qos {
@@ -1099,6 +1142,7 @@ impl Conn {
         let mut outbound = OUTBOUND.with(Cell::take);
         state.take_outbound(usize::from(self.send_window), session.client_id(), store, &mut outbound);
         let out = out(&mut io.wbuf);
+        let mut sent = 0;
         for outbound in outbound.drain(..) {
             let packet = match outbound {
                 Outbound::Publish(publish) => Packet::Publish(publish),
@@ -1106,6 +1150,7 @@ impl Conn {
             };
             let fits = packet.encoded_len(self.version).is_ok_and(|len| len <= self.client_max_packet as usize);
             if fits && packet.encode(self.version, out).is_ok() {
+                sent += 1;
                 if let Packet::Publish(publish) = &packet {
                     self.broker.metrics().inc(
                         self.worker,
@@ -1125,6 +1170,7 @@ impl Conn {
             }
         }
         OUTBOUND.with(|cell| cell.set(outbound));
+        self.broker.metrics().add(self.worker, Counter::PacketsSent, sent);
         Ok(())
     }
 }

@@ -1,12 +1,13 @@
 //! The broker as a plane of the gateway: the listeners with `protocol: mqtt` are served on every worker
-//! thread with [`serve_until`], after the TLS handshake when the listener has `tls:`; the broker's metrics go
+//! thread with [`serve_as`], after the TLS handshake when the listener has `tls:`; the broker's metrics go
 //! to the admin server's `/metrics` through [`MqttView`].
 //!
 //! One [`Broker`] per process, opened at start-up from the `mqtt:` section ([`broker_config`]). The
 //! listeners themselves (their TLS acceptor, connection limit and counters) are the running configuration's,
 //! which the binary hands over through [`Listeners`]: a reload's new certificates serve new MQTT connections
 //! as they do HTTP ones, and the listener counters (`portico_tls_handshakes_total`, `portico_panics_total`)
-//! count MQTT connections too. On shutdown every MQTT connection is drained (see [`serve_until`]).
+//! count MQTT connections too. On shutdown every MQTT connection is drained ([`Broker::drain`], see
+//! [`crate::serve_until`]), signalled once per worker rather than through a future each connection keeps.
 
 use crate::auth::{Access, Acl, AclEntry, Auth, AuthError, Users};
 use crate::broker::Broker;
@@ -66,6 +67,7 @@ pub fn broker_config(loaded: &LoadedConfig) -> BrokerConfig {
         }),
         limits: limits(&mqtt.limits),
         auth: Auth::default(),
+        sys_interval: mqtt.sys_interval.0,
     }
 }
 
@@ -133,6 +135,10 @@ pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_co
     if before.limits != after.limits {
         broker.set_limits(limits(&after.limits));
         tracing::info!("MQTT limits reloaded: new connections get them");
+    }
+    if before.sys_interval != after.sys_interval {
+        broker.set_sys_interval(after.sys_interval.0);
+        tracing::info!(sys_interval = %after.sys_interval, "MQTT $SYS interval reloaded");
     }
     if before.persistence != after.persistence {
         tracing::warn!("`mqtt.persistence` is applied at start-up; restart to change it");
@@ -251,6 +257,7 @@ mod tests {
         .expect("valid");
         let config = broker_config(&loaded);
         assert_eq!(format!("{:?}", config.limits), format!("{:?}", Limits::default()));
+        assert_eq!(config.sys_interval, crate::config::DEFAULT_SYS_INTERVAL);
         let persistence = config.persistence.expect("persistence");
         let expected = PersistenceConfig::new("/etc/portico/data/store.redb");
         assert_eq!(format!("{persistence:?}"), format!("{expected:?}"));
