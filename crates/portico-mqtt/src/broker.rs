@@ -487,7 +487,7 @@ impl Broker {
                 }
                 let interval = self.inner.sys_interval_ms.load(Ordering::Relaxed);
                 if interval > 0 {
-                    self.publish_sys();
+                    self.publish_sys(generation);
                     let at = Instant::now() + Duration::from_millis(interval);
                     self.inner.timers.schedule(at, TimerEvent::Sys { generation });
                 }
@@ -502,8 +502,10 @@ impl Broker {
         self.inner.sys_interval_ms.store(ms, Ordering::Relaxed);
         let generation = self.inner.sys_generation.fetch_add(1, Ordering::Relaxed) + 1;
         if ms == 0 {
+            // Under the state's lock, which a publication in progress holds: it ends before this clears.
+            let mut sys = self.sys_state();
             self.inner.sys_retained.clear();
-            self.sys_state().reset();
+            sys.reset();
         } else {
             self.inner.timers.schedule(Instant::now(), TimerEvent::Sys { generation });
         }
@@ -544,10 +546,15 @@ impl Broker {
         }
     }
 
-    /// Publishes the `$SYS` topics whose value changed, retained (in their own table), at QoS 0.
-    fn publish_sys(&self) {
+    /// Publishes the `$SYS` topics whose value changed, retained (in their own table), at QoS 0; unless the
+    /// interval changed since the timer of `generation` fired (it might have turned `$SYS` off).
+    fn publish_sys(&self, generation: u64) {
         let figures = self.sys_figures();
-        let changed = self.sys_state().update(&figures, Instant::now());
+        let mut sys = self.sys_state();
+        if generation != self.inner.sys_generation.load(Ordering::Relaxed) {
+            return;
+        }
+        let changed = sys.update(&figures, Instant::now());
         for (topic, value) in changed {
             let message = Arc::new(Message::new(ByteString::from(topic), value.into(), QoS::AtMostOnce, true));
             self.inner.sys_retained.set(message.clone(), None);
