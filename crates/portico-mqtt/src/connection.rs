@@ -662,6 +662,7 @@ impl Conn {
                     break Err(err);
                 }
                 match io.flush().await {
+                    Ok(0) => {}
                     Ok(written) => self.broker.metrics().add(self.worker, Counter::BytesSent, written as i64),
                     Err(err) => break Err(err.into()),
                 }
