@@ -22,6 +22,11 @@ Reports per scenario and broker: delivered messages per second, broker CPU micro
 end-to-end latency, and Portico/Mosquitto ratios. Medians of the runs, with the spread. Idle memory: RSS of the
 broker with N connected clients, each with one subscription, that do nothing.
 
+`--callgrind` runs each broker under `valgrind --tool=callgrind` and reports, instead of CPU time, the broker's
+user-space instructions per delivered message between the load generator's START and END lines (zeroed and
+dumped there with callgrind_control): repeatable where CPU time on a shared machine is not. Throughput and
+latency are then those of a broker slowed down some fifty times, and mean nothing.
+
 Standard library only; builds Portico (`cargo build --release -p portico`) and bench/mqtt-load.
 """
 
@@ -88,6 +93,9 @@ def versions():
     return {"mosquitto": mosq, "portico": port}
 
 
+CALLGRIND = False
+
+
 def start_broker(name, work, port, pin):
     d = os.path.join(work, f"{name}-{port}")
     os.makedirs(d, exist_ok=True)
@@ -110,10 +118,13 @@ def start_broker(name, work, port, pin):
             if name.endswith("+persist"):
                 f.write(f"mqtt:\n  persistence: {{ path: {d}/store, fsync: true }}\n")
         args = [PORTICO, "run", "-c", conf]
+    if CALLGRIND:
+        args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/callgrind.out"] + args
     if pin is not None:
         args = ["taskset", "-c", pin] + args
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "stderr.log"), "w"))
-    run.wait_port(port)
+    proc.bench_dir = d
+    run.wait_port(port, timeout=60 if CALLGRIND else 10)
     time.sleep(0.3)
     return proc
 
@@ -143,6 +154,9 @@ def measure(a, name, proc, port, scenario, load_pin, persist):
         line = line.strip()
         if line in ("START", "END"):
             t[line] = (run.Bench.cpu_ticks(pids), time.monotonic())
+            if CALLGRIND:
+                subprocess.run(["callgrind_control", "-z" if line == "START" else "-d", str(proc.pid)],
+                               stdout=subprocess.DEVNULL, check=True)
         elif line.startswith("{"):
             result = json.loads(line)
     lp.wait()
@@ -155,7 +169,20 @@ def measure(a, name, proc, port, scenario, load_pin, persist):
     result["cpu_sys_us"] = (s1 - s0) / TICK / delivered * 1e6
     result["broker_cores"] = ((u1 - u0) + (s1 - s0)) / TICK / result["seconds"]
     result["rss_kib"] = run.Bench.rss_kib(pids)
+    if CALLGRIND:
+        result["instructions"] = callgrind_total(os.path.join(proc.bench_dir, "callgrind.out")) / delivered
     return result
+
+
+def callgrind_total(out):
+    """The instructions of the last dump of `out` (callgrind_control -d writes OUT.1, OUT.2, ...)."""
+    dumps = sorted((f for f in os.listdir(os.path.dirname(out)) if f.startswith(os.path.basename(out) + ".")),
+                   key=lambda f: int(f.rsplit(".", 1)[1]))
+    with open(os.path.join(os.path.dirname(out), dumps[-1])) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dumps[-1]}")
 
 
 def idle_memory(a, name, work, port, pin, load_pin):
@@ -202,15 +229,24 @@ def main():
     ap.add_argument("--load-threads", type=int, default=1, help="tokio worker threads of the load generator")
     ap.add_argument("--idle", type=int, default=10000, help="idle clients for the memory test (0: skip it)")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--portico", help="the portico binary to run (default: $CARGO_TARGET_DIR/release/portico)")
+    ap.add_argument("--load", help="the mqtt-load binary (default: $CARGO_TARGET_DIR/release/mqtt-load)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instructions per delivered message, each broker under callgrind (see above)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global CALLGRIND
+    CALLGRIND = a.callgrind
+    global PORTICO, LOAD
+    PORTICO = a.portico or PORTICO
+    LOAD = a.load or LOAD
     if not a.no_build:
         build()
     run.raise_fd_limit()
     n = os.cpu_count() or 1
     one_core, rest = ("0", f"1-{n - 1}") if n > 1 else (None, None)
     brokers = a.brokers.split(",")
-    scenarios = a.scenarios.split(",")
+    scenarios = [s for s in a.scenarios.split(",") if s]  # empty: the idle memory test only
     vers = versions()
     run.log(f"{vers['mosquitto']}; {vers['portico']}; {n} CPUs")
     work = tempfile.mkdtemp(prefix="mqtt-bench-")
@@ -232,9 +268,10 @@ def main():
                 finally:
                     stop(proc)
                 runs.append(res)
+                instr = f", {res['instructions']:,.0f} instructions/msg" if "instructions" in res else ""
                 run.log(f"{sc} {name} run {r + 1}: {res['delivered_per_s']:.0f} msg/s, {res['cpu_us']:.2f} us/msg, "
                         f"p50 {res['p50_ms']:.3f} ms, p99 {res['p99_ms']:.3f} ms, lost {res['lost']}, "
-                        f"stalls {res['stalls']}, broker {res['broker_cores']:.2f} cores")
+                        f"stalls {res['stalls']}, broker {res['broker_cores']:.2f} cores{instr}")
             results[(sc, name)] = runs
     idle = {}
     if a.idle:
@@ -271,6 +308,16 @@ def main():
             cspread = f" ({clo:.2f}-{chi:.2f})" if len(runs) > 1 else ""
             print(f"| {sc} | {name} | {rate:,.0f}{spread} | {cpu:.2f}{cspread} | {fmt(p50, '.2f')} | "
                   f"{fmt(p99, '.2f')} | {r_rate} | {r_cpu} |")
+    if a.callgrind:
+        print("\n| scenario | broker | instructions per delivered message |")
+        print("|---|---|---:|")
+        for sc in scenarios:
+            for name in brokers:
+                runs = results.get((sc, name))
+                if runs:
+                    ins, lo, hi = med([x["instructions"] for x in runs])
+                    spread = f" ({lo:,.0f}-{hi:,.0f})" if len(runs) > 1 else ""
+                    print(f"| {sc} | {name} | {ins:,.0f}{spread} |")
     if idle:
         print(f"\n| broker | idle clients connected | RSS before | RSS with them | bytes per client |")
         print("|---|---:|---:|---:|---:|")

@@ -92,6 +92,14 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
     if l.connect_timeout.0.is_zero() {
         err("mqtt.limits.connect_timeout", "connect_timeout must be above 0".into(), Some("the default is 10s"));
     }
+    let sys = mqtt.sys_interval.0;
+    if sys.subsec_nanos() != 0 || sys.as_secs() > 24 * 3600 {
+        err(
+            "mqtt.sys_interval",
+            format!("sys_interval must be whole seconds, at most 1d, got {}", mqtt.sys_interval),
+            Some("the default is 10s; 0s turns $SYS off"),
+        );
+    }
     if mqtt.auth.password_file.as_deref().is_some_and(|p| p.trim().is_empty()) {
         err("mqtt.auth.password_file", "the password file's path is empty".into(), None);
     }
@@ -197,6 +205,7 @@ mod tests {
         assert_eq!((p.path.as_str(), p.fsync, p.on_corrupt_store), ("data/mqtt", true, OnCorruptStore::MoveAside));
         assert!(p.commit_delay.0.is_zero());
         assert_eq!(loaded.config.mqtt.limits, crate::schema::MqttLimits::default());
+        assert_eq!(loaded.config.mqtt.sys_interval, crate::units::HumanDuration::secs(10));
         let plain = crate::load_str("listeners: [ { name: w, address: 127.0.0.1:1 } ]\n", "t.yaml").unwrap();
         assert_eq!(plain.config.listeners[0].protocol, ListenerProtocol::Http);
         assert!(plain.config.mqtt.persistence.is_none());
@@ -205,9 +214,9 @@ mod tests {
     #[test]
     fn out_of_range_limits_are_reported_where_they_are_written() {
         let p = problems(
-            "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  limits:\n    receive_maximum: 70000\n    max_keepalive: 1500ms\n    max_packet_size: 1GiB\n    max_queued_messages: 0\n  persistence: { path: \"\", commit_delay: 5s }\n",
+            "listeners: [ { name: m, address: 127.0.0.1:1883, protocol: mqtt } ]\nmqtt:\n  limits:\n    receive_maximum: 70000\n    max_keepalive: 1500ms\n    max_packet_size: 1GiB\n    max_queued_messages: 0\n  persistence: { path: \"\", commit_delay: 5s }\n  sys_interval: 1500ms\n",
         );
-        assert_eq!(p.len(), 6, "{p:#?}");
+        assert_eq!(p.len(), 7, "{p:#?}");
         assert!(p[0].starts_with("4:22 receive_maximum must be between 1 and 65535"), "{p:#?}");
         assert!(p[1].starts_with("5:20 max_keepalive must be whole seconds"), "{p:#?}");
         assert!(p[2].starts_with("6:22 max_packet_size must be between"), "{p:#?}");
@@ -216,6 +225,7 @@ mod tests {
             p[4].contains("the store's path is empty") && p[5].contains("commit_delay may be at most 1s"),
             "{p:#?}"
         );
+        assert!(p[6].starts_with("9:17 sys_interval must be whole seconds"), "{p:#?}");
     }
 
     #[test]

@@ -160,7 +160,7 @@ pub enum ListenerProtocol {
 }
 
 /// The MQTT broker (`mqtt:`). Every key has a default; the defaults are those of `portico_mqtt::config`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Mqtt {
     /// Where sessions, their subscriptions and queued messages, and retained messages are kept. Absent: in
@@ -172,6 +172,21 @@ pub struct Mqtt {
     /// Who may publish and subscribe to what: the first entry that matches decides; none: allowed when the
     /// list is empty, denied otherwise.
     pub acl: Vec<MqttAclEntry>,
+    /// How often the broker publishes its figures under `$SYS/broker/...` (Mosquitto's `sys_interval`); `0s`:
+    /// never. Whole seconds.
+    pub sys_interval: HumanDuration,
+}
+
+impl Default for Mqtt {
+    fn default() -> Self {
+        Mqtt {
+            persistence: None,
+            limits: MqttLimits::default(),
+            auth: MqttAuth::default(),
+            acl: Vec::new(),
+            sys_interval: HumanDuration::secs(10),
+        }
+    }
 }
 
 /// Authentication of MQTT clients (`mqtt.auth`).

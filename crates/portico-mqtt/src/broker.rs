@@ -7,14 +7,15 @@
 //! state, then the router or the retained table. Routing takes the router's read lock, collects the routes,
 //! releases it, then takes each destination session's lock in turn.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytestring::ByteString;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tracing::{debug, info};
 
 use crate::codec::{ProtocolVersion, QoS, RetainHandling, SubscriptionId, SubscriptionOptions};
@@ -25,6 +26,7 @@ use crate::retained::Retained;
 use crate::router::{Route, Router};
 use crate::session::{Attachment, Dropped, Outgoing, Session, SessionRef, SubscriptionRecord};
 use crate::store::{unix_now, PersistedSession, PersistedSubscription, Store, StoreError, StoreOp};
+use crate::sys::{is_sys_topic, Figures, SysState};
 use crate::timers::Timers;
 use crate::topic::FilterRef;
 
@@ -55,19 +57,68 @@ struct Inner {
     limits: arc_swap::ArcSwap<Limits>,
     auth: arc_swap::ArcSwap<crate::auth::Auth>,
     router: Router<SessionRef>,
-    sessions: Mutex<HashMap<ByteString, SessionRef>>,
+    sessions: Mutex<HashSet<ByTableKey>>,
     retained: Retained,
     store: Option<Store>,
     timers: Timers<TimerEvent>,
     metrics: Metrics,
     next_key: AtomicU64,
     next_connection: AtomicU64,
+    /// Set by [`Broker::drain`]: every connection ends as at a server's shutdown.
+    draining: AtomicBool,
+    /// Clients past CONNECT now, and the most there have been at once (`$SYS/broker/clients/...`).
+    connected: AtomicU64,
+    connected_max: AtomicU64,
+    /// `$SYS/broker/...`: the retained ones (apart from clients' retained messages, never stored), what was
+    /// published last, the interval in milliseconds (0: off) and the generation of the publishing timer
+    /// (a changed interval starts a new one; the old one stops at its next turn).
+    sys_retained: Retained,
+    sys: Mutex<SysState>,
+    sys_interval_ms: AtomicU64,
+    sys_generation: AtomicU64,
+    /// Wakes the connections still before CONNECT when the broker drains (the others have their session's).
+    drain: Notify,
 }
 
 enum TimerEvent {
-    Will { session: SessionRef, generation: u64, will: Box<Message> },
-    Expiry { session: SessionRef, generation: u64 },
+    Will {
+        session: SessionRef,
+        generation: u32,
+        will: Box<Message>,
+    },
+    Expiry {
+        session: SessionRef,
+        generation: u32,
+    },
+    /// Time to publish `$SYS` (from the timer of this generation).
+    Sys {
+        generation: u64,
+    },
 }
+
+/// A session in the broker's table, found by its client identifier (the session's own: the table keeps no
+/// copy of it).
+struct ByTableKey(SessionRef);
+
+impl Borrow<str> for ByTableKey {
+    fn borrow(&self) -> &str {
+        self.0.client_id()
+    }
+}
+
+impl std::hash::Hash for ByTableKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self.0.client_id()).hash(state)
+    }
+}
+
+impl PartialEq for ByTableKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.client_id() == other.0.client_id()
+    }
+}
+
+impl Eq for ByTableKey {}
 
 /// What [`Broker::connect`] is asked for.
 #[derive(Clone, Debug)]
@@ -85,10 +136,6 @@ pub struct Attached {
     pub session: SessionRef,
     pub connection: u64,
     pub session_present: bool,
-    /// Woken when a message is queued for the session.
-    pub wake: Arc<Notify>,
-    /// Resolves when another connection takes the session over.
-    pub kicked: oneshot::Receiver<()>,
 }
 
 /// What publishing a message did.
@@ -125,19 +172,28 @@ impl Broker {
             auth: arc_swap::ArcSwap::from_pointee(config.auth.clone()),
             config,
             router: Router::new(),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashSet::new()),
             retained: Retained::new(),
             store,
             timers,
             metrics: Metrics::new(slots),
             next_key: AtomicU64::new(1),
             next_connection: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+            drain: Notify::new(),
+            connected: AtomicU64::new(0),
+            connected_max: AtomicU64::new(0),
+            sys_retained: Retained::new(),
+            sys: Mutex::new(SysState::new(Instant::now())),
+            sys_interval_ms: AtomicU64::new(0),
+            sys_generation: AtomicU64::new(0),
         });
         let _ = slot.set(Arc::downgrade(&inner));
         let broker = Broker { inner };
         if let Some(loaded) = loaded {
             broker.restore(loaded);
         }
+        broker.set_sys_interval(broker.inner.config.sys_interval);
         Ok(broker)
     }
 
@@ -165,9 +221,7 @@ impl Broker {
                 let mut state = session.lock();
                 for sub in &stored.session.subscriptions {
                     self.inner.router.subscribe(&sub.filter, session.clone(), sub.options, sub.id);
-                    state
-                        .subscriptions
-                        .insert(sub.filter.clone(), SubscriptionRecord { options: sub.options, id: sub.id });
+                    state.subscriptions.insert(&sub.filter, SubscriptionRecord { options: sub.options, id: sub.id });
                 }
                 state.inbound_qos2.extend(stored.inbound_qos2);
             }
@@ -176,7 +230,7 @@ impl Broker {
                 session.restore(seq, message);
             }
             self.schedule_expiry(&session, 0, Duration::from_secs(left));
-            self.sessions().insert(stored.client_id, session);
+            self.sessions().replace(ByTableKey(session));
             sessions += 1;
         }
         info!(sessions, messages, retained = self.inner.retained.len(), skipped = loaded.skipped, "MQTT store loaded");
@@ -230,7 +284,7 @@ impl Broker {
         self.inner.store.as_ref().map(Store::sync)
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<ByteString, SessionRef>> {
+    fn sessions(&self) -> MutexGuard<'_, HashSet<ByTableKey>> {
         self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -246,19 +300,54 @@ impl Broker {
         self.inner.retained.len()
     }
 
+    /// Drains every connection, as the shutdown future of [`crate::serve_until`] does one: what the store
+    /// commits in time is acknowledged, v5 clients get DISCONNECT Server shutting down (0x8B), connections
+    /// close. For the gateway's shutdown: one signal reaches every connection through what it already waits
+    /// on (its session's wake-up), instead of a shutdown future kept by each idle connection. Connections
+    /// made afterwards close at once.
+    pub fn drain(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+        self.inner.drain.notify_waiters();
+        for ByTableKey(session) in self.sessions().iter() {
+            if let Some(attachment) = &mut session.lock().attachment {
+                attachment.wake();
+            }
+        }
+    }
+
+    /// Whether [`Broker::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    /// Completes once [`Broker::drain`] is called.
+    pub async fn drained(&self) {
+        loop {
+            let notified = self.inner.drain.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the flag is read, so a drain in between is not missed.
+            notified.as_mut().enable();
+            if self.is_draining() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Attaches a new connection to the session of `params.client_id`: resumes it unless `clean_start` or
     /// there is none, and takes it over from a connection still attached [MQTT-3.1.4-3].
     pub fn connect(&self, params: ConnectParams) -> Attached {
+        let ConnectParams { client_id, version, clean_start, expiry } = params;
         let connection = self.inner.next_connection.fetch_add(1, Ordering::Relaxed);
-        let wake = Arc::new(Notify::new());
-        let (kick, kicked) = oneshot::channel();
+        let connected = self.inner.connected.fetch_add(1, Ordering::Relaxed) + 1;
+        self.inner.connected_max.fetch_max(connected, Ordering::Relaxed);
         let mut table = self.sessions();
-        let existing = table.get(&params.client_id).cloned();
+        let existing = table.get(&*client_id).map(|s| s.0.clone());
         let resumed = match existing {
-            Some(session) if !params.clean_start && !session.lock().ended => Some(session),
+            Some(session) if !clean_start && !session.lock().ended => Some(session),
             Some(session) => {
                 self.end_session(&session);
-                table.remove(&params.client_id);
+                table.remove(&*client_id);
                 None
             }
             None => None,
@@ -268,34 +357,36 @@ impl Broker {
             Some(session) => session,
             None => {
                 let key = self.inner.next_key.fetch_add(1, Ordering::Relaxed);
-                let session = SessionRef(Arc::new(Session::new(key, params.client_id.clone(), params.version, 0)));
-                table.insert(params.client_id.clone(), session.clone());
+                // The identifier moves into the session: one allocation, shared by nothing else.
+                let session = SessionRef(Arc::new(Session::new(key, client_id, version, 0)));
+                table.replace(ByTableKey(session.clone()));
                 session
             }
         };
         drop(table);
         let mut state = session.lock();
-        if let Some(mut old) = state.attachment.take() {
-            debug!(client_id = %params.client_id, "session taken over");
-            if let Some(kick) = old.kick.take() {
-                let _ = kick.send(());
-            }
+        if let Some(old) = state.attachment.take() {
+            debug!(client_id = %session.client_id(), "session taken over");
+            old.detached();
         }
         let was_persistent = state.is_persistent();
         state.prepare_redelivery();
-        state.generation += 1;
-        state.expiry = params.expiry;
-        state.version = params.version;
-        state.attachment = Some(Attachment { connection, wake: wake.clone(), kick: Some(kick) });
+        state.generation = state.generation.wrapping_add(1);
+        state.expiry = expiry;
+        state.version = version;
+        // Nothing to wake: the connection's loop starts by sending what the session holds.
+        state.attachment = Some(Attachment::new(connection));
         if state.is_persistent() {
-            self.submit(StoreOp::PutSession { client_id: params.client_id.clone(), session: persisted(&state, None) });
+            self.submit(StoreOp::PutSession {
+                client_id: session.client_id().clone(),
+                session: persisted(&state, None),
+            });
         } else if was_persistent {
-            self.submit(StoreOp::DeleteSession { client_id: params.client_id.clone() });
+            self.submit(StoreOp::DeleteSession { client_id: session.client_id().clone() });
         }
         drop(state);
         session.set_online(true);
-        wake.notify_one(); // Redeliver what the session holds.
-        Attached { session, connection, session_present, wake, kicked }
+        Attached { session, connection, session_present }
     }
 
     /// Ends a session: no more deliveries, its subscriptions out of the router, its records out of the store.
@@ -306,10 +397,8 @@ impl Broker {
             return;
         }
         state.ended = true;
-        if let Some(mut attachment) = state.attachment.take() {
-            if let Some(kick) = attachment.kick.take() {
-                let _ = kick.send(());
-            }
+        if let Some(attachment) = state.attachment.take() {
+            attachment.detached();
         }
         session.set_online(false);
         for filter in state.subscriptions.keys() {
@@ -323,6 +412,7 @@ impl Broker {
     /// Detaches `connection` from its session when the connection ends. `will` is the will to publish (an
     /// abnormal end, or DISCONNECT with 0x04) with its Will Delay Interval in seconds.
     pub fn disconnect(&self, session: &SessionRef, connection: u64, will: Option<(Message, u32)>) {
+        self.inner.connected.fetch_sub(1, Ordering::Relaxed);
         let mut state = session.lock();
         let mine = state.attachment.as_ref().is_some_and(|a| a.connection == connection);
         if mine {
@@ -353,8 +443,8 @@ impl Broker {
         if mine && !ended {
             if expiry == 0 {
                 let mut table = self.sessions();
-                if table.get(session.client_id()).is_some_and(|s| Arc::ptr_eq(&s.0, &session.0)) {
-                    table.remove(session.client_id());
+                if table.get(&**session.client_id()).is_some_and(|s| Arc::ptr_eq(&s.0 .0, &session.0)) {
+                    table.remove(&**session.client_id());
                 }
                 self.end_session(session);
             } else {
@@ -363,7 +453,7 @@ impl Broker {
         }
     }
 
-    fn schedule_expiry(&self, session: &SessionRef, generation: u64, after: Duration) {
+    fn schedule_expiry(&self, session: &SessionRef, generation: u32, after: Duration) {
         // Interval caps keep this far below Instant's range; a saturating add guards the rest.
         let at = Instant::now().checked_add(after).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
         self.inner.timers.schedule(at, TimerEvent::Expiry { session: session.clone(), generation });
@@ -386,10 +476,89 @@ impl Broker {
                 drop(state);
                 if due {
                     debug!(client_id = %session.client_id(), "session expired");
-                    table.remove(session.client_id());
+                    table.remove(&**session.client_id());
                     self.end_session(&session);
+                    self.inner.metrics.inc(0, Counter::SessionsExpired);
                 }
             }
+            TimerEvent::Sys { generation } => {
+                if generation != self.inner.sys_generation.load(Ordering::Relaxed) {
+                    return; // an older timer: the interval changed since
+                }
+                let interval = self.inner.sys_interval_ms.load(Ordering::Relaxed);
+                if interval > 0 {
+                    self.publish_sys(generation);
+                    let at = Instant::now() + Duration::from_millis(interval);
+                    self.inner.timers.schedule(at, TimerEvent::Sys { generation });
+                }
+            }
+        }
+    }
+
+    /// Sets how often `$SYS/broker/...` is published (a reload): `0` stops it and removes the retained `$SYS`
+    /// messages (stale figures would mislead); otherwise they are published now and then at each interval.
+    pub fn set_sys_interval(&self, interval: Duration) {
+        let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.inner.sys_interval_ms.store(ms, Ordering::Relaxed);
+        let generation = self.inner.sys_generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if ms == 0 {
+            // Under the state's lock, which a publication in progress holds: it ends before this clears.
+            let mut sys = self.sys_state();
+            self.inner.sys_retained.clear();
+            sys.reset();
+        } else {
+            self.inner.timers.schedule(Instant::now(), TimerEvent::Sys { generation });
+        }
+    }
+
+    fn sys_state(&self) -> MutexGuard<'_, SysState> {
+        self.inner.sys.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The figures `$SYS` publishes, read now.
+    pub fn sys_figures(&self) -> Figures {
+        let m = &self.inner.metrics;
+        let get = |counters: &[Counter]| counters.iter().map(|&c| m.get(c).max(0) as u64).sum::<u64>();
+        let retained = self.retained_count() as u64;
+        let (mut sessions, mut held) = (0, 0);
+        for ByTableKey(session) in self.sessions().iter() {
+            let state = session.lock();
+            sessions += 1;
+            held += (state.inflight() + state.queued()) as u64;
+        }
+        Figures {
+            connected: self.inner.connected.load(Ordering::Relaxed),
+            connected_max: self.inner.connected_max.load(Ordering::Relaxed),
+            sessions,
+            expired: get(&[Counter::SessionsExpired]),
+            packets_received: get(&[Counter::PacketsReceived]),
+            packets_sent: get(&[Counter::PacketsSent]),
+            publish_received: get(&[Counter::ReceivedQos0, Counter::ReceivedQos1, Counter::ReceivedQos2]),
+            publish_sent: get(&[Counter::SentQos0, Counter::SentQos1, Counter::SentQos2]),
+            publish_dropped: get(&[Counter::DroppedQueueFull, Counter::DroppedOffline, Counter::DroppedTooLarge]),
+            bytes_received: get(&[Counter::BytesReceived]),
+            bytes_sent: get(&[Counter::BytesSent]),
+            sockets: get(&[Counter::ConnectionsAccepted]),
+            connects: get(&[Counter::Connects]),
+            subscriptions: self.subscription_count() as u64,
+            retained,
+            stored: retained + held,
+        }
+    }
+
+    /// Publishes the `$SYS` topics whose value changed, retained (in their own table), at QoS 0; unless the
+    /// interval changed since the timer of `generation` fired (it might have turned `$SYS` off).
+    fn publish_sys(&self, generation: u64) {
+        let figures = self.sys_figures();
+        let mut sys = self.sys_state();
+        if generation != self.inner.sys_generation.load(Ordering::Relaxed) {
+            return;
+        }
+        let changed = sys.update(&figures, Instant::now());
+        for (topic, value) in changed {
+            let message = Arc::new(Message::new(ByteString::from(topic), value.into(), QoS::AtMostOnce, true));
+            self.inner.sys_retained.set(message.clone(), None);
+            self.route(message, 0);
         }
     }
 
@@ -402,11 +571,20 @@ impl Broker {
     /// RETAIN is set). `worker` picks the metrics slot.
     pub fn publish(&self, message: Arc<Message>, worker: usize) -> Published {
         let store = self.inner.store.as_ref();
-        let mut published = Published::default();
+        let mut retained = false;
         if message.retain {
             self.inner.retained.set(message.clone(), store);
-            published.persisted = store.is_some();
+            retained = store.is_some();
         }
+        let mut published = self.route(message, worker);
+        published.persisted |= retained;
+        published
+    }
+
+    /// Delivers `message` to the session of every matching subscription.
+    fn route(&self, message: Arc<Message>, worker: usize) -> Published {
+        let store = self.inner.store.as_ref();
+        let mut published = Published::default();
         let mut routes: Vec<Route<SessionRef>> = Vec::new();
         self.inner.router.route(&message.topic, message.publisher, &mut routes);
         published.matched = routes.len();
@@ -445,6 +623,9 @@ impl Broker {
         if !crate::topic::is_valid_topic_name(topic) || topic.len() > usize::from(u16::MAX) || topic.contains('\0') {
             return Err(format!("{topic:?} is not a valid topic name"));
         }
+        if is_sys_topic(topic) {
+            return Err(format!("{topic:?} is the broker's own ($SYS)"));
+        }
         let received = match qos {
             QoS::AtMostOnce => Counter::ReceivedQos0,
             QoS::AtLeastOnce => Counter::ReceivedQos1,
@@ -468,7 +649,7 @@ impl Broker {
     ) -> bool {
         let mut state = session.lock();
         let existed = self.inner.router.subscribe(filter, session.clone(), options, id);
-        state.subscriptions.insert(filter.clone(), SubscriptionRecord { options, id });
+        state.subscriptions.insert(filter, SubscriptionRecord { options, id });
         let persist = state.is_persistent() && self.inner.store.is_some();
         if persist {
             self.submit(StoreOp::PutSession {
@@ -485,7 +666,8 @@ impl Broker {
         };
         if send_retained && !parsed.is_shared() {
             let store = self.inner.store.as_ref();
-            for message in self.inner.retained.matching(parsed.filter) {
+            let sys = self.inner.sys_retained.matching(parsed.filter);
+            for message in sys.into_iter().chain(self.inner.retained.matching(parsed.filter)) {
                 let out = Outgoing {
                     qos: message.qos.min(options.qos),
                     retain: true, // [MQTT-3.3.1-8]
@@ -619,7 +801,7 @@ impl Broker {
             &[("", m.get(Counter::WillsPublished))],
         );
         let (mut inflight, mut queued) = (0, 0);
-        for session in self.sessions().values() {
+        for ByTableKey(session) in self.sessions().iter() {
             let state = session.lock();
             inflight += state.inflight() as i64;
             queued += state.queued() as i64;
@@ -669,7 +851,7 @@ fn persisted(state: &crate::session::SessionState, disconnected_at: Option<u64>)
             .subscriptions
             .iter()
             .map(|(filter, record)| PersistedSubscription {
-                filter: filter.clone(),
+                filter: ByteString::from(filter),
                 options: record.options,
                 id: record.id,
             })

@@ -21,15 +21,30 @@ pub const DEFAULT_MAX_SESSION_EXPIRY: u32 = 7 * 24 * 3600;
 pub const DEFAULT_TOPIC_ALIAS_MAXIMUM: u16 = 32;
 /// A connection that has not sent CONNECT by then is closed (a slowloris guard).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Mosquitto's `sys_interval` default: `$SYS/broker/...` every 10 seconds.
+pub const DEFAULT_SYS_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The broker's configuration.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct BrokerConfig {
     /// `None`: sessions and retained messages live in memory only and die with the process.
     pub persistence: Option<PersistenceConfig>,
     pub limits: Limits,
     /// Who may connect, publish and subscribe (default: anyone, anything).
     pub auth: crate::auth::Auth,
+    /// How often `$SYS/broker/...` is published ([`crate::sys`]); zero: never.
+    pub sys_interval: Duration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            persistence: None,
+            limits: Limits::default(),
+            auth: crate::auth::Auth::default(),
+            sys_interval: DEFAULT_SYS_INTERVAL,
+        }
+    }
 }
 
 /// Limits per connection and session.

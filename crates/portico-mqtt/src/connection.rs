@@ -1,12 +1,19 @@
 //! The connection driver: [`serve`] runs one MQTT connection over any byte stream, from CONNECT to close,
 //! against a shared [`Broker`].
 //!
-//! One task per connection, on the worker's current-thread runtime, owning the stream, a read buffer and a
-//! write buffer. It waits on four things at once: bytes from the client, the session's wake-up (a message
-//! queued by a publisher on any worker), the oldest acknowledgement waiting for the store, and the keep-alive
-//! deadline; plus the takeover signal. Decoded packets share the read buffer's allocation (a PUBLISH
-//! payload routed to a thousand subscribers is one allocation); encoding copies it once per subscriber, into
-//! that subscriber's write buffer.
+//! One task per connection, on the worker's current-thread runtime, owning the stream. It waits on several
+//! things at once: bytes from the client, the session's wake-up (a message queued by a publisher on any
+//! worker, the session taken over, a drain), the oldest acknowledgement waiting for the store, the shutdown
+//! and the keep-alive deadline. Decoded packets share the read buffer's allocation (a PUBLISH payload routed
+//! to a thousand subscribers is one allocation); encoding copies it once per subscriber, into the write
+//! buffer.
+//!
+//! Memory: most of what an idle client costs is this task, so the connection keeps nothing it does not need
+//! while idle. Reads go into the worker's scratch buffer and are copied into a buffer of their size (which
+//! the packets decoded from it share, and which is let go once decoded); only a partial packet stays with the
+//! connection. The write buffer is the worker's, lent while the connection encodes and writes. The future is
+//! kept small (376 bytes): the CONNECT exchange and the ending are boxed futures of their own, the wait is
+//! one hand-written poll, and no `async fn` keeps its arguments twice (see [`serve_as`]).
 //!
 //! Acknowledgements (PUBACK, PUBREC, PUBCOMP, SUBACK, UNSUBACK) are written in the order of the packets they
 //! answer [MQTT-4.6.0-2]; one that depends on the store waits for its commit, and the ones behind it wait too,
@@ -16,17 +23,20 @@
 //! in v5, with a DISCONNECT carrying the reason code (a CONNACK before the connection is accepted) and the
 //! connection is closed; the will is then published as after any abnormal end.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use bytestring::ByteString;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::time::sleep_until;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::Sleep;
 use tracing::debug;
 
 use crate::auth::Verdict;
@@ -38,11 +48,10 @@ use crate::codec::{
 use crate::config::Limits;
 use crate::message::Message;
 use crate::metrics::Counter;
+use crate::router::FxHasher;
 use crate::session::Outbound;
 use crate::store::{StoreError, StoreOp};
-
-/// Bytes read from the socket at a time, at least.
-const READ_CHUNK: usize = 8 * 1024;
+use crate::sys::is_sys_topic;
 
 /// How long a drain waits for the store to commit what the connection's pending acknowledgements depend on.
 pub const DRAIN_ACKS: Duration = Duration::from_secs(2);
@@ -84,13 +93,53 @@ struct PendingAck {
     frees_inbound: bool,
 }
 
+/// The acknowledgements waiting for the store, or behind one that does: boxed, and only while there are
+/// some (a connection without persistence never has any).
+#[derive(Default)]
+#[allow(clippy::box_collection)] // 8 bytes in every connection's future rather than 32
+struct Pending(Option<Box<VecDeque<PendingAck>>>);
+
+impl Pending {
+    fn front(&self) -> Option<&PendingAck> {
+        self.0.as_ref().and_then(|queue| queue.front())
+    }
+
+    fn front_mut(&mut self) -> Option<&mut PendingAck> {
+        self.0.as_mut().and_then(|queue| queue.front_mut())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.front().is_none()
+    }
+
+    fn push_back(&mut self, ack: PendingAck) {
+        self.0.get_or_insert_with(Default::default).push_back(ack);
+    }
+
+    fn pop_front(&mut self) -> Option<PendingAck> {
+        self.0.as_mut().and_then(|queue| queue.pop_front())
+    }
+
+    /// Each holds a whole packet: not kept by a connection that has gone quiet.
+    fn release_if_empty(&mut self) {
+        if self.is_empty() {
+            self.0 = None;
+        }
+    }
+}
+
 /// Serves one connection until it ends. `worker` is the index of the worker thread (for per-worker metrics).
 /// The future is not `Send`-bound by design: it runs on the worker's current-thread runtime.
-pub async fn serve<S>(stream: S, peer: SocketAddr, broker: &Broker, worker: usize) -> Result<(), ConnectionError>
+pub fn serve<S>(
+    stream: S,
+    peer: SocketAddr,
+    broker: &Broker,
+    worker: usize,
+) -> impl Future<Output = Result<(), ConnectionError>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    serve_until(stream, peer, broker, worker, std::future::pending()).await
+    serve_as(stream, peer, None, broker, worker, std::future::pending())
 }
 
 /// [`serve`], ended by the server when `shutdown` completes (a graceful drain): acknowledgements already
@@ -98,39 +147,99 @@ where
 /// client gets DISCONNECT with Server shutting down (0x8B) and the connection closes; a 3.1/3.1.1 client's
 /// connection just closes (those versions have no server DISCONNECT). The will is published as after any
 /// connection the server closes [MQTT-3.1.2-8]. A connection still before CONNECT is closed at once.
-pub async fn serve_until<S, F>(
+pub fn serve_until<S, F>(
     stream: S,
     peer: SocketAddr,
     broker: &Broker,
     worker: usize,
     shutdown: F,
-) -> Result<(), ConnectionError>
+) -> impl Future<Output = Result<(), ConnectionError>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: Future<Output = ()>,
 {
-    serve_as(stream, peer, None, broker, worker, shutdown).await
+    serve_as(stream, peer, None, broker, worker, shutdown)
 }
 
 /// [`serve_until`] for a client whose verified TLS certificate names it `certificate_user` (its CN, or
 /// first SAN): with `mqtt.auth.use_certificate_as_username` that is its user name, and no password is asked.
-pub async fn serve_as<S, F>(
+///
+/// The connection also ends as at `shutdown` when the broker drains ([`Broker::drain`]).
+///
+/// Not an `async fn`, to keep the future small (it is most of what an idle client costs): an `async fn`
+/// keeps its arguments for its whole life beside the copies it works on, so the stream and `shutdown` would
+/// be there twice. Here the CONNECT exchange is made (boxed, so its timer and packet are freed once the
+/// connection is accepted) before the future, which then only awaits it, and `shutdown` is pinned in a box
+/// (which allocates nothing for [`serve`]'s, which has no size).
+pub fn serve_as<S, F>(
     stream: S,
     peer: SocketAddr,
     certificate_user: Option<String>,
     broker: &Broker,
     worker: usize,
     shutdown: F,
-) -> Result<(), ConnectionError>
+) -> impl Future<Output = Result<(), ConnectionError>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: Future<Output = ()>,
 {
-    let mut shutdown = std::pin::pin!(shutdown);
+    let io = Io { stream, rbuf: BytesMut::new(), wbuf: BytesMut::new() };
+    let opening = Box::pin(open(io, peer, certificate_user, broker.clone(), worker, Box::pin(shutdown)));
+    async move {
+        let Opened { mut io, mut conn, mut shutdown } = opening.await?;
+        conn.broker.metrics().inc(conn.worker, Counter::Connections);
+        conn.broker.metrics().inc(conn.worker, Counter::Connects);
+        let result = conn.run(&mut io, shutdown.as_mut()).await;
+        let (metrics, worker, version) = (conn.broker.metrics(), conn.worker, conn.version);
+        metrics.add(worker, Counter::Connections, -1);
+        // Anything but a DISCONNECT without 0x04 publishes the will [MQTT-3.1.2-8], [MQTT-3.14.4-3].
+        let will = match (&result, conn.will.take()) {
+            (Ok(true), _) | (_, None) => None,
+            (_, Some(will)) => {
+                let delay = will.properties.will_delay_interval.unwrap_or(0);
+                Some((Message::from_will(&will), delay))
+            }
+        };
+        conn.broker.disconnect(&conn.attached.session, conn.attached.connection, will);
+        match &result {
+            Err(ConnectionError::TakenOver) => metrics.inc(worker, Counter::TakenOver),
+            Err(ConnectionError::KeepAliveTimeout) => metrics.inc(worker, Counter::KeepAliveTimeouts),
+            Err(ConnectionError::Decode(_) | ConnectionError::Protocol { .. }) => {
+                metrics.inc(worker, Counter::ProtocolErrors)
+            }
+            _ => {}
+        }
+        debug!(peer = %conn.peer, client_id = %conn.attached.session.client_id(), %version, result = ?result.as_ref().err(), "MQTT connection ended");
+        result.map(|_| ())
+    }
+}
+
+/// An accepted connection, its stream, and what ends it.
+struct Opened<S, F> {
+    io: Io<S>,
+    conn: Conn,
+    shutdown: Pin<Box<F>>,
+}
+
+/// From the first byte to CONNACK: reads CONNECT (within the connect timeout, or until `shutdown` or a
+/// drain), checks it and attaches the session.
+async fn open<S, F>(
+    mut io: Io<S>,
+    peer: SocketAddr,
+    certificate_user: Option<String>,
+    broker: Broker,
+    worker: usize,
+    mut shutdown: Pin<Box<F>>,
+) -> Result<Opened<S, F>, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = ()>,
+{
     broker.metrics().inc(worker, Counter::ConnectionsAccepted);
-    let mut io = Io { stream, rbuf: BytesMut::with_capacity(READ_CHUNK), wbuf: BytesMut::new() };
     let limits = broker.limits();
-    let connecting = tokio::time::timeout(limits.connect_timeout, read_connect(&mut io, limits.max_packet_size));
+    let mut received = 0;
+    let connecting =
+        tokio::time::timeout(limits.connect_timeout, read_connect(&mut io, limits.max_packet_size, &mut received));
     let connect = tokio::select! {
         connect = connecting => match connect {
             Ok(Ok(connect)) => connect,
@@ -143,68 +252,132 @@ where
             }
             Err(_) => return Err(ConnectionError::ConnectTimeout),
         },
-        _ = &mut shutdown => {
+        _ = shutdown.as_mut() => {
+            let _ = io.stream.shutdown().await;
+            return Err(ConnectionError::ServerShutdown);
+        }
+        _ = broker.drained() => {
             let _ = io.stream.shutdown().await;
             return Err(ConnectionError::ServerShutdown);
         }
     };
-    let version = connect.version;
-    let mut conn = match accept(&mut io, &connect, peer, certificate_user, broker, worker, limits).await? {
-        Some(conn) => conn,
-        None => return Err(ConnectionError::Refused(ReasonCode::ClientIdentifierNotValid)),
-    };
-    broker.metrics().inc(worker, Counter::Connections);
-    let result = conn.run(&mut io, shutdown).await;
-    broker.metrics().add(worker, Counter::Connections, -1);
-    // Anything but a DISCONNECT without 0x04 publishes the will [MQTT-3.1.2-8], [MQTT-3.14.4-3].
-    let will = match (&result, conn.will.take()) {
-        (Ok(true), _) | (_, None) => None,
-        (_, Some(will)) => {
-            let delay = will.properties.will_delay_interval.unwrap_or(0);
-            Some((Message::from_will(&will), delay))
-        }
-    };
-    broker.disconnect(&conn.attached.session, conn.attached.connection, will);
-    match &result {
-        Err(ConnectionError::TakenOver) => broker.metrics().inc(worker, Counter::TakenOver),
-        Err(ConnectionError::KeepAliveTimeout) => broker.metrics().inc(worker, Counter::KeepAliveTimeouts),
-        Err(ConnectionError::Decode(_) | ConnectionError::Protocol { .. }) => {
-            broker.metrics().inc(worker, Counter::ProtocolErrors)
-        }
-        _ => {}
+    broker.metrics().add(worker, Counter::BytesReceived, received as i64);
+    broker.metrics().inc(worker, Counter::PacketsReceived);
+    match accept(&mut io, &connect, peer, certificate_user, &broker, worker, limits).await? {
+        Some(conn) => Ok(Opened { io, conn, shutdown }),
+        None => Err(ConnectionError::Refused(ReasonCode::ClientIdentifierNotValid)),
     }
-    debug!(%peer, client_id = %conn.attached.session.client_id(), %version, result = ?result.as_ref().err(), "MQTT connection ended");
-    result.map(|_| ())
 }
 
-/// The stream and its buffers.
+/// Read from the socket into a connection's own buffer at a time, at least, while a packet is incomplete.
+const READ_CHUNK: usize = 8 * 1024;
+/// The worker's shared read buffer.
+const READ_SCRATCH: usize = 16 * 1024;
+/// A write buffer larger than this is freed after its flush rather than kept for the worker's next writer.
+const POOLED_WRITE_MAX: usize = 256 * 1024;
+
+thread_local! {
+    /// Where a connection with no partial packet reads, and so every idle connection waits: what arrives is
+    /// copied into a buffer of its size, which the packets decoded from it share. An idle connection keeps no
+    /// read buffer; a busy one copies the first read of each burst (the rest go into its own buffer).
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_SCRATCH].into_boxed_slice());
+    /// The write buffer a connection borrows while it encodes and writes, returned once written: an idle
+    /// connection keeps none, and the worker's writers share one warm buffer.
+    static WRITE_POOL: Cell<BytesMut> = Cell::new(BytesMut::new());
+    /// What `take_outbound` hands over, reused by every connection of the worker.
+    static OUTBOUND: Cell<Vec<Outbound>> = const { Cell::new(Vec::new()) };
+}
+
+/// The stream and its buffers: `rbuf` holds only bytes not yet decoded (a partial packet), `wbuf` only
+/// what is being written (borrowed from [`WRITE_POOL`] by [`out`]); both are empty and unallocated while the
+/// connection is idle.
 struct Io<S> {
     stream: S,
     rbuf: BytesMut,
     wbuf: BytesMut,
 }
 
+/// The write buffer to encode into, borrowed from the worker's pool if the connection holds none.
+fn out(wbuf: &mut BytesMut) -> &mut BytesMut {
+    if wbuf.capacity() == 0 {
+        *wbuf = WRITE_POOL.with(Cell::take);
+    }
+    wbuf
+}
+
+/// Gives the read buffer up once everything in it is decoded (the packets taken from it keep their bytes).
+/// Also when it has no room left: an empty view of a shared buffer still keeps the buffer.
+fn release_read(rbuf: &mut BytesMut) {
+    if rbuf.is_empty() {
+        *rbuf = BytesMut::new();
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
-    /// Reads more bytes; `Ok(false)` at end of stream.
-    async fn read_more(&mut self) -> std::io::Result<bool> {
-        self.rbuf.reserve(READ_CHUNK);
-        Ok(self.stream.read_buf(&mut self.rbuf).await? > 0)
+    /// Reads more bytes: how many; `Ok(0)` at end of stream.
+    async fn read_more(&mut self) -> std::io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_read_more(cx)).await
     }
 
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.wbuf.is_empty() {
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        if self.rbuf.is_empty() {
+            return self.poll_read_scratch(cx);
+        }
+        // Mid-packet: the rest goes straight into the connection's buffer. (A `read_buf` future holds no
+        // state between polls: one is made for each.)
+        self.rbuf.reserve(READ_CHUNK);
+        let read = std::pin::pin!(self.stream.read_buf(&mut self.rbuf));
+        read.poll(cx)
+    }
+
+    fn poll_read_scratch(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        SCRATCH.with(|scratch| {
+            // Borrowed only within this poll; a second borrow cannot happen (a stream does not poll a
+            // connection), but would read into a buffer of its own rather than panic.
+            let mut own = Vec::new();
+            let mut borrowed = scratch.try_borrow_mut();
+            let buf: &mut [u8] = match &mut borrowed {
+                Ok(scratch) => scratch,
+                Err(_) => {
+                    own.resize(READ_CHUNK, 0);
+                    &mut own
+                }
+            };
+            let mut read = ReadBuf::new(buf);
+            ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read))?;
+            self.rbuf.extend_from_slice(read.filled());
+            Poll::Ready(Ok(read.filled().len()))
+        })
+    }
+
+    /// Writes what is in the write buffer and gives the buffer back to the worker's pool; how many bytes.
+    async fn flush(&mut self) -> std::io::Result<usize> {
+        let written = self.wbuf.len();
+        if written > 0 {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();
         }
-        Ok(())
+        if self.wbuf.capacity() > 0 {
+            let buf = std::mem::take(&mut self.wbuf);
+            if buf.capacity() <= POOLED_WRITE_MAX {
+                // Keep the larger of the two: another connection may have returned one while this one waited.
+                WRITE_POOL.with(|pool| {
+                    let pooled = pool.take();
+                    pool.set(if pooled.capacity() >= buf.capacity() { pooled } else { buf });
+                });
+            }
+        }
+        Ok(written)
     }
 
-    /// Writes `packet` and closes (an error answer).
-    async fn send_and_close(&mut self, packet: Packet, version: ProtocolVersion) {
-        if packet.encode(version, &mut self.wbuf).is_ok() {
-            let _ = self.flush().await;
+    /// Writes `packet` and closes (an error answer); the bytes written.
+    async fn send_and_close(&mut self, packet: Packet, version: ProtocolVersion) -> usize {
+        let mut written = 0;
+        if packet.encode(version, out(&mut self.wbuf)).is_ok() {
+            written = self.flush().await.unwrap_or(0);
         }
         let _ = self.stream.shutdown().await;
+        written
     }
 }
 
@@ -223,16 +396,20 @@ fn connect_level(buf: &[u8]) -> Option<u8> {
     buf.get(at + 2 + name_len).copied()
 }
 
-/// Reads the first packet, which must be CONNECT [MQTT-3.1.0-1].
+/// Reads the first packet, which must be CONNECT [MQTT-3.1.0-1]; `received` counts the bytes read.
 async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
     io: &mut Io<S>,
     max_packet_size: u32,
+    received: &mut usize,
 ) -> Result<Box<Connect>, ConnectionError> {
     loop {
         // Read before decoding, which consumes a whole packet even when it refuses it.
         let level = connect_level(&io.rbuf);
         match Packet::decode(&mut io.rbuf, ProtocolVersion::V5, max_packet_size) {
-            Ok(Some(Packet::Connect(connect))) => return Ok(connect),
+            Ok(Some(Packet::Connect(connect))) => {
+                release_read(&mut io.rbuf);
+                return Ok(connect);
+            }
             Ok(Some(_)) => {
                 let _ = io.stream.shutdown().await;
                 return Err(ConnectionError::Protocol {
@@ -240,11 +417,10 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
                     what: "the first packet is not CONNECT [MQTT-3.1.0-1]",
                 });
             }
-            Ok(None) => {
-                if !io.read_more().await? {
-                    return Err(ConnectionError::ClosedBeforeConnect);
-                }
-            }
+            Ok(None) => match io.read_more().await? {
+                0 => return Err(ConnectionError::ClosedBeforeConnect),
+                n => *received += n,
+            },
             Err(err) => {
                 // CONNACK with the reason where the version has one: v5 takes any, 3.1.1 only "unacceptable
                 // protocol version" [MQTT-3.1.2-2]; otherwise just close [MQTT-4.8.0-1].
@@ -258,7 +434,9 @@ async fn read_connect<S: AsyncRead + AsyncWrite + Unpin>(
                     _ => None,
                 };
                 match answer {
-                    Some((connack, version)) => io.send_and_close(Packet::ConnAck(connack), version).await,
+                    Some((connack, version)) => {
+                        io.send_and_close(Packet::ConnAck(connack), version).await;
+                    }
                     None => {
                         let _ = io.stream.shutdown().await;
                     }
@@ -305,7 +483,8 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         assigned = Some(id.clone());
         id
     } else {
-        connect.client_id.clone()
+        // A copy: the session keeps it, and a slice would keep the whole read that brought CONNECT.
+        ByteString::from(&*connect.client_id)
     };
     // Credentials, checked against the users and ACL in force now; a password hash is slow on purpose, so
     // it is checked on a blocking thread, not the worker's.
@@ -337,7 +516,7 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     };
     // A will is a publish: the ACL must allow its topic (refused at CONNECT, as Mosquitto 2 does).
     if let Some(will) = &connect.will {
-        if !auth.acl.can_publish(user.as_deref(), &client_id, &will.topic) {
+        if is_sys_topic(&will.topic) || !auth.acl.can_publish(user.as_deref(), &client_id, &will.topic) {
             broker.metrics().inc(worker, Counter::ConnectRefused);
             broker.metrics().inc(worker, Counter::AclDeniedPublish);
             io.send_and_close(refuse(ReasonCode::NotAuthorized), version).await;
@@ -370,55 +549,74 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             ..ConnAckProperties::default()
         };
     }
-    Packet::ConnAck(connack).encode(version, &mut io.wbuf).map_err(|_| ConnectionError::Protocol {
+    Packet::ConnAck(connack).encode(version, out(&mut io.wbuf)).map_err(|_| ConnectionError::Protocol {
         reason: ReasonCode::ImplementationSpecificError,
         what: "CONNACK does not encode",
     })?;
+    broker.metrics().inc(worker, Counter::PacketsSent);
     let client_receive_maximum = connect.properties.receive_maximum.map_or(u16::MAX, |n| n.get());
     Ok(Some(Conn {
         broker: broker.clone(),
+        peer,
         worker,
         version,
-        send_window: usize::from(client_receive_maximum.min(limits.max_inflight)),
+        send_window: client_receive_maximum.min(limits.max_inflight),
         client_max_packet: connect.properties.maximum_packet_size.map_or(u32::MAX, |n| n.get()),
-        keep_alive: (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500)),
-        will: connect.will.clone(),
+        keep_alive,
+        will: connect.will.clone().map(Box::new),
         session_expiry_was_zero: requested_expiry == 0,
-        aliases: HashMap::new(),
-        pending: VecDeque::new(),
+        aliases: None,
+        pending: Pending::default(),
         inbound_qos1: 0,
-        outbound: Vec::new(),
         attached,
         limits,
-        user,
+        user: user.map(String::into_boxed_str),
     }))
 }
 
 /// An accepted connection's state.
 struct Conn {
     broker: Broker,
+    peer: SocketAddr,
     /// The authenticated user name (`None`: anonymous), for the ACL.
-    user: Option<String>,
+    user: Option<Box<str>>,
     worker: usize,
     version: ProtocolVersion,
     attached: Attached,
     /// The broker's limits when the connection was accepted (a reload does not change what CONNACK said).
     limits: Arc<Limits>,
     /// QoS 1 and 2 messages the broker may have in flight to the client.
-    send_window: usize,
+    send_window: u16,
     /// The client's Maximum Packet Size (v5).
     client_max_packet: u32,
-    /// 1.5 times the Keep Alive [MQTT-3.1.2-24]; `None` when it is 0.
-    keep_alive: Option<Duration>,
-    will: Option<Will>,
+    /// The Keep Alive in force, seconds (0: off); the client may be silent 1.5 times that [MQTT-3.1.2-24].
+    keep_alive: u16,
+    /// Boxed: most connections leave none, and the connection's future holds this for its whole life.
+    will: Option<Box<Will>>,
     /// For [MQTT-3.14.2-2]: a DISCONNECT may not set a non-zero Session Expiry Interval then.
     session_expiry_was_zero: bool,
-    /// Topic aliases the client has defined (v5, 3.3.2.3.4).
-    aliases: HashMap<u16, ByteString>,
-    pending: VecDeque<PendingAck>,
+    /// Topic aliases the client has defined (v5, 3.3.2.3.4); boxed, made by the first.
+    #[allow(clippy::box_collection)] // 8 bytes in every connection's future rather than 32
+    aliases: Option<Box<HashMap<u16, ByteString, BuildHasherDefault<FxHasher>>>>,
+    /// Acknowledgements waiting for the store, or behind one that does (the others are written at once).
+    pending: Pending,
     /// QoS 1 PUBLISHes not yet PUBACKed (with the session's QoS 2 identifiers, the inbound window).
-    inbound_qos1: usize,
-    outbound: Vec<Outbound>,
+    inbound_qos1: u32,
+}
+
+/// What ends a wait of [`Conn::run`].
+enum Event {
+    /// Bytes that came with CONNECT are there to handle.
+    Unread,
+    /// The store committed what the oldest pending acknowledgement waits for (or failed).
+    Committed(Result<(), Arc<StoreError>>),
+    /// Bytes read (`Ok(0)`: end of stream).
+    Read(std::io::Result<usize>),
+    /// A message queued, the session taken from the connection, or a drain.
+    Woken,
+    Shutdown,
+    /// The keep-alive timer fired; whether the client was silent for the whole period is checked then.
+    KeepAlive,
 }
 
 /// A server DISCONNECT, with a Reason String saying why (allowed whatever Request Problem Information says,
@@ -437,114 +635,208 @@ fn protocol(reason: ReasonCode, what: &'static str) -> ConnectionError {
 impl Conn {
     /// Runs until the connection ends. `Ok(true)`: a normal DISCONNECT that discards the will; `Ok(false)`:
     /// DISCONNECT with "Disconnect with Will Message" (0x04).
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
-        &mut self,
-        io: &mut Io<S>,
-        mut shutdown: Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<bool, ConnectionError> {
-        let wake = self.attached.wake.clone();
-        let mut last_seen = Instant::now();
-        // Packets that arrived in the same read as CONNECT (a client may send them without waiting for CONNACK)
-        // are handled first: no further read may come to trigger them.
-        let mut unread = !io.rbuf.is_empty();
-        loop {
-            self.write_ready_acks(io);
-            self.take_outbound(io);
-            io.flush().await?;
-            let deadline = self.keep_alive.map(|d| tokio::time::Instant::from_std(last_seen + d));
-            let front_wait = self.pending.front_mut().and_then(|p| p.wait.as_mut());
-            let has_wait = front_wait.is_some();
-            let outcome: Result<Option<bool>, ConnectionError> = tokio::select! {
-                biased;
-                _ = std::future::ready(()), if unread => {
-                    unread = false;
-                    self.process(io)
+    ///
+    /// This loop is where an idle connection waits, so its future is kept small: one hand-written wait
+    /// ([`Conn::poll_event`]) instead of a `select!` over futures, the keep-alive timer boxed (and only for
+    /// clients with a keep-alive), and the ending (drain, DISCONNECT, close) a boxed future of its own.
+    ///
+    /// Not an `async fn`, whose arguments would be kept twice.
+    #[allow(clippy::manual_async_fn)]
+    fn run<'a, S: AsyncRead + AsyncWrite + Unpin>(
+        &'a mut self,
+        io: &'a mut Io<S>,
+        mut shutdown: Pin<&'a mut impl Future<Output = ()>>,
+    ) -> impl Future<Output = Result<bool, ConnectionError>> + 'a {
+        async move {
+            let mut last_seen = Instant::now();
+            let mut timer: Option<Pin<Box<Sleep>>> = None;
+            // Packets that arrived in the same read as CONNECT (a client may send them without waiting for CONNACK)
+            // are handled first: no further read may come to trigger them.
+            let mut unread = !io.rbuf.is_empty();
+            let ended = loop {
+                if self.broker.is_draining() {
+                    break Err(ConnectionError::ServerShutdown);
                 }
-                _ = &mut self.attached.kicked => {
-                    if self.version.is_v5() {
-                        io.send_and_close(disconnect_packet(ReasonCode::SessionTakenOver, "session taken over"), self.version).await;
+                self.write_ready_acks(io);
+                if let Err(err) = self.take_outbound(io) {
+                    break Err(err);
+                }
+                match io.flush().await {
+                    Ok(0) => {}
+                    Ok(written) => self.broker.metrics().add(self.worker, Counter::BytesSent, written as i64),
+                    Err(err) => break Err(err.into()),
+                }
+                let event = std::future::poll_fn(|cx| {
+                    if std::mem::take(&mut unread) {
+                        return Poll::Ready(Event::Unread);
                     }
-                    Err(ConnectionError::TakenOver)
-                }
-                result = async { front_wait.expect("guarded by has_wait").await }, if has_wait => {
-                    match result {
-                        Ok(()) => {
-                            if let Some(front) = self.pending.front_mut() {
-                                front.wait = None;
-                            }
-                            Ok(None)
+                    self.poll_event(cx, io, shutdown.as_mut(), &mut timer, last_seen)
+                })
+                .await;
+                let outcome = match event {
+                    Event::Unread => self.process(io),
+                    Event::Committed(Ok(())) => {
+                        if let Some(front) = self.pending.front_mut() {
+                            front.wait = None;
                         }
-                        Err(err) => Err(ConnectionError::Store(err)),
+                        Ok(None)
                     }
-                }
-                read = io.read_more() => match read {
-                    Ok(true) => {
+                    Event::Committed(Err(err)) => Err(ConnectionError::Store(err)),
+                    Event::Read(Ok(0)) => Err(ConnectionError::Closed),
+                    Event::Read(Ok(n)) => {
                         last_seen = Instant::now();
+                        self.broker.metrics().add(self.worker, Counter::BytesReceived, n as i64);
                         self.process(io)
                     }
-                    Ok(false) => Err(ConnectionError::Closed),
-                    Err(err) => Err(err.into()),
-                },
-                _ = wake.notified() => Ok(None),
-                _ = &mut shutdown => Err(ConnectionError::ServerShutdown),
-                _ = async { sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
-                    Err(ConnectionError::KeepAliveTimeout)
+                    Event::Read(Err(err)) => Err(err.into()),
+                    Event::Woken => Ok(None),
+                    Event::Shutdown => Err(ConnectionError::ServerShutdown),
+                    Event::KeepAlive => Err(ConnectionError::KeepAliveTimeout),
+                };
+                match outcome {
+                    Ok(None) => {}
+                    Ok(Some(discard_will)) => break Ok(discard_will),
+                    Err(err) => break Err(err),
                 }
             };
-            match outcome {
-                Ok(None) => {}
-                Ok(Some(discard_will)) => {
-                    self.write_ready_acks(io);
-                    let _ = io.flush().await;
-                    let _ = io.stream.shutdown().await;
-                    return Ok(discard_will);
-                }
-                Err(err) => {
-                    if matches!(err, ConnectionError::ServerShutdown) {
-                        self.drain_acks(io).await;
-                    }
-                    let reason = match &err {
-                        ConnectionError::Decode(err) => Some(err.reason_code()),
-                        ConnectionError::Protocol { reason, .. } => Some(*reason),
-                        ConnectionError::KeepAliveTimeout => Some(ReasonCode::KeepAliveTimeout),
-                        ConnectionError::Store(_) => Some(ReasonCode::ImplementationSpecificError),
-                        ConnectionError::ServerShutdown => Some(ReasonCode::ServerShuttingDown),
-                        _ => None,
-                    };
-                    match reason {
-                        Some(reason) if self.version.is_v5() => {
-                            let text = err.to_string();
-                            io.send_and_close(disconnect_packet(reason, &text), self.version).await
-                        }
-                        _ => {
-                            let _ = io.flush().await;
-                            let _ = io.stream.shutdown().await;
-                        }
-                    }
-                    return Err(err);
-                }
+            Box::pin(self.close(io, ended)).await
+        }
+    }
+
+    /// What the connection waits for, in this order: the store's commit of the oldest pending
+    /// acknowledgement, bytes from the client, the session's wake-up, the shutdown, the keep-alive deadline
+    /// (1.5 times the Keep Alive after `last_seen`).
+    fn poll_event<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut Io<S>,
+        shutdown: Pin<&mut impl Future<Output = ()>>,
+        timer: &mut Option<Pin<Box<Sleep>>>,
+        last_seen: Instant,
+    ) -> Poll<Event> {
+        if let Some(wait) = self.pending.front_mut().and_then(|p| p.wait.as_mut()) {
+            if let Poll::Ready(committed) = wait.as_mut().poll(cx) {
+                return Poll::Ready(Event::Committed(committed));
             }
         }
+        if let Poll::Ready(read) = io.poll_read_more(cx) {
+            return Poll::Ready(Event::Read(read));
+        }
+        {
+            let mut state = self.attached.session.lock();
+            match &mut state.attachment {
+                Some(attachment) if attachment.connection == self.attached.connection => {
+                    if attachment.poll_woken(cx) {
+                        return Poll::Ready(Event::Woken);
+                    }
+                }
+                // Taken from this connection: the loop's `take_outbound` says so.
+                _ => return Poll::Ready(Event::Woken),
+            }
+        }
+        if shutdown.poll(cx).is_ready() {
+            return Poll::Ready(Event::Shutdown);
+        }
+        if self.keep_alive > 0 {
+            let period = Duration::from_millis(u64::from(self.keep_alive) * 1500);
+            let deadline = tokio::time::Instant::from_std(last_seen + period);
+            let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            // Not moved at every packet: when it fires early, it is set to the deadline it has come to.
+            while timer.as_mut().poll(cx).is_ready() {
+                if tokio::time::Instant::now() >= deadline {
+                    return Poll::Ready(Event::KeepAlive);
+                }
+                timer.as_mut().reset(deadline);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Ends the connection: after a DISCONNECT, the acknowledgements owed are written; after an error, a v5
+    /// client is told why (DISCONNECT with the reason code), and a drain first writes the acknowledgements the
+    /// store commits in time.
+    async fn close<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut Io<S>,
+        ended: Result<bool, ConnectionError>,
+    ) -> Result<bool, ConnectionError> {
+        let broker = self.broker.clone();
+        let metrics = broker.metrics();
+        let err = match ended {
+            Ok(discard_will) => {
+                self.write_ready_acks(io);
+                metrics.add(self.worker, Counter::BytesSent, io.flush().await.unwrap_or(0) as i64);
+                let _ = io.stream.shutdown().await;
+                return Ok(discard_will);
+            }
+            Err(err) => err,
+        };
+        if matches!(err, ConnectionError::ServerShutdown) {
+            self.drain_acks(io).await;
+        }
+        let reason = match &err {
+            ConnectionError::Decode(err) => Some(err.reason_code()),
+            ConnectionError::Protocol { reason, .. } => Some(*reason),
+            ConnectionError::KeepAliveTimeout => Some(ReasonCode::KeepAliveTimeout),
+            ConnectionError::Store(_) => Some(ReasonCode::ImplementationSpecificError),
+            ConnectionError::ServerShutdown => Some(ReasonCode::ServerShuttingDown),
+            ConnectionError::TakenOver => Some(ReasonCode::SessionTakenOver),
+            _ => None,
+        };
+        match reason {
+            Some(reason) if self.version.is_v5() => {
+                let text = match &err {
+                    ConnectionError::TakenOver => "session taken over".to_string(),
+                    err => err.to_string(),
+                };
+                let written = io.send_and_close(disconnect_packet(reason, &text), self.version).await;
+                metrics.add(self.worker, Counter::BytesSent, written as i64);
+                metrics.inc(self.worker, Counter::PacketsSent);
+            }
+            _ => {
+                metrics.add(self.worker, Counter::BytesSent, io.flush().await.unwrap_or(0) as i64);
+                let _ = io.stream.shutdown().await;
+            }
+        }
+        Err(err)
     }
 
     /// Handles every whole packet in the read buffer. `Some(discard_will)` on DISCONNECT.
     fn process<S>(&mut self, io: &mut Io<S>) -> Result<Option<bool>, ConnectionError> {
         let max = self.limits.max_packet_size;
-        while let Some(packet) = Packet::decode(&mut io.rbuf, self.version, max)? {
-            if let Some(discard_will) = self.handle(packet)? {
-                return Ok(Some(discard_will));
+        let Io { rbuf, wbuf, .. } = io;
+        let out = out(wbuf);
+        let (mut ended, mut packets) = (None, 0);
+        let result = loop {
+            match Packet::decode(rbuf, self.version, max) {
+                Ok(Some(packet)) => {
+                    packets += 1;
+                    match self.handle(packet, out) {
+                        Ok(None) => {}
+                        Ok(Some(discard_will)) => {
+                            ended = Some(discard_will);
+                            break Ok(());
+                        }
+                        Err(err) => break Err(err),
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(err.into()),
             }
-        }
-        Ok(None)
+        };
+        self.broker.metrics().add(self.worker, Counter::PacketsReceived, packets);
+        result?;
+        release_read(rbuf);
+        Ok(ended)
     }
 
-    fn handle(&mut self, packet: Packet) -> Result<Option<bool>, ConnectionError> {
+    fn handle(&mut self, packet: Packet, out: &mut BytesMut) -> Result<Option<bool>, ConnectionError> {
         let session = self.attached.session.clone();
         let client_id = session.client_id();
         let store = self.broker.store();
         match packet {
             Packet::Connect(_) => return Err(protocol(ReasonCode::ProtocolError, "a second CONNECT [MQTT-3.1.0-2]")),
-            Packet::Publish(publish) => self.publish(publish)?,
+            Packet::Publish(publish) => self.publish(publish, out)?,
             Packet::PubAck(ack) => {
                 session.lock().puback(ack.packet_id, client_id, store);
             }
@@ -559,7 +851,7 @@ impl Conn {
                     if !known {
                         rel.reason = ReasonCode::PacketIdentifierNotFound;
                     }
-                    self.push_ack(None, Packet::PubRel(rel), false);
+                    self.push_ack(None, Packet::PubRel(rel), false, out);
                 }
             }
             Packet::PubRel(ack) => {
@@ -580,14 +872,14 @@ impl Conn {
                     comp.reason = ReasonCode::PacketIdentifierNotFound;
                 }
                 let wait = if persist { self.sync() } else { None };
-                self.push_ack(wait, Packet::PubComp(comp), false);
+                self.push_ack(wait, Packet::PubComp(comp), false, out);
             }
             Packet::PubComp(ack) => {
                 session.lock().pubcomp(ack.packet_id, client_id, store);
             }
-            Packet::Subscribe(subscribe) => self.subscribe(subscribe),
-            Packet::Unsubscribe(unsubscribe) => self.unsubscribe(unsubscribe),
-            Packet::PingReq => self.push_ack(None, Packet::PingResp, false),
+            Packet::Subscribe(subscribe) => self.subscribe(subscribe, out),
+            Packet::Unsubscribe(unsubscribe) => self.unsubscribe(unsubscribe, out),
+            Packet::PingReq => self.push_ack(None, Packet::PingResp, false, out),
             Packet::Disconnect(disconnect) => return self.disconnect(disconnect).map(Some),
             Packet::Auth(_) => {
                 return Err(protocol(ReasonCode::ProtocolError, "AUTH without an authentication method"))
@@ -603,8 +895,19 @@ impl Conn {
         self.broker.sync().map(|wait| Box::pin(wait) as StoreWait)
     }
 
-    fn push_ack(&mut self, wait: Option<StoreWait>, packet: Packet, frees_inbound: bool) {
-        self.pending.push_back(PendingAck { wait, packet, frees_inbound });
+    /// Writes an acknowledgement, or queues it when it waits for the store or is behind one that does
+    /// (acknowledgements go out in the order of the packets they answer [MQTT-4.6.0-2]).
+    fn push_ack(&mut self, wait: Option<StoreWait>, packet: Packet, frees_inbound: bool, out: &mut BytesMut) {
+        if wait.is_none() && self.pending.is_empty() {
+            if frees_inbound {
+                self.inbound_qos1 = self.inbound_qos1.saturating_sub(1);
+            }
+            // Acks are small and fixed-shape: encoding cannot fail.
+            let _ = packet.encode(self.version, out);
+            self.broker.metrics().inc(self.worker, Counter::PacketsSent);
+        } else {
+            self.pending.push_back(PendingAck { wait, packet, frees_inbound });
+        }
     }
 
     /// Moves the acknowledgements no longer waiting (in order) into the write buffer.
@@ -628,17 +931,25 @@ impl Conn {
     }
 
     fn write_ready_acks<S>(&mut self, io: &mut Io<S>) {
+        if self.pending.front().is_none_or(|p| p.wait.is_some()) {
+            return;
+        }
+        let out = out(&mut io.wbuf);
+        let mut written = 0;
         while self.pending.front().is_some_and(|p| p.wait.is_none()) {
             let Some(ack) = self.pending.pop_front() else { break };
             if ack.frees_inbound {
                 self.inbound_qos1 = self.inbound_qos1.saturating_sub(1);
             }
             // Acks are small and fixed-shape: encoding cannot fail.
-            let _ = ack.packet.encode(self.version, &mut io.wbuf);
+            let _ = ack.packet.encode(self.version, out);
+            written += 1;
         }
+        self.broker.metrics().add(self.worker, Counter::PacketsSent, written);
+        self.pending.release_if_empty();
     }
 
-    fn publish(&mut self, mut publish: Publish) -> Result<(), ConnectionError> {
+    fn publish(&mut self, mut publish: Publish, out: &mut BytesMut) -> Result<(), ConnectionError> {
         let v5 = self.version.is_v5();
         if let Some(alias) = publish.properties.topic_alias.take() {
             let max = self.limits.topic_alias_maximum;
@@ -648,11 +959,14 @@ impl Conn {
             if publish.topic.is_empty() {
                 publish.topic = self
                     .aliases
-                    .get(&alias.get())
+                    .as_ref()
+                    .and_then(|aliases| aliases.get(&alias.get()))
                     .cloned()
                     .ok_or(protocol(ReasonCode::ProtocolError, "an unknown topic alias without a topic name"))?;
             } else {
-                self.aliases.insert(alias.get(), publish.topic.clone());
+                // A copy: a slice would keep the read it came in alive for the connection's life.
+                let topic = ByteString::from(&*publish.topic);
+                self.aliases.get_or_insert_with(Default::default).insert(alias.get(), topic);
             }
         }
         if !publish.properties.subscription_identifiers.is_empty() {
@@ -669,7 +983,7 @@ impl Conn {
         );
         let session = self.attached.session.clone();
         if publish.qos != QoS::AtMostOnce {
-            let in_window = self.inbound_qos1 + session.lock().inbound_qos2.len();
+            let in_window = self.inbound_qos1 as usize + session.lock().inbound_qos2.len();
             if v5 && in_window >= usize::from(self.limits.receive_maximum) {
                 return Err(protocol(
                     ReasonCode::ReceiveMaximumExceeded,
@@ -689,29 +1003,32 @@ impl Conn {
                 QoS::AtMostOnce => {}
                 QoS::AtLeastOnce => {
                     self.inbound_qos1 += 1;
-                    self.push_ack(None, Packet::PubAck(ack(ReasonCode::PayloadFormatInvalid)), true);
+                    self.push_ack(None, Packet::PubAck(ack(ReasonCode::PayloadFormatInvalid)), true, out);
                 }
-                QoS::ExactlyOnce => self.push_ack(None, Packet::PubRec(ack(ReasonCode::PayloadFormatInvalid)), false),
+                QoS::ExactlyOnce => {
+                    self.push_ack(None, Packet::PubRec(ack(ReasonCode::PayloadFormatInvalid)), false, out)
+                }
             }
             return Ok(());
         }
-        if !self.broker.auth().acl.can_publish(self.user.as_deref(), session.client_id(), &publish.topic) {
-            // Not authorized: v5 says so in the acknowledgement; v3 has no way to, so the message is
-            // acknowledged and dropped, as Mosquitto does. QoS 0: dropped.
+        let acl = &self.broker.auth().acl;
+        if is_sys_topic(&publish.topic) || !acl.can_publish(self.user.as_deref(), session.client_id(), &publish.topic) {
+            // Not authorized (`$SYS` is the broker's): v5 says so in the acknowledgement; v3 has no way to, so
+            // the message is acknowledged and dropped, as Mosquitto does. QoS 0: dropped.
             metrics.inc(self.worker, Counter::AclDeniedPublish);
             let reason = if v5 { ReasonCode::NotAuthorized } else { ReasonCode::Success };
             match publish.qos {
                 QoS::AtMostOnce => {}
                 QoS::AtLeastOnce => {
                     self.inbound_qos1 += 1;
-                    self.push_ack(None, Packet::PubAck(ack(reason)), true);
+                    self.push_ack(None, Packet::PubAck(ack(reason)), true, out);
                 }
                 QoS::ExactlyOnce => {
                     if !v5 {
                         // The v3 flow goes on to PUBREL / PUBCOMP.
                         session.lock().inbound_qos2.insert(packet_id.map_or(0, |id| id.get()));
                     }
-                    self.push_ack(None, Packet::PubRec(ack(reason)), false);
+                    self.push_ack(None, Packet::PubRec(ack(reason)), false, out);
                 }
             }
             return Ok(());
@@ -723,7 +1040,7 @@ impl Conn {
             if !state.inbound_qos2.insert(id) {
                 // Sent again before PUBREL: acknowledged, not routed again (4.3.3).
                 drop(state);
-                self.push_ack(None, Packet::PubRec(ack(ReasonCode::Success)), false);
+                self.push_ack(None, Packet::PubRec(ack(ReasonCode::Success)), false, out);
                 return Ok(());
             }
             if state.is_persistent() {
@@ -750,22 +1067,23 @@ impl Conn {
             QoS::AtMostOnce => {}
             QoS::AtLeastOnce => {
                 self.inbound_qos1 += 1;
-                self.push_ack(wait, Packet::PubAck(ack(reason)), true);
+                self.push_ack(wait, Packet::PubAck(ack(reason)), true, out);
             }
-            QoS::ExactlyOnce => self.push_ack(wait, Packet::PubRec(ack(reason)), false),
+            QoS::ExactlyOnce => self.push_ack(wait, Packet::PubRec(ack(reason)), false, out),
         }
         Ok(())
     }
 
-    fn subscribe(&mut self, subscribe: Subscribe) {
+    fn subscribe(&mut self, subscribe: Subscribe, out: &mut BytesMut) {
         let id = subscribe.properties.subscription_identifier;
         let mut reasons = Vec::with_capacity(subscribe.subscriptions.len());
         let mut persisted = false;
         let auth = self.broker.auth();
-        let client_id = self.attached.session.client_id().clone();
+        // Not a clone of the identifier: that would make its bytes shared, an allocation kept by the session.
+        let client_id = self.attached.session.client_id();
         for subscription in &subscribe.subscriptions {
             let filter = crate::topic::FilterRef::parse(&subscription.filter).filter;
-            if !auth.acl.can_subscribe(self.user.as_deref(), &client_id, filter) {
+            if !auth.acl.can_subscribe(self.user.as_deref(), client_id, filter) {
                 self.broker.metrics().inc(self.worker, Counter::AclDeniedSubscribe);
                 reasons.push(ReasonCode::NotAuthorized); // v3: 0x80
                 continue;
@@ -779,10 +1097,10 @@ impl Conn {
         }
         let wait = if persisted { self.sync() } else { None };
         let suback = SubAck { packet_id: subscribe.packet_id, reasons, properties: Default::default() };
-        self.push_ack(wait, Packet::SubAck(suback), false);
+        self.push_ack(wait, Packet::SubAck(suback), false, out);
     }
 
-    fn unsubscribe(&mut self, unsubscribe: Unsubscribe) {
+    fn unsubscribe(&mut self, unsubscribe: Unsubscribe, out: &mut BytesMut) {
         let mut reasons = Vec::with_capacity(unsubscribe.filters.len());
         let mut persisted = false;
         for filter in &unsubscribe.filters {
@@ -792,7 +1110,7 @@ impl Conn {
         }
         let wait = if persisted { self.sync() } else { None };
         let unsuback = UnsubAck { packet_id: unsubscribe.packet_id, reasons, properties: Default::default() };
-        self.push_ack(wait, Packet::UnsubAck(unsuback), false);
+        self.push_ack(wait, Packet::UnsubAck(unsuback), false, out);
     }
 
     /// A client's DISCONNECT: returns whether the will is discarded.
@@ -810,18 +1128,30 @@ impl Conn {
     }
 
     /// Moves what the session owes the client into the write buffer, within the in-flight window.
-    fn take_outbound<S>(&mut self, io: &mut Io<S>) {
-        let session = self.attached.session.clone();
+    /// `Err(TakenOver)` once the session has another connection (or has ended): it wakes this one to say so.
+    fn take_outbound<S>(&self, io: &mut Io<S>) -> Result<(), ConnectionError> {
+        let session = &self.attached.session;
         let store = self.broker.store();
         let mut state = session.lock();
-        state.take_outbound(self.send_window, session.client_id(), store, &mut self.outbound);
-        for outbound in self.outbound.drain(..) {
+        match &mut state.attachment {
+            Some(attachment) if attachment.connection == self.attached.connection => attachment.clear_woken(),
+            _ => return Err(ConnectionError::TakenOver),
+        }
+        if !state.has_outbound() {
+            return Ok(());
+        }
+        let mut outbound = OUTBOUND.with(Cell::take);
+        state.take_outbound(usize::from(self.send_window), session.client_id(), store, &mut outbound);
+        let out = out(&mut io.wbuf);
+        let mut sent = 0;
+        for outbound in outbound.drain(..) {
             let packet = match outbound {
                 Outbound::Publish(publish) => Packet::Publish(publish),
                 Outbound::PubRel(id) => Packet::PubRel(PublishAck::new(id)),
             };
             let fits = packet.encoded_len(self.version).is_ok_and(|len| len <= self.client_max_packet as usize);
-            if fits && packet.encode(self.version, &mut io.wbuf).is_ok() {
+            if fits && packet.encode(self.version, out).is_ok() {
+                sent += 1;
                 if let Packet::Publish(publish) = &packet {
                     self.broker.metrics().inc(
                         self.worker,
@@ -840,5 +1170,8 @@ impl Conn {
                 state.discard(id, session.client_id(), store);
             }
         }
+        OUTBOUND.with(|cell| cell.set(outbound));
+        self.broker.metrics().add(self.worker, Counter::PacketsSent, sent);
+        Ok(())
     }
 }

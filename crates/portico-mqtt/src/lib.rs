@@ -6,6 +6,7 @@
 //!   shared subscriptions, subscription options and identifiers).
 //! - [`session`]: a client's session, its QoS 1/2 state both ways, in-flight window and queue.
 //! - [`retained`]: retained messages.
+//! - [`sys`]: `$SYS/broker/...`, the broker's figures under Mosquitto's names.
 //! - [`store`]: persistence in an embedded redb file, with group commit.
 //! - [`broker`]: the shared state and the operations on it; [`connection`]: the driver that serves one
 //!   connection; [`server`]: a small multi-worker TCP server for tests and standalone use.
@@ -15,10 +16,14 @@
 //! Each worker thread runs its connections on its own current-thread tokio runtime; [`serve`] needs no
 //! `Send` future. A message published on one worker reaches a subscriber on another through that
 //! subscriber's session queue: the publisher's task locks the destination session (a mutex per session,
-//! held for a push), appends an `Arc<Message>` and wakes the destination connection's `Notify`, which works
-//! across runtimes. That is one hand-off per destination session, and the payload is never copied: the
-//! `Bytes` the codec sliced out of the publisher's read buffer is shared by the retained table, every
-//! subscriber's queue and the store's writer, and copied only into each subscriber's socket write buffer.
+//! held for a push), appends an `Arc<Message>` and wakes the destination connection's task (its waker, kept
+//! in the session; a wake-up works across runtimes, and wake-ups before the connection looks cost a test).
+//! That is one hand-off per destination session, and the payload is never copied past the read: the `Bytes`
+//! the codec sliced out of the publisher's read buffer is shared by the retained table, every subscriber's
+//! queue and the store's writer, and copied only into each subscriber's socket write buffer.
+//!
+//! An idle connection keeps no buffer: reads go into the worker's scratch buffer and are copied into one of
+//! their size, the write buffer is the worker's, lent while bytes are written (see [`connection`]).
 //! The router is read-mostly behind one `RwLock` (see [`router`] for why); the session table is a mutex taken
 //! on connect and disconnect only. Counters are per worker ([`metrics`]).
 //!
@@ -41,10 +46,13 @@
 //!    future is not required to be `Send`). `stream` is any `AsyncRead + AsyncWrite + Unpin`: the TCP stream,
 //!    the TLS stream after the handshake, or a WebSocket adapter carrying binary frames as bytes.
 //!    `worker_index` picks the metrics slot. When `shutdown` completes the connection is drained: committed
-//!    acknowledgements written, DISCONNECT Server shutting down (0x8B) to a v5 client, closed. It returns when
+//!    acknowledgements written, DISCONNECT Server shutting down (0x8B) to a v5 client, closed. The gateway
+//!    passes no shutdown future (an idle connection would keep one) and calls [`Broker::drain`] instead, which
+//!    drains every connection through its session's wake-up. It returns when
 //!    the connection ends; the `Result` ([`ConnectionError`]) is for logging only, everything has already been
 //!    answered and cleaned up.
-//! 3. **On a reload:** [`Broker::set_limits`]: connections accepted afterwards get the new limits.
+//! 3. **On a reload:** [`Broker::set_limits`]: connections accepted afterwards get the new limits;
+//!    [`Broker::set_sys_interval`].
 //! 4. **On a metrics scrape:** [`Broker::render_metrics`]`(&mut String)` appends the Prometheus text below.
 //!
 //! [`Server`] is the same thing with its own threads and listener, for tests and a standalone broker; the
@@ -73,6 +81,7 @@
 //!     max_session_expiry: 7d       # caps v5 Session Expiry Interval and v3 clean_session=0 sessions
 //!     topic_alias_maximum: 32      # aliases a v5 client may define
 //!     connect_timeout: 10s         # CONNECT must arrive within it
+//!   sys_interval: 10s              # $SYS/broker/... every 10 s; 0s: never
 //! ```
 //!
 //! ## Metrics
@@ -135,6 +144,7 @@ pub mod router;
 pub mod server;
 pub mod session;
 pub mod store;
+pub mod sys;
 pub mod timers;
 pub mod topic;
 

@@ -30,9 +30,18 @@ pub enum Counter {
     AclDeniedPublish,
     /// Subscriptions refused by the ACL.
     AclDeniedSubscribe,
+    /// MQTT packets of every type, and their bytes (for `$SYS`).
+    PacketsReceived,
+    PacketsSent,
+    BytesReceived,
+    BytesSent,
+    /// CONNECTs accepted.
+    Connects,
+    /// Persistent sessions that expired while their client was away.
+    SessionsExpired,
 }
 
-const COUNTERS: usize = Counter::AclDeniedSubscribe as usize + 1;
+const COUNTERS: usize = Counter::SessionsExpired as usize + 1;
 
 #[repr(align(128))]
 #[derive(Debug)]

@@ -1,17 +1,19 @@
 //! The broker as a plane of the gateway: the listeners with `protocol: mqtt` are served on every worker
-//! thread with [`serve_until`], after the TLS handshake when the listener has `tls:`; the broker's metrics go
+//! thread with [`serve_as`], after the TLS handshake when the listener has `tls:`; the broker's metrics go
 //! to the admin server's `/metrics` through [`MqttView`].
 //!
 //! One [`Broker`] per process, opened at start-up from the `mqtt:` section ([`broker_config`]). The
 //! listeners themselves (their TLS acceptor, connection limit and counters) are the running configuration's,
 //! which the binary hands over through [`Listeners`]: a reload's new certificates serve new MQTT connections
 //! as they do HTTP ones, and the listener counters (`portico_tls_handshakes_total`, `portico_panics_total`)
-//! count MQTT connections too. On shutdown every MQTT connection is drained (see [`serve_until`]).
+//! count MQTT connections too. On shutdown every MQTT connection is drained ([`Broker::drain`], see
+//! [`crate::serve_until`]), signalled once per worker rather than through a future each connection keeps.
 
 use crate::auth::{Access, Acl, AclEntry, Auth, AuthError, Users};
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
 use crate::connection::serve_as;
+use futures_util::FutureExt;
 use portico_config::LoadedConfig;
 use portico_core::stats::{slot, ListenerStats};
 use portico_core::tls::TlsTerminator;
@@ -65,6 +67,7 @@ pub fn broker_config(loaded: &LoadedConfig) -> BrokerConfig {
         }),
         limits: limits(&mqtt.limits),
         auth: Auth::default(),
+        sys_interval: mqtt.sys_interval.0,
     }
 }
 
@@ -133,6 +136,10 @@ pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_co
         broker.set_limits(limits(&after.limits));
         tracing::info!("MQTT limits reloaded: new connections get them");
     }
+    if before.sys_interval != after.sys_interval {
+        broker.set_sys_interval(after.sys_interval.0);
+        tracing::info!(sys_interval = %after.sys_interval, "MQTT $SYS interval reloaded");
+    }
     if before.persistence != after.persistence {
         tracing::warn!("`mqtt.persistence` is applied at start-up; restart to change it");
     }
@@ -146,6 +153,13 @@ pub struct MqttPlane {
 
 impl Plane for MqttPlane {
     fn start_worker(&self, core: &Rc<WorkerCore>) -> Rc<dyn PlaneWorker> {
+        // The drain reaches every connection through its session's wake-up (`Broker::drain`), rather than
+        // through a shutdown future kept by each idle connection. Every worker asks; the first one drains.
+        let (broker, mut shutdown) = (self.broker.clone(), core.shutdown.clone());
+        tokio::task::spawn_local(async move {
+            let _ = shutdown.wait_for(|down| *down).await;
+            broker.drain();
+        });
         Rc::new(MqttWorker { core: core.clone(), broker: self.broker.clone(), listeners: self.listeners.clone() })
     }
 }
@@ -162,29 +176,20 @@ impl PlaneWorker for MqttWorker {
     }
 
     fn serve(self: Rc<Self>, io: TcpStream, peer: SocketAddr, listener: Arc<str>) -> Pin<Box<dyn Future<Output = ()>>> {
-        Box::pin(async move {
-            let Some(settings) = self.listeners.mqtt_listener(&listener) else { return };
-            let index = self.core.index;
-            let mut shutdown = self.core.shutdown.clone();
-            // Resolves when the process starts shutting down (or can no longer tell).
-            let draining = async move {
-                let _ = shutdown.wait_for(|down| *down).await;
-            };
-            let ended = match &settings.tls {
-                None => serve_as(io, peer, None, &self.broker, index, draining).await,
-                Some(tls) => match tls.handshake(io, &settings.stats, index).await {
-                    Some(stream) => {
-                        // A certificate is there only if the listener asked for one and it was verified.
-                        let name = portico_core::tls::client_identity(stream.get_ref().1);
-                        serve_as(stream, peer, name, &self.broker, index, draining).await
-                    }
-                    None => return,
-                },
-            };
-            if let Err(e) = ended {
-                tracing::debug!(listener = %listener, client = %peer, "MQTT connection ended: {e}");
-            }
-        })
+        let Some(settings) = self.listeners.mqtt_listener(&listener) else { return Box::pin(async {}) };
+        let index = self.core.index;
+        // Two futures rather than one with a branch, which would make every plain connection's as large as a
+        // TLS one's (the TLS stream and its handshake: kilobytes per idle client). No shutdown future: the
+        // drain comes through the broker (see `start_worker`).
+        match settings.tls {
+            None => Box::pin(serve_as(io, peer, None, &self.broker, index, std::future::pending()).map(drop)),
+            Some(tls) => Box::pin(async move {
+                let Some(stream) = tls.handshake(io, &settings.stats, index).await else { return };
+                // A certificate is there only if the listener asked for one and it was verified.
+                let name = portico_core::tls::client_identity(stream.get_ref().1);
+                let _ = serve_as(stream, peer, name, &self.broker, index, std::future::pending()).await;
+            }),
+        }
     }
 
     fn connection_limit(&self, listener: &str) -> usize {
@@ -252,6 +257,7 @@ mod tests {
         .expect("valid");
         let config = broker_config(&loaded);
         assert_eq!(format!("{:?}", config.limits), format!("{:?}", Limits::default()));
+        assert_eq!(config.sys_interval, crate::config::DEFAULT_SYS_INTERVAL);
         let persistence = config.persistence.expect("persistence");
         let expected = PersistenceConfig::new("/etc/portico/data/store.redb");
         assert_eq!(format!("{persistence:?}"), format!("{expected:?}"));

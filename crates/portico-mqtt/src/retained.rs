@@ -64,6 +64,10 @@ impl Retained {
         found
     }
 
+    pub fn clear(&self) {
+        self.map.write().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+    }
+
     pub fn len(&self) -> usize {
         self.map.read().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
     }

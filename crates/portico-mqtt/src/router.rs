@@ -75,7 +75,7 @@ pub struct Route<S> {
 /// FxHash: level strings are short and chosen by clients, but the table is not a place where a
 /// collision attack buys anything beyond a slower SUBSCRIBE of the attacker's own.
 #[derive(Default)]
-struct FxHasher(u64);
+pub struct FxHasher(u64);
 
 impl Hasher for FxHasher {
     fn finish(&self) -> u64 {
@@ -96,11 +96,91 @@ type Children<S> = HashMap<Box<str>, Node<S>, BuildHasherDefault<FxHasher>>;
 struct Node<S> {
     /// Literal levels.
     children: Children<S>,
-    /// The `+` and `#` edges, apart so matching does not hash them at every level.
-    plus: Option<Box<Node<S>>>,
-    hash: Option<Box<Node<S>>>,
     /// Ordinary subscriptions to the filter ending here, one per subscriber.
-    entries: Vec<Entry<S>>,
+    entries: Entries<S>,
+    /// The `+` and `#` edges and the shared groups, boxed together: most nodes have none, and a node is
+    /// what each subscription to a distinct filter costs.
+    wild: Option<Box<Wild<S>>>,
+}
+
+/// The ordinary subscriptions of one filter. Most filters have one subscriber, kept in the node itself (the
+/// enum is no larger than the vector, whose capacity field holds the variant).
+enum Entries<S> {
+    One(Entry<S>),
+    Many(Vec<Entry<S>>),
+}
+
+impl<S> Entries<S> {
+    fn as_slice(&self) -> &[Entry<S>] {
+        match self {
+            Entries::One(entry) => std::slice::from_ref(entry),
+            Entries::Many(entries) => entries,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+}
+
+impl<S: Subscriber> Entries<S> {
+    /// Adds or replaces the subscriber's entry; whether it replaced one.
+    fn upsert(&mut self, entry: Entry<S>) -> bool {
+        match self {
+            Entries::One(existing) if existing.subscriber.key() == entry.subscriber.key() => {
+                *existing = entry;
+                true
+            }
+            Entries::Many(entries) if entries.is_empty() => {
+                *self = Entries::One(entry);
+                false
+            }
+            Entries::Many(entries) => upsert(entries, entry),
+            Entries::One(_) => {
+                let Entries::One(first) = std::mem::replace(self, Entries::Many(Vec::new())) else { return false };
+                *self = Entries::Many(vec![first, entry]);
+                false
+            }
+        }
+    }
+
+    /// Removes the subscriber's entry; whether there was one.
+    fn remove(&mut self, key: u64) -> bool {
+        match self {
+            Entries::One(entry) if entry.subscriber.key() == key => {
+                *self = Entries::Many(Vec::new());
+                true
+            }
+            Entries::One(_) => false,
+            Entries::Many(entries) => remove_entry(entries, key),
+        }
+    }
+}
+
+/// Adds or replaces the subscriber's entry in `list`; whether it replaced one.
+fn upsert<S: Subscriber>(list: &mut Vec<Entry<S>>, entry: Entry<S>) -> bool {
+    let key = entry.subscriber.key();
+    match list.iter_mut().find(|existing| existing.subscriber.key() == key) {
+        Some(existing) => {
+            *existing = entry;
+            true
+        }
+        None => {
+            if list.len() == list.capacity() {
+                // From one: a group often has few members (a `push` would make room for four).
+                list.reserve_exact(list.len().max(1));
+            }
+            list.push(entry);
+            false
+        }
+    }
+}
+
+/// What few nodes have.
+struct Wild<S> {
+    /// The `+` and `#` edges, apart from the literal ones so matching does not hash them at every level.
+    plus: Option<Node<S>>,
+    hash: Option<Node<S>>,
     /// Shared groups whose filter ends here.
     groups: Vec<Group<S>>,
 }
@@ -113,42 +193,68 @@ struct Group<S> {
 
 impl<S> Default for Node<S> {
     fn default() -> Self {
-        Node { children: Children::default(), plus: None, hash: None, entries: Vec::new(), groups: Vec::new() }
+        Node { children: Children::default(), entries: Entries::Many(Vec::new()), wild: None }
     }
 }
 
 impl<S> Node<S> {
     fn is_empty(&self) -> bool {
-        self.children.is_empty()
-            && self.plus.is_none()
-            && self.hash.is_none()
-            && self.entries.is_empty()
-            && self.groups.is_empty()
+        self.children.is_empty() && self.entries.is_empty() && self.wild.is_none()
+    }
+
+    fn plus(&self) -> Option<&Node<S>> {
+        self.wild.as_ref().and_then(|wild| wild.plus.as_ref())
+    }
+
+    fn hash(&self) -> Option<&Node<S>> {
+        self.wild.as_ref().and_then(|wild| wild.hash.as_ref())
+    }
+
+    fn groups(&self) -> &[Group<S>] {
+        self.wild.as_ref().map_or(&[], |wild| &wild.groups)
+    }
+
+    fn wild_mut(&mut self) -> &mut Wild<S> {
+        self.wild.get_or_insert_with(|| Box::new(Wild { plus: None, hash: None, groups: Vec::new() }))
     }
 
     fn child_or_insert(&mut self, level: &str) -> &mut Node<S> {
         match level {
-            "+" => self.plus.get_or_insert_with(Box::default),
-            "#" => self.hash.get_or_insert_with(Box::default),
+            "+" => self.wild_mut().plus.get_or_insert_with(Node::default),
+            "#" => self.wild_mut().hash.get_or_insert_with(Node::default),
             _ => self.children.entry(level.into()).or_default(),
         }
     }
 
     fn child_mut(&mut self, level: &str) -> Option<&mut Node<S>> {
         match level {
-            "+" => self.plus.as_deref_mut(),
-            "#" => self.hash.as_deref_mut(),
+            "+" => self.wild.as_mut().and_then(|wild| wild.plus.as_mut()),
+            "#" => self.wild.as_mut().and_then(|wild| wild.hash.as_mut()),
             _ => self.children.get_mut(level),
         }
     }
 
     fn remove_child(&mut self, level: &str) {
         match level {
-            "+" => self.plus = None,
-            "#" => self.hash = None,
+            "+" | "#" => {
+                if let Some(wild) = &mut self.wild {
+                    if level == "+" {
+                        wild.plus = None;
+                    } else {
+                        wild.hash = None;
+                    }
+                    self.drop_empty_wild();
+                }
+            }
             _ => {
                 self.children.remove(level);
             }
+        }
+    }
+
+    fn drop_empty_wild(&mut self) {
+        if self.wild.as_ref().is_some_and(|wild| wild.plus.is_none() && wild.hash.is_none() && wild.groups.is_empty()) {
+            self.wild = None;
         }
     }
 }
@@ -189,37 +295,30 @@ impl<S: Subscriber> Router<S> {
         id: Option<SubscriptionId>,
     ) -> bool {
         let parsed = FilterRef::parse(filter);
-        let key = subscriber.key();
         let entry = Entry { subscriber, options, id };
         let mut root = self.root.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut node = &mut *root;
         for level in parsed.filter.split('/') {
             node = node.child_or_insert(level);
         }
-        let list = match parsed.share {
-            None => &mut node.entries,
+        let replaced = match parsed.share {
+            None => node.entries.upsert(entry),
             Some(share) => {
-                let index = match node.groups.iter().position(|group| &*group.name == share) {
+                let groups = &mut node.wild_mut().groups;
+                let index = match groups.iter().position(|group| &*group.name == share) {
                     Some(index) => index,
                     None => {
-                        node.groups.push(Group { name: share.into(), members: Vec::new(), next: AtomicUsize::new(0) });
-                        node.groups.len() - 1
+                        groups.push(Group { name: share.into(), members: Vec::new(), next: AtomicUsize::new(0) });
+                        groups.len() - 1
                     }
                 };
-                &mut node.groups[index].members
+                upsert(&mut groups[index].members, entry)
             }
         };
-        match list.iter_mut().find(|existing| existing.subscriber.key() == key) {
-            Some(existing) => {
-                *existing = entry;
-                true
-            }
-            None => {
-                list.push(entry);
-                self.len.fetch_add(1, Ordering::Relaxed);
-                false
-            }
+        if !replaced {
+            self.len.fetch_add(1, Ordering::Relaxed);
         }
+        replaced
     }
 
     /// Removes the subscription of the subscriber `key` to `filter`; returns whether there was one.
@@ -256,7 +355,7 @@ fn walk<S>(node: &Node<S>, rest: &str, first: bool, dollar: bool, visit: &mut im
     // A first level starting with `$` is matched by neither wildcard [MQTT-4.7.2-1].
     let wildcards = !(first && dollar);
     if wildcards {
-        if let Some(hash) = &node.hash {
+        if let Some(hash) = node.hash() {
             visit(hash); // `#` matches the rest of the name, one level or more.
         }
     }
@@ -269,7 +368,7 @@ fn walk<S>(node: &Node<S>, rest: &str, first: bool, dollar: bool, visit: &mut im
         None => {
             visit(child);
             // `#` matches its parent level too: "sport/#" matches "sport" [MQTT-4.7.1-2 (3.1.1)].
-            if let Some(hash) = &child.hash {
+            if let Some(hash) = child.hash() {
                 visit(hash);
             }
         }
@@ -278,20 +377,20 @@ fn walk<S>(node: &Node<S>, rest: &str, first: bool, dollar: bool, visit: &mut im
         descend(child);
     }
     if wildcards {
-        if let Some(child) = &node.plus {
+        if let Some(child) = node.plus() {
             descend(child);
         }
     }
 }
 
 fn collect<S: Subscriber>(node: &Node<S>, publisher: Option<u64>, out: &mut Vec<Route<S>>, shared: &mut Vec<Route<S>>) {
-    for entry in &node.entries {
+    for entry in node.entries.as_slice() {
         if entry.options.no_local && publisher == Some(entry.subscriber.key()) {
             continue;
         }
         out.push(route_for(entry, false));
     }
-    for group in &node.groups {
+    for group in node.groups() {
         if let Some(entry) = pick(group) {
             shared.push(route_for(entry, true));
         }
@@ -353,13 +452,15 @@ fn merge_by_subscriber<S: Subscriber>(out: &mut Vec<Route<S>>, start: usize) {
 fn remove<S: Subscriber>(node: &mut Node<S>, levels: &[&str], share: Option<&str>, key: u64) -> bool {
     let Some((level, rest)) = levels.split_first() else {
         return match share {
-            None => remove_entry(&mut node.entries, key),
+            None => node.entries.remove(key),
             Some(share) => {
-                let Some(index) = node.groups.iter().position(|group| &*group.name == share) else { return false };
-                let removed = remove_entry(&mut node.groups[index].members, key);
-                if node.groups[index].members.is_empty() {
-                    node.groups.swap_remove(index);
+                let Some(wild) = &mut node.wild else { return false };
+                let Some(index) = wild.groups.iter().position(|group| &*group.name == share) else { return false };
+                let removed = remove_entry(&mut wild.groups[index].members, key);
+                if wild.groups[index].members.is_empty() {
+                    wild.groups.swap_remove(index);
                 }
+                node.drop_empty_wild();
                 removed
             }
         };

@@ -13,22 +13,27 @@
 //!
 //! The state sits behind a mutex per session: the connection serving the session and publishers on other
 //! workers delivering to it are the only ones who take it, each for a few pointer moves. A delivery wakes
-//! the connection through its [`Attachment::wake`]; that queue plus the wake-up is the hand-off between
+//! the connection through its [`Attachment::wake`] (the task's waker); that queue plus the wake-up is the hand-off between
 //! workers, one per destination session.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Waker};
 use std::time::Instant;
 
 use bytestring::ByteString;
-use tokio::sync::{oneshot, Notify};
 
 use crate::codec::{PacketId, ProtocolVersion, Publish, QoS, SubscriptionId, SubscriptionOptions};
 use crate::config::Limits;
 use crate::message::Message;
-use crate::router::Subscriber;
+use crate::router::{FxHasher, Subscriber};
 use crate::store::{Store, StoreOp, StoredMessage};
+
+/// Packet Identifiers: a hasher with no per-set keys (a `RandomState` is 16 bytes in every session, and
+/// identifiers are the broker's own or bounded by the client's window).
+pub type IdSet = HashSet<u16, BuildHasherDefault<FxHasher>>;
 
 /// A message owed to one subscriber.
 #[derive(Clone, Debug)]
@@ -71,14 +76,148 @@ pub struct SubscriptionRecord {
     pub id: Option<SubscriptionId>,
 }
 
-/// The connection a session is attached to.
+/// A session's subscriptions by filter. One is kept in the session itself, a few in a vector (most clients
+/// hold one or a handful; a B-tree's first node is 456 bytes), more in a B-tree. Filters are copied (not
+/// slices of the SUBSCRIBE's read buffer, which they would keep alive).
+#[derive(Debug)]
+pub enum Subscriptions {
+    Few(Vec<(Box<str>, SubscriptionRecord)>),
+    One(Box<str>, SubscriptionRecord),
+    Many(BTreeMap<Box<str>, SubscriptionRecord>),
+}
+
+impl Default for Subscriptions {
+    fn default() -> Self {
+        Subscriptions::Few(Vec::new())
+    }
+}
+
+impl Subscriptions {
+    const FEW: usize = 16;
+
+    /// Adds or replaces the subscription to `filter`; returns the one it replaced.
+    pub fn insert(&mut self, filter: &str, record: SubscriptionRecord) -> Option<SubscriptionRecord> {
+        match self {
+            Subscriptions::One(existing, old) if **existing == *filter => Some(std::mem::replace(old, record)),
+            Subscriptions::One(..) => {
+                let Subscriptions::One(first, first_record) = std::mem::take(self) else { return None };
+                *self = Subscriptions::Few(vec![(first, first_record), (filter.into(), record)]);
+                None
+            }
+            Subscriptions::Few(few) => {
+                if let Some((_, existing)) = few.iter_mut().find(|(f, _)| **f == *filter) {
+                    return Some(std::mem::replace(existing, record));
+                }
+                if few.is_empty() {
+                    *self = Subscriptions::One(filter.into(), record);
+                } else if few.len() < Self::FEW {
+                    if few.len() == few.capacity() {
+                        few.reserve_exact(few.len()); // doubling, from the two `One` grows into
+                    }
+                    few.push((filter.into(), record));
+                } else {
+                    let mut many: BTreeMap<_, _> = std::mem::take(few).into_iter().collect();
+                    many.insert(filter.into(), record);
+                    *self = Subscriptions::Many(many);
+                }
+                None
+            }
+            Subscriptions::Many(many) => match many.get_mut(filter) {
+                Some(existing) => Some(std::mem::replace(existing, record)),
+                None => many.insert(filter.into(), record),
+            },
+        }
+    }
+
+    pub fn remove(&mut self, filter: &str) -> Option<SubscriptionRecord> {
+        match self {
+            Subscriptions::One(existing, _) if **existing == *filter => match std::mem::take(self) {
+                Subscriptions::One(_, record) => Some(record),
+                _ => None,
+            },
+            Subscriptions::One(..) => None,
+            Subscriptions::Few(few) => {
+                let index = few.iter().position(|(f, _)| **f == *filter)?;
+                Some(few.swap_remove(index).1)
+            }
+            Subscriptions::Many(many) => many.remove(filter),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &SubscriptionRecord)> {
+        let (one, few, many) = match self {
+            Subscriptions::One(filter, record) => (Some((&**filter, record)), None, None),
+            Subscriptions::Few(few) => (None, Some(few.iter().map(|(f, r)| (&**f, r))), None),
+            Subscriptions::Many(many) => (None, None, Some(many.iter().map(|(f, r)| (&**f, r)))),
+        };
+        one.into_iter().chain(few.into_iter().flatten()).chain(many.into_iter().flatten())
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.iter().map(|(filter, _)| filter)
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Subscriptions::One(..) => 1,
+            Subscriptions::Few(few) => few.len(),
+            Subscriptions::Many(many) => many.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The connection a session is attached to, and how it is woken: its task's waker, registered when it
+/// waits (a `Notify` would cost the session an allocation and the waiting connection a waiter of 64 bytes).
 #[derive(Debug)]
 pub struct Attachment {
     pub connection: u64,
-    /// Woken when a message is queued.
-    pub wake: Arc<Notify>,
-    /// Fired when another connection takes the session over [MQTT-3.1.4-3].
-    pub kick: Option<oneshot::Sender<()>>,
+    waker: Option<Waker>,
+    /// Set by a wake-up until the connection looks at the session: wake-ups in between cost a test.
+    woken: bool,
+}
+
+impl Attachment {
+    pub fn new(connection: u64) -> Attachment {
+        Attachment { connection, waker: None, woken: false }
+    }
+
+    /// Wakes the connection: a message is queued (or the broker drains).
+    pub fn wake(&mut self) {
+        if !self.woken {
+            self.woken = true;
+            if let Some(waker) = &self.waker {
+                waker.wake_by_ref();
+            }
+        }
+    }
+
+    /// Wakes the connection whose attachment this was (the session was taken over, or ended): it finds
+    /// another attachment, or none, in the session.
+    pub fn detached(self) {
+        if let Some(waker) = self.waker {
+            waker.wake();
+        }
+    }
+
+    /// Whether the connection was woken since it last looked; if not, `cx`'s task is woken next time.
+    pub fn poll_woken(&mut self, cx: &Context<'_>) -> bool {
+        if std::mem::take(&mut self.woken) {
+            return true;
+        }
+        if !self.waker.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
+            self.waker = Some(cx.waker().clone());
+        }
+        false
+    }
+
+    /// The connection is about to take everything queued: wake-ups so far are answered.
+    pub fn clear_woken(&mut self) {
+        self.woken = false;
+    }
 }
 
 /// Why a delivery was not queued.
@@ -98,19 +237,20 @@ pub struct SessionState {
     pub attachment: Option<Attachment>,
     /// Bumped by every attachment: a timer set while the session was offline (will delay, expiry) is void
     /// once a connection has come and gone since.
-    pub generation: u64,
+    pub generation: u32,
     /// Session Expiry Interval in seconds; 0: the session ends with its connection.
     pub expiry: u32,
     pub version: ProtocolVersion,
-    pub subscriptions: BTreeMap<ByteString, SubscriptionRecord>,
+    pub subscriptions: Subscriptions,
     /// QoS 2 Packet Identifiers PUBRECed, waiting for PUBREL.
-    pub inbound_qos2: HashSet<u16>,
+    pub inbound_qos2: IdSet,
     /// The session has ended (expired, cleaned, taken over by a clean start): deliveries are refused.
     pub ended: bool,
     entries: VecDeque<Entry>,
-    /// The number of leading entries sent and unacknowledged.
-    sent: usize,
-    packet_ids: HashSet<u16>,
+    /// The number of leading entries sent and unacknowledged (`u32`: with `generation`, a session fits a
+    /// 256-byte allocation).
+    sent: u32,
+    packet_ids: IdSet,
     next_packet_id: u16,
 }
 
@@ -121,12 +261,12 @@ impl SessionState {
             generation: 0,
             expiry,
             version,
-            subscriptions: BTreeMap::new(),
-            inbound_qos2: HashSet::new(),
+            subscriptions: Subscriptions::default(),
+            inbound_qos2: IdSet::default(),
             ended: false,
             entries: VecDeque::new(),
             sent: 0,
-            packet_ids: HashSet::new(),
+            packet_ids: IdSet::default(),
             next_packet_id: 1,
         }
     }
@@ -138,12 +278,17 @@ impl SessionState {
 
     /// Messages sent and waiting for their acknowledgement.
     pub fn inflight(&self) -> usize {
-        self.sent
+        self.sent as usize
+    }
+
+    /// Whether anything is owed to the client beyond what is in flight (see [`SessionState::take_outbound`]).
+    pub fn has_outbound(&self) -> bool {
+        (self.sent as usize) < self.entries.len()
     }
 
     /// Messages waiting to be sent.
     pub fn queued(&self) -> usize {
-        self.entries.len() - self.sent
+        self.entries.len() - self.sent as usize
     }
 
     fn allocate_packet_id(&mut self) -> Option<PacketId> {
@@ -163,7 +308,7 @@ impl SessionState {
 
     /// Makes the whole sent prefix unsent again, to be sent again with DUP on the new connection.
     pub fn prepare_redelivery(&mut self) {
-        for entry in self.entries.iter_mut().take(self.sent) {
+        for entry in self.entries.iter_mut().take(self.sent as usize) {
             entry.dup = true;
         }
         self.sent = 0;
@@ -180,10 +325,10 @@ impl SessionState {
         out: &mut Vec<Outbound>,
     ) {
         let now = Instant::now();
-        while self.sent < self.entries.len() {
-            let index = self.sent;
+        while (self.sent as usize) < self.entries.len() {
+            let index = self.sent as usize;
             let entry = &self.entries[index];
-            if entry.out.qos != QoS::AtMostOnce && self.sent >= window {
+            if entry.out.qos != QoS::AtMostOnce && self.sent as usize >= window {
                 break;
             }
             if entry.released {
@@ -219,12 +364,12 @@ impl SessionState {
     }
 
     fn find_sent(&self, id: PacketId) -> Option<usize> {
-        self.entries.iter().take(self.sent).position(|entry| entry.packet_id == Some(id))
+        self.entries.iter().take(self.sent as usize).position(|entry| entry.packet_id == Some(id))
     }
 
     fn remove_at(&mut self, index: usize, client_id: &ByteString, store: Option<&Store>) {
         let Some(entry) = self.entries.remove(index) else { return };
-        if index < self.sent {
+        if index < self.sent as usize {
             self.sent -= 1;
         }
         if let Some(id) = entry.packet_id {
@@ -344,7 +489,7 @@ impl Session {
         }
         if state.queued() >= limits.max_queued_messages {
             // Make room by dropping the oldest queued QoS 0 message, if there is one and this one is not QoS 0.
-            let sent = state.sent;
+            let sent = state.sent as usize;
             let oldest_qos0 = (out.qos != QoS::AtMostOnce)
                 .then(|| state.entries.iter().skip(sent).position(|e| e.out.qos == QoS::AtMostOnce))
                 .flatten();
@@ -377,8 +522,8 @@ impl Session {
             _ => None,
         };
         state.entries.push_back(Entry { out, packet_id, seq, released: false, dup: false });
-        if let Some(attachment) = &state.attachment {
-            attachment.wake.notify_one();
+        if let Some(attachment) = &mut state.attachment {
+            attachment.wake();
         }
         Ok(())
     }
@@ -437,7 +582,7 @@ mod tests {
 
     fn session() -> Session {
         let session = Session::new(1, "c".into(), ProtocolVersion::V5, 60);
-        session.lock().attachment = Some(Attachment { connection: 1, wake: Arc::new(Notify::new()), kick: None });
+        session.lock().attachment = Some(Attachment::new(1));
         session
     }
 
