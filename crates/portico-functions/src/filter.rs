@@ -9,11 +9,10 @@ use crate::instance::Hook;
 use crate::stats::Ending;
 use bytes::Bytes;
 use portico_http::codec::RequestHead;
-use portico_http::filters::{carries_body, Filter, ResponseView};
+use portico_http::filters::Filter;
 use portico_http::handler::Upstreams;
 use portico_http::handler::{forwarded_headers, ClientInfo, Gate, GateFuture};
 use portico_http::message::{LocalResponse, ResponseEdits};
-use portico_http::stream_body::BoxBody;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -122,12 +121,9 @@ fn valid_field(name: &str, value: &str) -> bool {
     !name.is_empty() && !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
 }
 
-/// A function's `onResponse` hook as a response filter: it sees the response's status and headers (as they
-/// will be sent) and the request, and sets or removes response headers. It runs in one slice (it cannot wait),
-/// outside the concurrency limit; a hook that fails is logged and counted, and the response goes out without
-/// its changes. A response with a body gets the hook from the body-hook stage, where its headers are known (so
-/// such a route's responses are streamed rather than relayed as bytes); one without (to HEAD, 1xx, 204, 304)
-/// from the response-hook stage, with no headers to show.
+/// A function's `onResponse` hook as a response filter: it sees the response's status and the request, and
+/// sets or removes response headers. It runs in one slice (it cannot wait), outside the concurrency limit; a
+/// hook that fails is logged and counted, and the response goes out without its changes.
 #[derive(Debug)]
 pub struct FunctionResponse {
     compiled: Arc<Compiled>,
@@ -144,45 +140,12 @@ impl Filter for FunctionResponse {
         true
     }
 
-    fn has_body_hook(&self) -> bool {
-        true
-    }
-
     fn on_response(&self, head: &RequestHead, status: u16, edits: &mut ResponseEdits) {
-        if !carries_body(head, status) {
-            self.run(head, status, None, edits);
-        }
-    }
-
-    fn wrap_response_body<'b>(
-        &self,
-        head: &RequestHead,
-        resp: &ResponseView<'_>,
-        edits: &mut ResponseEdits,
-        body: BoxBody<'b>,
-    ) -> BoxBody<'b> {
-        self.run(head, resp.status, Some(resp.headers), edits);
-        body
-    }
-}
-
-impl FunctionResponse {
-    /// Runs the hook for a response with `status` and `headers` (when known), its changes into `edits`.
-    fn run(&self, head: &RequestHead, status: u16, headers: Option<&hyper::HeaderMap>, edits: &mut ResponseEdits) {
         let compiled = &self.compiled;
         let Ok((instance, _)) = slot_for(compiled) else { return };
         let input = input_of(head, false, forwarded_headers(head), Vec::new());
         let call = instance.open_call(compiled.cpu, None, format!("{} {}", input.method, input.url));
-        let mut raw = String::new();
-        for (name, value) in headers.into_iter().flatten() {
-            if !raw.is_empty() {
-                raw.push('\0');
-            }
-            raw.push_str(name.as_str());
-            raw.push('\0');
-            raw.push_str(&String::from_utf8_lossy(value.as_bytes()));
-        }
-        let outcome = instance.on_response(call.id(), status, raw, input);
+        let outcome = instance.on_response(call.id(), status, input);
         let ending = match &outcome {
             Ok(_) => Ending::Answered,
             Err(CallError::Cpu) => Ending::CpuLimit,

@@ -362,14 +362,7 @@ impl Instance {
     /// Runs the `onResponse` hook of call `id` for a response with `status` to `input`, in one slice: the
     /// headers it set (name, value) and the names it deleted. A promise it returns must settle within the
     /// slice (its reactions run; timers and fetches do not complete in it).
-    /// `headers`: the response's header fields as they will be sent (`name\0value\0...`), empty when unknown.
-    pub fn on_response(
-        &self,
-        id: CallId,
-        status: u16,
-        headers: String,
-        input: CallInput,
-    ) -> Result<HeaderChanges, CallError> {
+    pub fn on_response(&self, id: CallId, status: u16, input: CallInput) -> Result<HeaderChanges, CallError> {
         let ran = self.slice(id, false, |ctx| -> Result<_, CallError> {
             let exception = |e: rquickjs::Error| self.classify(ctx, e);
             let Some(hook) = &self.on_response else {
@@ -380,8 +373,7 @@ impl Instance {
             let target = self.target.clone().restore(ctx).map_err(exception)?;
             let env = self.env.clone().restore(ctx).map_err(exception)?;
             let call: Function = ctx.globals().get("__portico_on_response").map_err(exception)?;
-            let promise: rquickjs::Promise =
-                call.call((hook, target, status, request, env, headers)).map_err(exception)?;
+            let promise: rquickjs::Promise = call.call((hook, target, status, request, env)).map_err(exception)?;
             self.run_jobs(ctx);
             match promise.result::<rquickjs::Array>() {
                 None => Err(CallError::Unsettled),

@@ -631,35 +631,16 @@
     return out && typeof out.then === "function" ? Promise.resolve(out).then(settle) : settle(out);
   });
 
-  // A filter's `onResponse`: given the response's status and its headers as they will be sent (`raw`,
-  // "name\0value\0...", empty when Portico does not know them: a response without a body), whatever the hook
-  // changes there is changed on the response. Answers [set (flat: each changed name with all its values), removed
-  // names].
-  const grouped = (list) => {
-    const map = new Map();
-    for (let i = 0; i < list.length; i += 2) {
-      const values = map.get(list[i]);
-      if (values === undefined) map.set(list[i], [list[i + 1]]);
-      else values.push(list[i + 1]);
+  // A filter's `onResponse`: given the response's status and a Headers that starts empty, whatever it sets
+  // there is set on the response and whatever it deletes is removed. Answers [set (flat), removed names].
+  define("__portico_on_response", (hook, target, status, request, env) => {
+    const removed = [];
+    class ResponseEdits extends Headers {
+      delete(name) { removed.push(normalizeName(name)); super.delete(name); }
     }
-    return map;
-  };
-  define("__portico_on_response", (hook, target, status, request, env, raw) => {
-    const initial = raw === "" ? [] : raw.split("\0");
-    trustedList = initial.slice();
-    const headers = new Headers(TRUSTED_LIST);
+    const headers = new ResponseEdits();
     const response = new Response(null, { status: status < 200 ? 200 : status, headers, [TRUSTED]: true });
-    return Promise.resolve(hook.call(target, response, request, env, callContext)).then(() => {
-      const before = grouped(initial), after = grouped(headers.__flat());
-      const set = [], removed = [];
-      for (const name of before.keys()) if (!after.has(name)) removed.push(name);
-      for (const [name, values] of after) {
-        const was = before.get(name);
-        if (was !== undefined && was.length === values.length && was.every((v, i) => v === values[i])) continue;
-        for (const value of values) set.push(name, value);
-      }
-      return [set, removed];
-    });
+    return Promise.resolve(hook.call(target, response, request, env, callContext)).then(() => [headers.__flat(), removed]);
   });
 
   // Portico's side: a request in, a response out.

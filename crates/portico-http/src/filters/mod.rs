@@ -53,12 +53,6 @@ pub fn has_body_hooks(chain: &[Arc<dyn Filter>]) -> bool {
     chain.iter().any(|f| f.has_body_hook())
 }
 
-/// Whether a response with `status` to `head` has a body, so that the body hooks run for it (not to HEAD,
-/// not 1xx, 204 or 304).
-pub fn carries_body(head: &RequestHead, status: u16) -> bool {
-    !(head.method() == b"HEAD" || status < 200 || status == 204 || status == 304)
-}
-
 /// Runs the body hooks of `chain` for a response with `status` and `headers` (as they will be sent, updated
 /// with each hook's edits) to `head`. A response without a body (to HEAD, 1xx, 204, 304) is left alone.
 pub fn wrap_body<'b>(
@@ -68,7 +62,7 @@ pub fn wrap_body<'b>(
     headers: &mut hyper::HeaderMap,
     mut body: crate::stream_body::BoxBody<'b>,
 ) -> crate::stream_body::BoxBody<'b> {
-    if !carries_body(head, status) {
+    if head.method() == b"HEAD" || status < 200 || status == 204 || status == 304 {
         return body;
     }
     for f in chain.iter().filter(|f| f.has_body_hook()) {
