@@ -871,6 +871,8 @@ fn utf8_encode<'js>(ctx: Ctx<'js>, text: String) -> rquickjs::Result<ArrayBuffer
 fn json_parse<'js>(ctx: Ctx<'js>, text: rquickjs::String<'js>) -> rquickjs::Result<Value<'js>> {
     let parsed = match text.to_string() {
         Ok(text) => crate::json::parse(&ctx, &text)?,
+        // Out of memory: the script's exception. (Not UTF-8, a lone surrogate: QuickJS's parser answers.)
+        Err(rquickjs::Error::Exception) => return Err(rquickjs::Error::Exception),
         Err(_) => None,
     };
     Ok(parsed.unwrap_or_else(|| Value::new_undefined(ctx)))

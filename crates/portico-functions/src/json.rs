@@ -109,7 +109,7 @@ impl<'de, 'js> Visitor<'de> for Seed<'_, 'js> {
             // SAFETY: `key` is valid UTF-8 of `len` bytes; the atom is freed after use; `value`'s ownership
             // passes to `JS_DefinePropertyValue` (forgotten here).
             let defined = unsafe {
-                let atom = qjs::JS_NewAtomLen(ctx, key.as_ptr().cast(), key.len() as _);
+                let atom = atom_of(ctx, &key);
                 if atom == qjs::JS_ATOM_NULL {
                     return Err(A::Error::custom("out of memory"));
                 }
@@ -125,6 +125,25 @@ impl<'de, 'js> Visitor<'de> for Seed<'_, 'js> {
         }
         Ok(object)
     }
+}
+
+/// The atom of `key`. (`JS_NewAtomLen` finds an existing atom by comparing the UTF-8 bytes given with the
+/// Latin-1 bytes of the runtime's atoms, so `é` could be taken for an atom `Ã©`: only ASCII keys go that way;
+/// others are made a string first.)
+///
+/// # Safety
+/// `ctx` is a live context; the atom returned (or `JS_ATOM_NULL` on failure) is the caller's to free.
+unsafe fn atom_of(ctx: *mut qjs::JSContext, key: &str) -> qjs::JSAtom {
+    if key.is_ascii() {
+        return qjs::JS_NewAtomLen(ctx, key.as_ptr().cast(), key.len() as _);
+    }
+    let string = qjs::JS_NewStringLen(ctx, key.as_ptr().cast(), key.len() as _);
+    if qjs::JS_VALUE_GET_TAG(string) == qjs::JS_TAG_EXCEPTION {
+        return qjs::JS_ATOM_NULL;
+    }
+    let atom = qjs::JS_ValueToAtom(ctx, string);
+    qjs::JS_FreeValue(ctx, string);
+    atom
 }
 
 /// An object's key, borrowed from the text when it has no escapes.
@@ -264,7 +283,11 @@ impl<'js> Writer<'_, 'js> {
                 let _ = write!(self.out, "{}", unsafe { qjs::JS_VALUE_GET_INT(v) });
             }
             qjs::JS_TAG_FLOAT64 => self.number(v, unsafe { qjs::JS_VALUE_GET_FLOAT64(v) })?,
-            qjs::JS_TAG_STRING | qjs::JS_TAG_STRING_ROPE => self.raw_text(v, true)?,
+            qjs::JS_TAG_STRING | qjs::JS_TAG_STRING_ROPE => {
+                if !self.raw_text(v, true)? {
+                    return Ok(Written::Declined);
+                }
+            }
             qjs::JS_TAG_UNDEFINED | qjs::JS_TAG_SYMBOL => return Ok(Written::Nothing),
             qjs::JS_TAG_OBJECT => return self.object(v),
             _ => return Ok(Written::Declined),
@@ -280,17 +303,18 @@ impl<'js> Writer<'_, 'js> {
             use std::fmt::Write;
             let _ = write!(self.out, "{}", n as i64);
         } else if !js_number(&mut self.out, n) {
-            // Seventeen digits: the last may be a tie, which JavaScript breaks to even and Rust's shortest
-            // form may not; QuickJS's own digits then.
+            // Sixteen or seventeen digits: the last may be a tie, which JavaScript breaks to even and Rust's
+            // shortest form may not; QuickJS's own digits then.
             let text = self.own(unsafe { qjs::JS_ToString(self.raw_ctx(), v) })?;
-            self.raw_text(text.as_raw(), false)?;
+            self.raw_text(text.as_raw(), false)?; // (a number's few bytes: the cap is checked before each value)
         }
         Ok(())
     }
 
     /// The UTF-8 of string `v` (QuickJS keeps a lone surrogate as its 3-byte form), quoted and escaped when
     /// `quoted`, else as it is.
-    fn raw_text(&mut self, v: qjs::JSValue, quoted: bool) -> rquickjs::Result<()> {
+    /// `false` when the output would pass `MAX_OUTPUT` (nothing written).
+    fn raw_text(&mut self, v: qjs::JSValue, quoted: bool) -> rquickjs::Result<bool> {
         let ctx = self.raw_ctx();
         let mut len = 0;
         // SAFETY: the returned buffer holds `len` bytes until `JS_FreeCString`.
@@ -299,25 +323,30 @@ impl<'js> Writer<'_, 'js> {
             return Err(rquickjs::Error::Exception);
         }
         let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
+        if self.out.len() + bytes.len() > MAX_OUTPUT {
+            // (Past the cap the text would grow outside the heap limit: QuickJS's stringify, inside it, answers.)
+            unsafe { qjs::JS_FreeCString(ctx, ptr) };
+            return Ok(false);
+        }
         if quoted {
             quote(&mut self.out, bytes);
         } else {
             self.out.push_str(&String::from_utf8_lossy(bytes));
         }
         unsafe { qjs::JS_FreeCString(ctx, ptr) };
-        Ok(())
+        Ok(true)
     }
 
     fn object(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
         let class = unsafe { qjs::JS_GetClassID(v) };
         let (plain, array) = self.classes;
         if class != plain && class != array {
-            // A function is skipped like `undefined`; every other kind of object is QuickJS's.
-            return Ok(if unsafe { qjs::JS_IsFunction(self.raw_ctx(), v) } {
-                Written::Nothing
-            } else {
-                Written::Declined
-            });
+            // A function without `toJSON` is skipped like `undefined`; every other object is QuickJS's.
+            if !unsafe { qjs::JS_IsFunction(self.raw_ctx(), v) } {
+                return Ok(Written::Declined);
+            }
+            let to_json = self.own(unsafe { qjs::JS_GetProperty(self.raw_ctx(), v, self.to_json) })?;
+            return Ok(if to_json.is_function() { Written::Declined } else { Written::Nothing });
         }
         let pointer = unsafe { qjs::JS_VALUE_GET_PTR(v) };
         if self.open.len() >= MAX_DEPTH || self.open.contains(&pointer) {
@@ -346,7 +375,15 @@ impl<'js> Writer<'_, 'js> {
                 self.out.push(',');
             }
             let index = u32::try_from(i).unwrap_or(u32::MAX);
-            let item = self.own(unsafe { qjs::JS_GetPropertyUint32(ctx, v, index) })?;
+            // SAFETY: an index atom is a tagged number (nothing to free) below 2^31, a string atom above.
+            let atom = unsafe { qjs::JS_NewAtomUInt32(ctx, index) };
+            if atom == qjs::JS_ATOM_NULL {
+                return Err(rquickjs::Error::Exception);
+            }
+            let item = self.own_data(v, atom);
+            unsafe { qjs::JS_FreeAtom(ctx, atom) };
+            // A hole (the prototype's to answer) or a getter: QuickJS's.
+            let Some(item) = item? else { return Ok(Written::Declined) };
             match self.value(item.as_raw())? {
                 Written::Value => {}
                 Written::Nothing => self.out.push_str("null"),
@@ -355,6 +392,24 @@ impl<'js> Writer<'_, 'js> {
         }
         self.out.push(']');
         Ok(Written::Value)
+    }
+
+    /// The value of `v`'s own data property `atom`; `None` when it is an accessor (whose getter is then not run
+    /// here: QuickJS's stringify runs it, once) or not an own property.
+    fn own_data(&self, v: qjs::JSValue, atom: qjs::JSAtom) -> rquickjs::Result<Option<Value<'js>>> {
+        let ctx = self.raw_ctx();
+        let mut desc = std::mem::MaybeUninit::<qjs::JSPropertyDescriptor>::uninit();
+        // SAFETY: on 1 QuickJS filled `desc`, whose three values are owned here (freed below or kept).
+        match unsafe { qjs::JS_GetOwnProperty(ctx, desc.as_mut_ptr(), v, atom) } {
+            found if found < 0 => Err(rquickjs::Error::Exception),
+            0 => Ok(None),
+            _ => {
+                let desc = unsafe { desc.assume_init() };
+                let (value, getter, setter) = (self.own(desc.value)?, self.own(desc.getter)?, self.own(desc.setter)?);
+                drop((getter, setter));
+                Ok(((desc.flags as u32) & qjs::JS_PROP_GETSET == 0).then_some(value))
+            }
+        }
     }
 
     fn members(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
@@ -377,7 +432,7 @@ impl<'js> Writer<'_, 'js> {
         self.out.push('{');
         let mut first = true;
         for &atom in atoms {
-            let item = self.own(unsafe { qjs::JS_GetProperty(ctx, v, atom) })?;
+            let Some(item) = self.own_data(v, atom)? else { return Ok(Written::Declined) };
             let mark = self.out.len();
             if !first {
                 self.out.push(',');
@@ -404,8 +459,8 @@ impl<'js> Writer<'_, 'js> {
 /// A finite number as JavaScript's `Number.prototype.toString` writes it: the shortest digits that read back
 /// as the same double (Rust's `{:e}` finds the same ones), placed by the standard's rule (Number::toString):
 /// plain up to 21 integer digits, `0.000ddd` down to 1e-7, the exponent form beyond.
-/// `false` (and nothing written) when the shortest form has 17 digits, whose last JavaScript may choose
-/// otherwise.
+/// `false` (and nothing written) when the shortest form has 16 or 17 digits, where two forms can be equally
+/// close and JavaScript takes the even one (Rust's shortest form rounds such a tie up).
 fn js_number(out: &mut String, n: f64) -> bool {
     use std::fmt::Write;
     let start = out.len();
@@ -420,7 +475,7 @@ fn js_number(out: &mut String, n: f64) -> bool {
     let (first, rest) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let digit = |i: usize| if i < first.len() { &first[i..i + 1] } else { &rest[i - first.len()..i - first.len() + 1] };
     let k = (first.len() + rest.len()) as i32;
-    if k >= 17 {
+    if k >= 16 {
         return false;
     }
     let point = exponent.parse::<i32>().unwrap_or(0) + 1; // `n` in the standard: where the point goes
@@ -508,6 +563,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::excessive_precision)] // (the digits of a tie, on purpose)
     fn numbers_are_written_as_javascript_writes_them() {
         for (n, text) in [
             (1e21, "1e+21"),
@@ -526,7 +582,9 @@ mod tests {
         ] {
             assert_eq!(number(n).as_deref(), Some(text), "{n:e}");
         }
-        // Seventeen digits are left to QuickJS (JavaScript breaks a tie in the last digit to even).
+        // Sixteen and seventeen digits are left to QuickJS (JavaScript breaks a tie in the last digit to even).
+        assert_eq!(number(752044415567070.25), None);
+        assert_eq!(number(8796093022208.0625), None);
         assert_eq!(number(0.30000000000000004), None);
         assert_eq!(number(123456789012345680000.0), None);
     }

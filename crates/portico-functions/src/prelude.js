@@ -558,7 +558,9 @@
   // The next request of a redirected fetch, or a TypeError saying why there is none.
   const redirected = (pending, status, location) => {
     const request = pending.request;
-    if (pending.mode === "error") throw new TypeError(`fetch to ${request.url}: redirected to ${location} (redirect: "error")`);
+    if (pending.mode === "error") {
+      throw new TypeError(`fetch to ${request.url}: redirected${location === null ? "" : ` to ${location}`} (redirect: "error")`);
+    }
     if (pending.hops === 20) throw new TypeError(`fetch to ${request.url}: more than 20 redirects`);
     let next;
     try { next = new URL(location, request.url).href; } catch { throw new TypeError(`fetch to ${request.url}: a redirect to an invalid URL (${location})`); }
@@ -583,7 +585,7 @@
     }
     if (pending.mode !== "manual" && REDIRECTS.includes(status)) {
       const location = response.headers.get("location");
-      if (location !== null) {
+      if (location !== null || pending.mode === "error") {
         try { send(redirected(pending, status, location), pending); } catch (e) { pending.reject(e); }
         return;
       }

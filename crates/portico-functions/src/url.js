@@ -288,6 +288,8 @@ export default (native) => {
     Object.defineProperty(prototype, Symbol.toStringTag, { value: name, configurable: true });
     Object.defineProperty(globalThis, name, { value: Class, writable: true, configurable: true, enumerable: false });
   };
+  // (`constructor(url = MISSING, ...)` made it 0; WebIDL says 1, the required arguments.)
+  Object.defineProperty(URL, "length", { value: 1, configurable: true });
   webidl(URL, "URL");
   webidl(URLSearchParams, "URLSearchParams");
   Object.defineProperty(URLSearchParams.prototype, Symbol.iterator, {

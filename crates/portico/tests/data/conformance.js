@@ -413,6 +413,8 @@ function jsonCases() {
     '{"b":1,"a":2,"1":3,"0":4,"-1":5,"4294967295":6,"4294967294":7}', '{"":0}', ' \t\n\r 1 \t\n\r ',
     "", " ", "01", "1.", ".1", "+1", "1e", "--1", "[1,]", "{\"a\":1,}", "{'a':1}", '"\\x41"', '"\t"', "tru", "nul",
     "[1] x", "NaN", "Infinity", '"\\u12"', '{"a" 1}', "[1 2]", '"abc', "\u2028", '"\u2028\u2029"', "1 2",
+    // Non-ASCII keys beside the keys their UTF-8 bytes would spell in Latin-1.
+    '{"\\u00c3\\u00a9":1,"é":2}', '{"\\u00e2\\u0082\\u00ac":1,"€":2}', '{"é":1,"Ã©":2,"中":3}',
   ];
   // Generated: a seeded xorshift, the same texts in every engine.
   let seed = 0x2545f491;
@@ -474,6 +476,10 @@ function stringifyCases() {
   const hidden = Object.defineProperty({ shown: 1 }, "hidden", { value: 2, enumerable: false });
   const nullProto = Object.assign(Object.create(null), { a: 1, toJSON: 5 });
   const holes = [1, , 3]; // eslint-disable-line no-sparse-arrays
+  const withJson = Object.assign(() => 1, { toJSON: () => "F" });
+  class Static { static toJSON() { return "static"; } }
+  let reads = 0;
+  const counted = { get a() { reads++; return 1; }, d: new Date(0) };
   const cyclic = { a: 1 };
   cyclic.self = cyclic;
   let deep = [];
@@ -488,6 +494,8 @@ function stringifyCases() {
     [1n].length, cyclic, deep, { a: [{ b: { c: [1, "2", null, true] } }] }, new Error("e"), /re/g, Math,
     Object.assign([1, 2], { extra: 3 }), new Proxy({ a: 1 }, {}), new Proxy([1, 2], {}),
     ...numbers, numbers, numbers.map((n) => ({ n, s: String(n) })),
+    [752044415567070.25, 70368744177664.125, 8796093022208.0625], { f: withJson }, [withJson], { Static }, counted,
+    Object.defineProperty([1, 2], 1, { get() { return "got"; }, enumerable: true }),
   ];
   return values.map((value) => {
     try {
@@ -497,6 +505,9 @@ function stringifyCases() {
       return e?.name ?? "thrown";
     }
   }).concat([JSON.stringify(1n === 1n), (() => { try { return JSON.stringify({ big: 1n }); } catch (e) { return e.name; } })(),
+    (() => { reads = 0; JSON.stringify(counted); return `getter read ${reads} time(s)`; })(),
+    (() => { const keep = { "Ã©": 0 }; return JSON.stringify([Object.keys(JSON.parse('{"é":2}')), Object.keys(keep)]); })(),
+    JSON.stringify([URL.length, URLSearchParams.length, JSON.parse.length, JSON.stringify.length]),
     JSON.stringify({ a: [1, { b: 2 }] }, null, 2), JSON.stringify({ a: 1, b: 2 }, ["b"]), JSON.stringify({ a: 5 }, (k, v) => (typeof v === "number" ? v * 2 : v))]);
 }
 
