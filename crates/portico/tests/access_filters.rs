@@ -57,7 +57,7 @@ fn run(tool: &str, args: &[&str], stdin: Option<&str>) -> String {
 fn htpasswd_lines() -> String {
     let mut text = String::new();
     for (flag, user, password) in [("-B", "alice", "wonder land"), ("-m", "bob", "b0b"), ("-s", "carol", "c:rol")] {
-        text += &run("htpasswd", &["-nb", flag, user, password], None).trim_end().to_string();
+        text += run("htpasswd", &["-nb", flag, user, password], None).trim_end();
         text.push('\n');
     }
     let argon = run("argon2", &["saltysalt", "-id", "-e", "-t", "2", "-m", "12"], Some("dav3"));
