@@ -207,9 +207,11 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
     Ok(response)
 }
 
-/// Replaces the values of keys that hold secrets with `****`.
+const SECRET_KEYS: [&str; 6] = ["password", "secret", "token", "api_key", "private_key", "passphrase"];
+
+/// Replaces the values of keys that hold secrets with `****`: a line's own key (`password: x`) and the keys
+/// of flow mappings (`{ name: a, secret: x }`).
 pub fn mask_secrets(yaml: &str) -> String {
-    const SECRET_KEYS: [&str; 6] = ["password", "secret", "token", "api_key", "private_key", "passphrase"];
     yaml.lines()
         .map(|line| {
             let trimmed = line.trim_start().trim_start_matches("- ");
@@ -220,9 +222,58 @@ pub fn mask_secrets(yaml: &str) -> String {
                     let cut = line.len() - value.len();
                     format!("{} \"****\"", &line[..cut])
                 }
+                _ if line.contains('{') => mask_flow(line),
                 _ => line.to_string(),
             }
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `line` with the values of secret keys inside `{ ... }` replaced: a key right after `{` or `,`, its value
+/// up to the next `,` or `}` (or its closing quote).
+fn mask_flow(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find(['{', ',']) {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let spaces = rest.len() - rest.trim_start().len();
+        let after = &rest[spaces..];
+        let Some((key, value)) = after.split_once(':') else { continue };
+        if !SECRET_KEYS.iter().any(|s| key.trim().eq_ignore_ascii_case(s)) || !value.starts_with(' ') {
+            continue;
+        }
+        let value = value.trim_start();
+        let end = match value.chars().next() {
+            Some(q @ ('"' | '\'')) => value[1..].find(q).map_or(value.len(), |i| i + 2),
+            _ => value.find([',', '}']).unwrap_or(value.len()),
+        };
+        out.push_str(&rest[..spaces]);
+        out.push_str(key);
+        out.push_str(": \"****\"");
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_secrets;
+
+    #[test]
+    fn secrets_are_masked_in_block_and_flow_style() {
+        assert_eq!(
+            mask_secrets("a: 1\n  password: hunter2\ntoken:\nkey: x"),
+            "a: 1\n  password: \"****\"\ntoken:\nkey: x"
+        );
+        assert_eq!(
+            mask_secrets(
+                "  - { name: a, secret: k-1 }\n  - { name: \"b,c\", secret: \"k,2\", x: 1 }\n  - {secret: 'q'}"
+            ),
+            "  - { name: a, secret: \"****\"}\n  - { name: \"b,c\", secret: \"****\", x: 1 }\n  - {secret: \"****\"}"
+        );
+        assert_eq!(mask_secrets("- { tls: { key: k.pem }, secretive: 1 }"), "- { tls: { key: k.pem }, secretive: 1 }");
+    }
 }

@@ -1,6 +1,7 @@
 //! Portico's configuration: one YAML file, parsed strictly, validated fully, every error located at
 //! `file:line:col` with a hint. Loading never has side effects, so a reload can validate before anything changes.
 
+mod access;
 mod diff;
 mod function;
 mod mqtt;
@@ -11,6 +12,7 @@ mod spans;
 mod units;
 mod validate;
 
+pub use access::{parse_cidr, ApiKey, ApiKeyFilter, AuthBasicFilter, IpFilter, DEFAULT_KEY_HEADER};
 pub use diff::{diff, Change};
 pub use function::{Function, FunctionLimits, SecretSource};
 pub use read::LeftOut;

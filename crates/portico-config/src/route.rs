@@ -298,6 +298,12 @@ pub enum Filter {
     Cors(CorsFilter),
     /// Compress response bodies (gzip) for clients that accept it.
     Compress(CompressFilter),
+    /// HTTP Basic authentication against a password file.
+    AuthBasic(crate::access::AuthBasicFilter),
+    /// API keys in a header or a query parameter.
+    ApiKey(crate::access::ApiKeyFilter),
+    /// Allow and deny lists of the client's address.
+    Ip(crate::access::IpFilter),
     /// A JavaScript function of `functions:` whose `onRequest` hook runs before the target: it may answer
     /// early or change the request.
     Function(String),
@@ -312,6 +318,9 @@ struct FilterKey {
     rewrite: Option<RewriteFilter>,
     cors: Option<CorsFilter>,
     compress: Option<CompressFilter>,
+    auth_basic: Option<crate::access::AuthBasicFilter>,
+    api_key: Option<crate::access::ApiKeyFilter>,
+    ip: Option<crate::access::IpFilter>,
     function: Option<String>,
 }
 
@@ -323,13 +332,19 @@ impl TryFrom<FilterKey> for Filter {
             key.rewrite.map(Filter::Rewrite),
             key.cors.map(Filter::Cors),
             key.compress.map(Filter::Compress),
+            key.auth_basic.map(Filter::AuthBasic),
+            key.api_key.map(Filter::ApiKey),
+            key.ip.map(Filter::Ip),
             key.function.map(Filter::Function),
         ]
         .into_iter()
         .flatten();
         match (kinds.next(), kinds.next()) {
             (Some(filter), None) => Ok(filter),
-            (None, _) => Err("a filter needs its kind: `headers`, `rewrite`, `cors`, `compress` or `function`".into()),
+            (None, _) => Err(
+                "a filter needs its kind: `headers`, `rewrite`, `cors`, `compress`, `auth_basic`, `api_key`, `ip` or `function`"
+                    .into(),
+            ),
             (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
         }
     }
@@ -342,6 +357,9 @@ impl Filter {
             Filter::Rewrite(_) => "rewrite",
             Filter::Cors(_) => "cors",
             Filter::Compress(_) => "compress",
+            Filter::AuthBasic(_) => "auth_basic",
+            Filter::ApiKey(_) => "api_key",
+            Filter::Ip(_) => "ip",
             Filter::Function(_) => "function",
         }
     }
@@ -573,6 +591,9 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
         }
         // Whether the function exists is checked with the configuration's `functions:` (validate.rs).
         Filter::Function(_) => {}
+        Filter::AuthBasic(a) => crate::access::validate_auth_basic(a, base, err),
+        Filter::ApiKey(k) => crate::access::validate_api_key(k, base, err),
+        Filter::Ip(f) => crate::access::validate_ip(f, base, err),
         Filter::Compress(c) => {
             if !(1..=9).contains(&c.level) {
                 err(&format!("{base}.compress.level"), format!("level {} is not from 1 to 9", c.level), None);

@@ -10,6 +10,7 @@ pub mod io;
 pub mod listeners;
 pub mod metrics_merge;
 pub mod panic;
+pub mod password;
 pub mod process_setup;
 pub mod processes;
 pub mod prometheus;

@@ -19,6 +19,8 @@ pub fn record(log: &LocalLog, e: &Entry) {
 /// One request, as logged.
 pub struct Entry<'a> {
     pub client: IpAddr,
+    /// Who an authentication filter found the client to be (a user, an API key's name).
+    pub user: Option<&'a str>,
     pub method: &'a [u8],
     pub target: &'a [u8],
     /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`: what the client spoke.
@@ -56,7 +58,12 @@ fn millis(d: Duration) -> f64 {
 }
 
 fn json_line(out: &mut Vec<u8>, e: &Entry, iso: &str, ms: u32) {
-    let _ = write!(out, "{{\"time\":\"{iso}.{ms:03}Z\",\"client\":\"{}\",\"method\":", e.client);
+    let _ = write!(out, "{{\"time\":\"{iso}.{ms:03}Z\",\"client\":\"{}\",\"user\":", e.client);
+    match e.user {
+        Some(user) => json_str(out, user.as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"method\":");
     json_str(out, e.method);
     out.extend_from_slice(b",\"target\":");
     json_str(out, e.target);
@@ -94,7 +101,13 @@ fn json_line(out: &mut Vec<u8>, e: &Entry, iso: &str, ms: u32) {
 
 /// `%h - - [%t] "%r" %s %b "%{Referer}" "%{User-agent}"`, then Portico's own fields as `key=value`.
 fn combined_line(out: &mut Vec<u8>, e: &Entry, time: &str) {
-    let _ = write!(out, "{} - - [{time}] ", e.client);
+    let _ = write!(out, "{} - ", e.client);
+    match e.user {
+        // `%u`: a user name with a space or a quote would break the fields, so it is quoted then.
+        Some(user) => logfmt_value(out, user.as_bytes()),
+        None => out.push(b'-'),
+    }
+    let _ = write!(out, " [{time}] ");
     let mut request = Vec::with_capacity(e.method.len() + e.target.len() + 10);
     request.extend_from_slice(e.method);
     request.push(b' ');

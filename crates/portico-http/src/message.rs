@@ -31,6 +31,9 @@ pub struct HeadEdits {
     /// The new origin-form target (path and query) and where its path ends.
     pub target: Option<(Vec<u8>, usize)>,
     pub headers: HeaderEdits,
+    /// Who an authentication filter found the client to be (`auth_basic`'s user, `api_key`'s key name), for
+    /// the access log.
+    pub identity: Option<Arc<str>>,
 }
 
 /// Changes to a response head, gathered by the response filters and applied as the head is written.
@@ -120,6 +123,14 @@ impl HeaderEdits {
         use hyper::header::{HeaderName, HeaderValue};
         for name in &self.dropped {
             headers.remove(&**name);
+            // `x_auth_user` as well as `x-auth-user`, as the HTTP/1 writers drop them (`same_header_name`).
+            if name.contains(['-', '_']) {
+                while let Some(alike) =
+                    headers.keys().find(|k| same_header_name(k.as_str().as_bytes(), name.as_bytes())).cloned()
+                {
+                    headers.remove(alike);
+                }
+            }
         }
         for (name, value) in &self.appended {
             if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {

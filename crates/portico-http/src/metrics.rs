@@ -49,6 +49,28 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
     for (labels, r) in &routes {
         histogram(out, "portico_request_duration_seconds", labels, r.slots.iter().map(|s| &s.0.duration));
     }
+    header(
+        out,
+        "portico_filter_denials_total",
+        "counter",
+        "Requests a filter refused (shadow=\"true\": would have refused, and let through), by route, filter and reason.",
+    );
+    let running_routes: HashSet<&str> = snapshot.router.routes().iter().map(|r| r.name.as_str()).collect();
+    for d in registry.all_denials().iter().filter(|d| running_routes.contains(d.route.as_str())) {
+        for denial in crate::filters::Denial::ALL {
+            let (filter, reason) = denial.labels();
+            for shadow in [false, true] {
+                let n = d.count(denial, shadow);
+                if n > 0 {
+                    let _ = writeln!(
+                        out,
+                        "portico_filter_denials_total{{route=\"{}\",filter=\"{filter}\",reason=\"{reason}\",shadow=\"{shadow}\"}} {n}",
+                        escape(&d.route)
+                    );
+                }
+            }
+        }
+    }
 
     let endpoints: Vec<_> = registry
         .all_endpoints()

@@ -51,6 +51,7 @@ pub(crate) fn record(
             log,
             &Entry {
                 client,
+                user: head.edits.as_ref().and_then(|e| e.identity.as_deref()),
                 method: head.method(),
                 target: head.target(),
                 protocol: match (http2, head.http10) {
@@ -107,6 +108,7 @@ pub(crate) fn record_refused(
             log,
             &Entry {
                 client,
+                user: None,
                 method: b"-",
                 target: b"-",
                 protocol: if http2 { "HTTP/2.0" } else { "HTTP/1.1" },

@@ -14,13 +14,14 @@
 //! filters run when a response head is written (see `filters`), whoever wrote it.
 
 use crate::codec::{HeadError, RequestHead};
-use crate::filters::{RequestCx, Step};
+use crate::filters::{RequestCx, Step, Wait};
 use crate::handler::{ClientInfo, Upstreams};
 use crate::message::LocalResponse;
 use crate::pattern::Captured;
 use crate::router::{CompiledRoute, Target};
 use crate::snapshot::{ListenerSettings, Snapshot};
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// What the phases before the target decided.
@@ -34,8 +35,9 @@ pub(crate) enum Front {
     Handler { route: usize, handler: Arc<dyn crate::handler::Handler>, params: Vec<(String, String)> },
     /// Hand the connection to this WebSocket endpoint once the handshake is answered (HTTP/1 only).
     WebSocket { route: usize, endpoint: crate::websocket::Endpoint },
-    /// The route's function filters must run first (they may wait): `pass_gates` then decides the target.
-    Gated { route: usize, captured: Box<Captured> },
+    /// The route's function filters must run first, or a request filter waits for work off the worker's
+    /// thread: `pass_gates` then finishes the filters and decides the target.
+    Gated { route: usize, captured: Box<Waiting> },
     /// No route matches.
     NoRoute,
     /// The path cannot be normalised: 400, and the connection is closed.
@@ -55,8 +57,22 @@ impl Front {
     }
 }
 
-/// Normalises, routes and filters `head`; `https`: whether the client came over TLS.
-pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &ListenerSettings, https: bool) -> Front {
+/// Where the filters of a `Front::Gated` request stopped: what the route captured, and the request filter
+/// that waits (with the index of the next one), if one does.
+pub(crate) struct Waiting {
+    captured: Captured,
+    wait: Option<(Wait, usize)>,
+}
+
+/// Normalises, routes and filters `head`; `https`: whether the client came over TLS; `peer`: the client's
+/// address.
+pub(crate) fn front(
+    head: &mut RequestHead,
+    snapshot: &Snapshot,
+    settings: &ListenerSettings,
+    https: bool,
+    peer: IpAddr,
+) -> Front {
     let normalized = match crate::path::normalize(head.path(), &settings.paths) {
         Ok(Cow::Borrowed(_)) => None,
         Ok(Cow::Owned(path)) => Some(path),
@@ -82,17 +98,58 @@ pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &List
         return Front::Answer { route: index, response: Arc::new(response) };
     }
     if let Some(chain) = &route.filters {
-        let cx = RequestCx { matched_path: &captured.path, captures: &captured.ranges, prefix: route.prefix() };
-        for f in chain.iter() {
-            if let Step::Respond(response) = f.on_request(head, &cx) {
-                return Front::Answer { route: index, response: Arc::new(response) };
+        let cx = context(route, &captured, peer);
+        for (i, f) in chain.iter().enumerate() {
+            match f.on_request(head, &cx) {
+                Step::Continue => {}
+                Step::Respond(response) => return Front::Answer { route: index, response: Arc::new(response) },
+                Step::Wait(wait) => {
+                    let waiting = Waiting { captured, wait: Some((wait, i + 1)) };
+                    return Front::Gated { route: index, captured: Box::new(waiting) };
+                }
             }
         }
     }
     if route.gates.is_some() {
-        return Front::Gated { route: index, captured: Box::new(captured) };
+        return Front::Gated { route: index, captured: Box::new(Waiting { captured, wait: None }) };
     }
     target(head, index, route, &captured, https)
+}
+
+/// What the request filters of `route` are given.
+fn context<'a>(route: &'a CompiledRoute, captured: &'a Captured, peer: IpAddr) -> RequestCx<'a> {
+    RequestCx {
+        matched_path: &captured.path,
+        captures: &captured.ranges,
+        prefix: route.prefix(),
+        peer: peer.to_canonical(),
+        denials: &route.denials,
+    }
+}
+
+/// Waits for `wait`, then runs the request filters of `route` from `next` on (waiting again for any that
+/// waits): the answer of one that answered, if one did.
+async fn finish_filters(
+    head: &mut RequestHead,
+    route: &CompiledRoute,
+    cx: &RequestCx<'_>,
+    (wait, mut next): (Wait, usize),
+) -> Option<LocalResponse> {
+    let mut step = Step::Wait(wait);
+    loop {
+        match step {
+            Step::Continue => {}
+            Step::Respond(response) => return Some(response),
+            Step::Wait(wait) => {
+                let resume = wait.await;
+                step = resume(head, cx);
+                continue;
+            }
+        }
+        let f = route.filters.as_ref()?.get(next)?;
+        next += 1;
+        step = f.on_request(head, cx);
+    }
 }
 
 /// Runs the function filters of route `index` on `head`, then decides its target as `front` does: the
@@ -100,19 +157,29 @@ pub(crate) fn front(head: &mut RequestHead, snapshot: &Snapshot, settings: &List
 pub(crate) async fn pass_gates(
     head: &mut RequestHead,
     snapshot: &Snapshot,
-    (index, captured): (usize, &Captured),
+    (index, waiting): (usize, Box<Waiting>),
     client: ClientInfo,
     upstreams: &Upstreams,
 ) -> Front {
     let Some(route) = snapshot.router.get(index) else {
         return Front::NoRoute;
     };
+    let Waiting { captured, wait } = *waiting;
+    if let Some(wait) = wait {
+        let cx = context(route, &captured, client.addr.ip());
+        if let Some(response) = finish_filters(head, route, &cx, wait).await {
+            return Front::Answer { route: index, response: Arc::new(response) };
+        }
+        if route.gates.is_none() {
+            return target(head, index, route, &captured, client.https);
+        }
+    }
     for gate in route.gates.iter().flat_map(|g| g.iter()) {
         if let Some(response) = gate.check(head, client.clone(), upstreams.clone()).await {
             return Front::Answer { route: index, response: Arc::new(response) };
         }
     }
-    target(head, index, route, captured, client.https)
+    target(head, index, route, &captured, client.https)
 }
 
 /// The route's target for `head`.

@@ -140,7 +140,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         };
         let front = match front {
             Some(front) => front,
-            None => crate::phases::front(&mut head, &snapshot, settings, client.facts.https),
+            None => crate::phases::front(&mut head, &snapshot, settings, client.facts.https, client.peer.ip()),
         };
         let route = front.route().and_then(|i| snapshot.router.get(i));
         client.filters = route.and_then(|r| r.filters.clone());
@@ -323,7 +323,7 @@ async fn handle_request(
         Front::Gated { route, captured } => {
             let info = crate::handler::ClientInfo { addr: client.peer, https: client.facts.https, http2: false };
             let upstreams = Clusters::upstreams(ctx.clone(), snapshot.clone(), &settings.name, client.peer.ip());
-            let gates = crate::phases::pass_gates(head, snapshot, (route, &captured), info, &upstreams);
+            let gates = crate::phases::pass_gates(head, snapshot, (route, captured), info, &upstreams);
             Box::pin(gates).await
         }
         front => front,
@@ -456,7 +456,7 @@ fn read_ahead(client: &mut Client, snapshot: &Arc<Snapshot>, settings: &Listener
             return;
         }
         let mut head = codec::take_request(&mut client.buf, parsed, used);
-        let front = crate::phases::front(&mut head, snapshot, settings, client.facts.https);
+        let front = crate::phases::front(&mut head, snapshot, settings, client.facts.https, client.peer.ip());
         let joins = matches!(front, crate::phases::Front::Cluster { cluster, .. } if cluster == cluster_index)
             && head.keep_alive
             && pipeline::eligible(&head, cluster);

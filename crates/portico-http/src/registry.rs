@@ -17,6 +17,7 @@ pub struct Registry {
     endpoints: Mutex<HashMap<(String, String), Arc<EndpointStats>>>,
     clusters: Mutex<HashMap<String, Arc<ClusterStats>>>,
     listeners: Mutex<HashMap<String, Arc<stats::ListenerStats>>>,
+    denials: Mutex<HashMap<String, Arc<crate::filters::Denials>>>,
     pub global: Arc<Global>,
 }
 
@@ -33,6 +34,7 @@ impl Registry {
             endpoints: Mutex::default(),
             clusters: Mutex::default(),
             listeners: Mutex::default(),
+            denials: Mutex::default(),
             global: Arc::default(),
         }
     }
@@ -71,6 +73,20 @@ impl Registry {
             .entry(cluster.to_string())
             .or_insert_with(|| Arc::new(ClusterStats { cluster: cluster.into(), slots: stats::slots(workers) }))
             .clone()
+    }
+
+    /// What the filters of route `route` refused.
+    pub(crate) fn denials(&self, route: &str) -> Arc<crate::filters::Denials> {
+        locked(&self.denials)
+            .entry(route.to_string())
+            .or_insert_with(|| Arc::new(crate::filters::Denials::new(route)))
+            .clone()
+    }
+
+    pub fn all_denials(&self) -> Vec<Arc<crate::filters::Denials>> {
+        let mut v: Vec<_> = locked(&self.denials).values().cloned().collect();
+        v.sort_by(|a, b| a.route.cmp(&b.route));
+        v
     }
 
     /// Keeps the health of the endpoints `live` says still exist (cluster, address), forgets the others.

@@ -60,6 +60,8 @@ pub struct CompiledRoute {
     /// Plain-HTTP clients are redirected to HTTPS.
     pub redirect_https: Option<HttpsRedirect>,
     pub stats: Arc<RouteStats>,
+    /// What its filters refused (`portico_filter_denials_total`).
+    pub denials: Arc<filters::Denials>,
     /// Global filters, then the route's own; `None` when there are none.
     pub filters: Option<Chain>,
     /// Function filters (global, then the route's own), run after the other request hooks; `None`: none.
@@ -193,7 +195,7 @@ impl Router {
         }
         let mut global = Filters::default();
         for (j, f) in cfg.filters.iter().enumerate() {
-            global.add(f, &[], &functions, &format!("filters[{j}]"), problems);
+            global.add(f, &[], (&functions, loaded), &format!("filters[{j}]"), problems);
         }
         let mut compiled = Vec::with_capacity(cfg.routes.len());
         let names = portico_config::route_names(&cfg.routes);
@@ -323,7 +325,7 @@ fn compile_route(
     };
     let mut filters = global.clone();
     for (j, f) in r.filters.iter().enumerate() {
-        filters.add(f, &names, targets.functions, &format!("{base}.filters[{j}]"), problems);
+        filters.add(f, &names, (targets.functions, loaded), &format!("{base}.filters[{j}]"), problems);
     }
     let Filters { chain, gates } = filters;
     Some(CompiledRoute {
@@ -334,6 +336,7 @@ fn compile_route(
             .and_then(|r| r.settings())
             .map(|s| HttpsRedirect { port: s.port.unwrap_or(https_port), status: s.status }),
         stats: registry.route_stats(&name, r.cluster_label()),
+        denials: registry.denials(&name),
         filters: (!chain.is_empty()).then(|| chain.into()),
         gates: (!gates.is_empty()).then(|| gates.into()),
         buffering: r.cluster.as_ref().and(r.buffering()).map(|b| Arc::new(BufferPolicy::from_config(&b, loaded))),
@@ -369,7 +372,7 @@ impl Filters {
         &mut self,
         f: &portico_config::Filter,
         names: &[String],
-        functions: &HashMap<String, CompiledFunction>,
+        (functions, loaded): (&HashMap<String, CompiledFunction>, &LoadedConfig),
         base: &str,
         problems: &mut Vec<RouteProblem>,
     ) {
@@ -387,7 +390,7 @@ impl Filters {
             self.chain.extend(function.response.clone());
             return;
         }
-        match filters::compile(f, names) {
+        match filters::compile(f, names, loaded) {
             Ok(f) => self.chain.push(f),
             Err((key, message)) => problems.push((format!("{base}.{key}"), message, None)),
         }

@@ -51,11 +51,11 @@ pub(crate) async fn serve(
     };
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(&head, &conn.ctx);
-    let front = match crate::phases::front(&mut head, &snapshot, settings, conn.facts.https) {
+    let front = match crate::phases::front(&mut head, &snapshot, settings, conn.facts.https, conn.peer.ip()) {
         Front::Gated { route, captured } => {
             let info = crate::handler::ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
             let upstreams = Clusters::upstreams(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
-            let gates = crate::phases::pass_gates(&mut head, &snapshot, (route, &captured), info, &upstreams);
+            let gates = crate::phases::pass_gates(&mut head, &snapshot, (route, captured), info, &upstreams);
             Box::pin(gates).await
         }
         front => front,

@@ -5,13 +5,9 @@
 //!
 //! # Password file
 //!
-//! One `user:hash` a line (blank lines and `#` comments skipped), hashes checked by the RustCrypto and
-//! `bcrypt` crates, never by code of our own:
-//!
-//! - `$argon2id$...` (also `$argon2i$`, `$argon2d$`): a PHC string, as `argon2` tools write it;
-//! - `$2b$...` (also `$2a$`, `$2y$`): bcrypt, as `htpasswd -B` writes it;
-//! - `$7$iterations$salt$hash`: Mosquitto 2's `mosquitto_passwd` (PBKDF2-HMAC-SHA512, base64 salt and hash);
-//! - `$6$salt$hash`: older `mosquitto_passwd` (SHA-512 of password then salt), accepted for migration.
+//! One `user:hash` a line (blank lines and `#` comments skipped), read by `portico_core::password` (which the
+//! HTTP plane's `auth_basic` shares): argon2, bcrypt, `mosquitto_passwd`'s `$7$` and `$6$`, and htpasswd's
+//! `$apr1$` and `{SHA}`.
 //!
 //! # ACL evaluation
 //!
@@ -34,158 +30,12 @@
 //!   `test/#`). The check is made at SUBSCRIBE: a subscription granted stays until unsubscribed, as in
 //!   Mosquitto without per-message read checks.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
-use subtle::ConstantTimeEq;
-
-/// Why a password file cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum AuthError {
-    #[error("cannot read the password file {file}: {error}")]
-    Read { file: String, error: std::io::Error },
-    #[error("{file}:{line}: {what}")]
-    Line { file: String, line: usize, what: String },
-}
-
-/// A password hash from the password file.
-#[derive(Clone)]
-enum PasswordHash {
-    Argon2(String),
-    Bcrypt(String),
-    /// Mosquitto `$7$`.
-    Pbkdf2Sha512 {
-        iterations: u32,
-        salt: Vec<u8>,
-        hash: Vec<u8>,
-    },
-    /// Mosquitto `$6$`.
-    Sha512 {
-        salt: Vec<u8>,
-        hash: Vec<u8>,
-    },
-}
-
-impl std::fmt::Debug for PasswordHash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PasswordHash::Argon2(_) => "argon2",
-            PasswordHash::Bcrypt(_) => "bcrypt",
-            PasswordHash::Pbkdf2Sha512 { .. } => "pbkdf2-sha512",
-            PasswordHash::Sha512 { .. } => "sha512",
-        })
-    }
-}
-
-impl PasswordHash {
-    fn parse(text: &str) -> Result<PasswordHash, String> {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.decode(s).map_err(|e| format!("bad base64: {e}"));
-        if text.starts_with("$argon2") {
-            argon2::password_hash::phc::PasswordHash::new(text).map_err(|e| format!("bad argon2 hash: {e}"))?;
-            Ok(PasswordHash::Argon2(text.to_string()))
-        } else if text.starts_with("$2a$") || text.starts_with("$2b$") || text.starts_with("$2y$") {
-            Ok(PasswordHash::Bcrypt(text.to_string()))
-        } else if let Some(rest) = text.strip_prefix("$7$") {
-            let mut parts = rest.split('$');
-            let (Some(iterations), Some(salt), Some(hash), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
-                return Err("a `$7$` hash is `$7$iterations$salt$hash`".into());
-            };
-            let iterations: u32 = iterations.parse().map_err(|_| format!("bad iteration count {iterations:?}"))?;
-            if iterations == 0 {
-                return Err("an iteration count of 0".into());
-            }
-            Ok(PasswordHash::Pbkdf2Sha512 { iterations, salt: b64(salt)?, hash: b64(hash)? })
-        } else if let Some(rest) = text.strip_prefix("$6$") {
-            let Some((salt, hash)) = rest.split_once('$') else {
-                return Err("a `$6$` hash is `$6$salt$hash`".into());
-            };
-            Ok(PasswordHash::Sha512 { salt: b64(salt)?, hash: b64(hash)? })
-        } else {
-            Err("unknown hash: expected `$argon2id$...`, `$2b$...` (bcrypt), or `$7$...` / `$6$...` (mosquitto_passwd); plain-text passwords are not accepted".into())
-        }
-    }
-
-    /// Whether `password` hashes to this. Slow on purpose (that is the point of these hashes): call it off
-    /// the worker's thread.
-    fn verify(&self, password: &[u8]) -> bool {
-        match self {
-            PasswordHash::Argon2(phc) => {
-                use argon2::password_hash::PasswordVerifier;
-                argon2::password_hash::phc::PasswordHash::new(phc)
-                    .is_ok_and(|hash| argon2::Argon2::default().verify_password(password, &hash).is_ok())
-            }
-            PasswordHash::Bcrypt(hash) => bcrypt::verify(password, hash).unwrap_or(false),
-            PasswordHash::Pbkdf2Sha512 { iterations, salt, hash } => {
-                let mut out = vec![0u8; hash.len()];
-                pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password, salt, *iterations, &mut out);
-                !hash.is_empty() && bool::from(out.ct_eq(hash))
-            }
-            PasswordHash::Sha512 { salt, hash } => {
-                use sha2::Digest;
-                let mut digest = sha2::Sha512::new();
-                digest.update(password);
-                digest.update(salt);
-                bool::from(digest.finalize().as_slice().ct_eq(hash))
-            }
-        }
-    }
-}
-
-/// The users of a password file.
-#[derive(Clone, Debug, Default)]
-pub struct Users {
-    users: HashMap<String, PasswordHash>,
-}
-
-impl Users {
-    /// Reads a password file.
-    pub fn load(path: &std::path::Path) -> Result<Users, AuthError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| AuthError::Read { file: file.clone(), error })?;
-        Users::parse(&text, &file)
-    }
-
-    /// Parses the text of a password file (`file` names it in errors).
-    pub fn parse(text: &str, file: &str) -> Result<Users, AuthError> {
-        let mut users = HashMap::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let error = |what: String| AuthError::Line { file: file.to_string(), line: i + 1, what };
-            let Some((user, hash)) = line.split_once(':') else {
-                return Err(error("expected `user:hash`".into()));
-            };
-            if user.is_empty() {
-                return Err(error("an empty user name".into()));
-            }
-            let hash = PasswordHash::parse(hash).map_err(error)?;
-            if users.insert(user.to_string(), hash).is_some() {
-                return Err(error(format!("user {user:?} is listed twice")));
-            }
-        }
-        Ok(Users { users })
-    }
-
-    pub fn len(&self) -> usize {
-        self.users.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.users.is_empty()
-    }
-
-    /// Whether `user` is listed with `password`.
-    pub fn verify(&self, user: &str, password: &[u8]) -> bool {
-        self.users.get(user).is_some_and(|hash| hash.verify(password))
-    }
-}
+/// The password file and its errors are portico-core's, shared with the HTTP plane's `auth_basic` filter.
+pub use portico_core::password::{PasswordFile as Users, PasswordFileError as AuthError};
 
 /// Who may connect.
 #[derive(Clone, Debug)]
@@ -439,6 +289,7 @@ mod tests {
         assert!(err.starts_with("p.txt:1: unknown hash"), "{err}");
         let mut pbkdf = [0u8; 64];
         pbkdf2::pbkdf2_hmac::<sha2::Sha512>(b"pw", b"salt", 101, &mut pbkdf);
+        use base64::Engine;
         let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
         let line = format!("m:$7$101${}${}", b64(b"salt"), b64(&pbkdf));
         let users = Users::parse(&line, "p").expect("parses");

@@ -76,11 +76,37 @@ fn the_gateway_example_answers_on_its_routes_and_admin_api() {
     let dir = temp_dir();
     let file = dir.join("gateway.yaml");
     std::fs::write(&file, yaml).unwrap();
+    for named in ["gateway.htpasswd", "gateway-keys.txt"] {
+        std::fs::copy(format!("{}/../../examples/{named}", env!("CARGO_MANIFEST_DIR")), dir.join(named)).unwrap();
+    }
     let listen = moved["0.0.0.0:8080"];
     let _demo = demo(&["-c", file.to_str().unwrap()], listen);
     for path in ["/", "/api/users", "/healthz", "/app/page"] {
         let r = Conn::open(listen).get(path, "");
         assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    // Behind auth_basic (the demo users of gateway.htpasswd: bcrypt and APR1) and api_key (gateway-keys.txt,
+    // and the configuration's own key).
+    assert_eq!(Conn::open(listen).get("/internal/echo", "").status, 401);
+    assert_eq!(Conn::open(listen).get("/internal/echo", "authorization: Basic b3BzOndyb25n\r\n").status, 401);
+    for (credentials, user) in
+        [("b3BzOmNoYW5nZS1tZS1vcHM=", "ops"), ("YXVkaXRvcjpjaGFuZ2UtbWUtYXVkaXRvcg==", "auditor")]
+    {
+        let r = Conn::open(listen).get("/internal/echo", &format!("authorization: Basic {credentials}\r\n"));
+        assert_eq!(r.status, 200, "{user}: {}", r.text());
+        assert!(
+            r.text().contains(&format!("x-auth-user: {user}\n")) && !r.text().contains("authorization"),
+            "{}",
+            r.text()
+        );
+    }
+    assert_eq!(Conn::open(listen).get("/partners/echo", "x-api-key: nope\r\n").status, 401);
+    for (key, name) in
+        [("reports-demo-key", "reports"), ("partner-demo-key-1", "partner-a"), ("k-batch-7c21", "partner-b")]
+    {
+        let r = Conn::open(listen).get(&format!("/partners/echo?api_key={key}"), "");
+        assert_eq!(r.status, 200, "{key}: {}", r.text());
+        assert!(r.text().contains(&format!("x-api-key-name: {name}\n")) && !r.text().contains(key), "{}", r.text());
     }
     let writes = Conn::open(listen).get("/api/users", "");
     assert!(writes.header("x-backend").unwrap().starts_with("api-"), "{}", writes.head);

@@ -4,6 +4,9 @@ use crate::codec::RequestHead;
 use crate::message::{LocalResponse, ResponseEdits};
 use crate::stream_body::BoxBody;
 use std::fmt::Debug;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 /// What the route's match left for the filters.
@@ -14,14 +17,36 @@ pub struct RequestCx<'a> {
     pub captures: &'a [(u32, u32)],
     /// The route's `path_prefix`, without a trailing slash.
     pub prefix: Option<&'a [u8]>,
+    /// The address of the peer that sent the request (IPv4-mapped IPv6 addresses as IPv4).
+    pub peer: IpAddr,
+    /// Where the route counts and logs the requests its filters refuse.
+    pub denials: &'a super::Denials,
 }
 
 /// What happens after a request hook.
-#[derive(Debug)]
 pub enum Step {
     Continue,
     /// Answer with this response; later filters and the target do not run (response hooks still do).
     Respond(LocalResponse),
+    /// The hook needs work done off the worker's thread (a slow password hash): the request waits for it
+    /// (the worker serves others meanwhile), then the `Resume` it gives decides, and the chain goes on.
+    Wait(Wait),
+}
+
+/// Work a request hook waits for; it runs on the worker's thread and gives what decides the request.
+pub type Wait = Pin<Box<dyn Future<Output = Resume>>>;
+
+/// What a hook makes of the work it waited for, applied to the request on the worker's thread.
+pub type Resume = Box<dyn FnOnce(&mut RequestHead, &RequestCx<'_>) -> Step>;
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Continue => f.write_str("Continue"),
+            Step::Respond(r) => f.debug_tuple("Respond").field(r).finish(),
+            Step::Wait(_) => f.write_str("Wait"),
+        }
+    }
 }
 
 pub trait Filter: Send + Sync + Debug {

@@ -11,13 +11,18 @@
 //!
 //! Filters are trait objects so that code outside this crate (the functions plane) can add kinds.
 
+mod api_key;
+mod auth_basic;
 mod compress;
 mod cors;
+mod denials;
 mod filter;
 mod headers;
+mod ip;
 mod rewrite;
 
-pub use filter::{Chain, Filter, RequestCx, ResponseView, Step};
+pub use denials::{Denial, Denials};
+pub use filter::{Chain, Filter, RequestCx, ResponseView, Resume, Step, Wait};
 
 pub(crate) use rewrite::{after_prefix, trim_prefix};
 
@@ -27,13 +32,24 @@ use portico_config::Filter as FilterConfig;
 use std::sync::Arc;
 
 /// Compiles a filter's configuration; `names` are the route pattern's parameters (none for global filters).
-/// An error is (the key below the filter, the message).
-pub fn compile(config: &FilterConfig, names: &[String]) -> Result<Arc<dyn Filter>, (String, String)> {
+/// Files a filter names (password and key files) are read here, relative to `loaded`'s directory: blocking,
+/// as building a snapshot is. An error is (the key below the filter, the message).
+pub fn compile(
+    config: &FilterConfig,
+    names: &[String],
+    loaded: &portico_config::LoadedConfig,
+) -> Result<Arc<dyn Filter>, (String, String)> {
     Ok(match config {
         FilterConfig::Headers(h) => Arc::new(headers::Headers::new(h)),
         FilterConfig::Rewrite(r) => Arc::new(rewrite::Rewrite::new(r, names)?),
         FilterConfig::Cors(c) => Arc::new(cors::Cors::new(c)),
         FilterConfig::Compress(c) => Arc::new(compress::Compress::new(c)),
+        FilterConfig::AuthBasic(a) => Arc::new(auth_basic::AuthBasic::new(a, &loaded.resolve(&a.users_file))?),
+        FilterConfig::ApiKey(k) => {
+            let file = k.keys_file.as_deref().map(|f| loaded.resolve(f));
+            Arc::new(api_key::ApiKey::new(k, file.as_deref())?)
+        }
+        FilterConfig::Ip(f) => Arc::new(ip::Ip::new(f)?),
         // A function filter is a `handler::Gate`, compiled with the functions (router.rs).
         FilterConfig::Function(_) => return Err(("function".into(), "a function filter is not compiled here".into())),
     })
