@@ -2,7 +2,7 @@
 //! (password and key files) are read when the snapshot is built, where a missing or bad file is reported at
 //! its key like any other problem.
 
-use crate::route::{is_token, OWNED_HEADERS};
+use crate::fields::{is_token, OWNED_HEADERS};
 use serde::Deserialize;
 
 /// `auth_basic:` HTTP Basic authentication against a password file.

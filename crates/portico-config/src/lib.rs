@@ -3,6 +3,7 @@
 
 mod access;
 mod diff;
+mod fields;
 mod function;
 mod mqtt;
 mod read;
@@ -14,6 +15,7 @@ mod validate;
 
 pub use access::{parse_cidr, ApiKey, ApiKeyFilter, AuthBasicFilter, IpFilter, DEFAULT_KEY_HEADER};
 pub use diff::{diff, Change};
+pub use fields::OWNED_HEADERS;
 pub use function::{Function, FunctionLimits, SecretSource};
 pub use read::LeftOut;
 pub use route::*;

@@ -3,6 +3,7 @@
 //! need no other section live here; patterns, templates, regexes and files are compiled (and refused with
 //! their position) when the snapshot is built.
 
+use crate::fields::{is_token, OWNED_HEADERS};
 use crate::units::{ByteSize, HumanDuration};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -497,26 +498,6 @@ pub enum EncodedSlashes {
     Keep,
     Decode,
 }
-
-pub(crate) fn is_token(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// Headers a filter may not touch: Portico writes them itself from the connection and the body.
-/// Headers Portico writes itself (framing, hop-by-hop, forwarding): no filter sets or removes them.
-pub const OWNED_HEADERS: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "via",
-];
 
 type Report<'a> = dyn FnMut(&str, String, Option<&str>) + 'a;
 

@@ -89,7 +89,7 @@ fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> 
     head.eq_ignore_ascii_case(prefix).then(|| &text[prefix.len()..])
 }
 
-use crate::route::is_token;
+use crate::fields::is_token;
 
 /// `left_out`: what the schema refused, so that what refers to it is not reported too.
 pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<Diagnostic> {

@@ -34,7 +34,7 @@ pub(crate) enum Front {
     /// Answer with this in-process handler; `params` are the route's path parameters by name.
     Handler { route: usize, handler: Arc<dyn crate::handler::Handler>, params: Vec<(String, String)> },
     /// Hand the connection to this WebSocket endpoint once the handshake is answered (HTTP/1 only).
-    WebSocket { route: usize, endpoint: crate::websocket::Endpoint },
+    WebSocket { route: usize, endpoint: crate::router::WebSocketEndpoint },
     /// The route's function filters must run first, or a request filter waits for work off the worker's
     /// thread: `pass_gates` then finishes the filters and decides the target.
     Gated { route: usize, captured: Box<Waiting> },

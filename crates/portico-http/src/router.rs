@@ -50,7 +50,14 @@ pub enum Target {
     /// Code in the process (`handler:`), with the names of the route pattern's parameters.
     Handler(Arc<dyn crate::handler::Handler>, Arc<[String]>),
     /// A WebSocket endpoint in the process (`mqtt: websocket`): it takes the upgraded connection.
-    WebSocket(crate::websocket::Endpoint),
+    WebSocket(WebSocketEndpoint),
+}
+
+/// What a WebSocket route serves (websocket.rs answers the handshake and hands the connection over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebSocketEndpoint {
+    /// The MQTT broker (`mqtt: websocket`).
+    Mqtt,
 }
 
 #[derive(Debug)]
@@ -311,7 +318,7 @@ fn compile_route(
         };
         Target::Handler(Arc::new(publish), names.clone().into())
     } else if let Some(portico_config::MqttRoute::Websocket) = r.mqtt {
-        Target::WebSocket(crate::websocket::Endpoint::Mqtt)
+        Target::WebSocket(WebSocketEndpoint::Mqtt)
     } else if let Some(redirect) = &r.redirect {
         match crate::redirect::RedirectTarget::parse(redirect, &names) {
             Ok(t) => Target::Redirect(t),

@@ -68,12 +68,8 @@ pub fn register_mqtt_websocket(service: Box<dyn WebSocketService>) {
     let _ = MQTT.set(service);
 }
 
-/// What a WebSocket route serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    /// The MQTT broker (`mqtt: websocket`).
-    Mqtt,
-}
+/// What a WebSocket route serves (defined with the router's targets, which name it).
+pub use crate::router::WebSocketEndpoint as Endpoint;
 
 impl Endpoint {
     fn service(self) -> Option<&'static dyn WebSocketService> {
