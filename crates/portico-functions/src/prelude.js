@@ -94,52 +94,134 @@
     const known = knownNames.get(name);
     if (known !== undefined) return known;
     const lower = name.toLowerCase();
-    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(lower)) throw new TypeError(`invalid header name ${name}`);
+    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(lower)) throw new TypeError(`invalid header name ${JSON.stringify(name)}`);
     if (knownNames.size < 512) knownNames.set(name, lower);
     return lower;
   };
+  // A value loses its leading and trailing HTTP whitespace; one with a NUL, CR or LF left, or a character past
+  // U+00FF (no ByteString), is refused.
+  const BAD_VALUE = /[\0\n\r\u0100-\uffff]/;
   const normalizeValue = (value) => {
     value = String(value);
     const first = value.charCodeAt(0), last = value.charCodeAt(value.length - 1);
-    if (first > 32 && last > 32) return value; // nothing to trim (most values)
-    return value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+    if (!(first > 32 && last > 32)) value = value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+    if (BAD_VALUE.test(value)) throw new TypeError(`invalid header value ${JSON.stringify(value)}`);
+    return value;
+  };
+  // WebIDL's ByteString: a string of characters up to U+00FF (a symbol cannot be one).
+  const byteString = (value) => {
+    if (typeof value === "symbol") throw new TypeError("a symbol is not a header name or value");
+    value = String(value);
+    if (/[\u0100-\uffff]/.test(value)) throw new TypeError(`${JSON.stringify(value)} has a character past U+00FF`);
+    return value;
   };
 
   // A list Portico made (names lowercase, values trimmed) handed to `new Headers(TRUSTED_LIST)`.
   const TRUSTED_LIST = Object.freeze({});
   let trustedList = null;
+  // Changes to any Headers, counted: an iterator sorts its headers again only when this has moved.
+  let headersChanged = 0;
+  // The pairs to iterate over, as the Fetch standard has them: sorted by name, the values of a repeated name
+  // joined with ", " (but each set-cookie apart).
+  const sortAndCombine = (list) => {
+    const at = [];
+    for (let i = 0; i < list.length; i += 2) at.push(i);
+    at.sort((a, b) => (list[a] < list[b] ? -1 : list[a] > list[b] ? 1 : a - b));
+    const out = [];
+    let last = null;
+    for (const i of at) {
+      const name = list[i];
+      if (last !== null && last[0] === name && name !== "set-cookie") last[1] += ", " + list[i + 1];
+      else out.push(last = [name, list[i + 1]]);
+    }
+    return out;
+  };
+  let listOf, headersEntries;
+  // A Headers iterator: it walks the sorted pairs by index, looking at them anew after a change, so that what
+  // is added or removed meanwhile is seen as the standard says. [headers, kind, index, pairs, changes seen]
+  class HeadersIterator {
+    #s;
+    constructor(headers, kind) { this.#s = [headers, kind, 0, null, -1]; }
+    next() {
+      const s = this.#s;
+      if (s[4] !== headersChanged) {
+        s[3] = sortAndCombine(listOf(s[0]));
+        s[4] = headersChanged;
+      }
+      const pair = s[3][s[2]];
+      if (pair === undefined) return { value: undefined, done: true };
+      s[2]++;
+      return { value: s[1] === 0 ? [pair[0], pair[1]] : s[1] === 1 ? pair[0] : pair[1], done: false };
+    }
+  }
+  {
+    const proto = HeadersIterator.prototype;
+    Object.setPrototypeOf(proto, Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())));
+    delete proto.constructor;
+    Object.defineProperty(proto, "next", { enumerable: true });
+    Object.defineProperty(proto, Symbol.toStringTag, { value: "Headers Iterator", configurable: true });
+  }
 
   // Kept as one flat list, name, value, name, value...: a request's headers are read far more often than
-  // changed, and a flat list costs one array.
+  // changed, and a flat list costs one array. A frozen list is an immutable Headers (Response.error()'s): any
+  // change throws a TypeError.
   class Headers {
     #list = [];
     constructor(init) {
-      if (init === undefined || init === null) return;
+      if (init === undefined) return;
       if (init === TRUSTED_LIST) {
         this.#list = trustedList;
         trustedList = null;
         return;
       }
-      if (init instanceof Headers) this.#list = init.__flat().slice();
-      else if (init[TRUSTED]) this.#list = init[TRUSTED]; // Portico's own: names lowercase, values trimmed
-      else if (typeof init[Symbol.iterator] === "function") {
-        for (const pair of init) {
-          if (pair.length !== 2) throw new TypeError("a header pair has two items");
-          this.append(pair[0], pair[1]);
+      if (init === null || (typeof init !== "object" && typeof init !== "function")) {
+        throw new TypeError("Headers: the init is neither a sequence of pairs nor a record");
+      }
+      // As WebIDL reads a (sequence or record): @@iterator first, then either the pairs it gives or the
+      // object's own enumerable properties.
+      const method = init[Symbol.iterator];
+      if (method === headersEntries && #list in init) {
+        this.#list = init.#list.slice();
+        return;
+      }
+      const pairs = [];
+      if (method !== undefined && method !== null) {
+        if (typeof method !== "function") throw new TypeError("Headers: the init's @@iterator is not a function");
+        for (const pair of { [Symbol.iterator]: () => method.call(init) }) {
+          if (pair === null || (typeof pair !== "object" && typeof pair !== "function")) {
+            throw new TypeError("Headers: a header pair is not a sequence");
+          }
+          const items = Array.isArray(pair) ? pair : [...pair];
+          if (items.length !== 2) throw new TypeError("Headers: a header pair has two items");
+          pairs.push(byteString(items[0]), byteString(items[1]));
         }
-      } else if (typeof init === "object") for (const k of Object.keys(init)) this.append(k, init[k]);
+      } else {
+        for (const key of Reflect.ownKeys(init)) {
+          const descriptor = Reflect.getOwnPropertyDescriptor(init, key);
+          if (descriptor === undefined || !descriptor.enumerable) continue;
+          const name = byteString(key);
+          pairs.push(name, byteString(init[key]));
+        }
+      }
+      const list = this.#list;
+      for (let i = 0; i < pairs.length; i += 2) list.push(normalizeName(pairs[i]), normalizeValue(pairs[i + 1]));
     }
-    append(name, value) { this.#list.push(normalizeName(name), normalizeValue(value)); }
+    append(name, value) {
+      this.#list.push(normalizeName(name), normalizeValue(value));
+      headersChanged++;
+    }
     set(name, value) {
       name = normalizeName(name);
       value = normalizeValue(value);
       const list = this.#list;
+      if (Object.isFrozen(list)) throw new TypeError("these headers cannot be changed");
       let found = false;
       for (let i = 0; i < list.length; ) {
         if (list[i] !== name) { i += 2; continue; }
         if (!found) { list[i + 1] = value; found = true; i += 2; } else list.splice(i, 2);
       }
       if (!found) list.push(name, value);
+      headersChanged++;
     }
     get(name) {
       name = normalizeName(name);
@@ -163,32 +245,43 @@
     delete(name) {
       name = normalizeName(name);
       const list = this.#list;
+      if (Object.isFrozen(list)) throw new TypeError("these headers cannot be changed");
       for (let i = 0; i < list.length; ) {
         if (list[i] === name) list.splice(i, 2);
         else i += 2;
       }
+      headersChanged++;
     }
-    // Sorted by name, repeated names joined (but each set-cookie apart), as the Fetch standard iterates.
-    #sorted() {
-      const names = [];
-      for (let i = 0; i < this.#list.length; i += 2) if (!names.includes(this.#list[i])) names.push(this.#list[i]);
-      names.sort();
-      const out = [];
-      for (const name of names) {
-        if (name === "set-cookie") for (const v of this.getSetCookie()) out.push([name, v]);
-        else out.push([name, this.get(name)]);
+    entries() { return new HeadersIterator(this, 0); }
+    keys() { return new HeadersIterator(this, 1); }
+    values() { return new HeadersIterator(this, 2); }
+    forEach(callback, thisArg = undefined) {
+      if (typeof callback !== "function") throw new TypeError("Headers.forEach: the callback is not a function");
+      let pairs = null, seen = -1;
+      for (let i = 0; ; i++) {
+        if (seen !== headersChanged) {
+          pairs = sortAndCombine(this.#list);
+          seen = headersChanged;
+        }
+        if (i >= pairs.length) return;
+        callback.call(thisArg, pairs[i][1], pairs[i][0], this);
       }
-      return out;
     }
-    entries() { return this.#sorted()[Symbol.iterator](); }
-    keys() { return this.#sorted().map(([k]) => k)[Symbol.iterator](); }
-    values() { return this.#sorted().map(([, v]) => v)[Symbol.iterator](); }
-    forEach(callback, thisArg) { for (const [k, v] of this.#sorted()) callback.call(thisArg, v, k, this); }
-    [Symbol.iterator]() { return this.entries(); }
     get [Symbol.toStringTag]() { return "Headers"; }
     // The list itself, name, value, ...: for Portico, and for copying.
     __flat() { return this.#list; }
+    static {
+      listOf = (headers) => headers.#list;
+      headersEntries = this.prototype.entries;
+      Object.defineProperty(this.prototype, Symbol.iterator, {
+        value: this.prototype.entries, writable: true, configurable: true, enumerable: false,
+      });
+    }
   }
+  const immutable = (headers) => {
+    Object.freeze(listOf(headers));
+    return headers;
+  };
 
   // A body is kept as it was given (a string stays a string) and turned into bytes only when asked.
   // Streams: the WHATWG Streams API of web-streams-polyfill (vendor/, MIT), evaluated the first time a handler
@@ -259,9 +352,13 @@
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;
-        const c = toBytes(value);
-        chunks.push(c);
-        length += c.byteLength;
+        if (!(value instanceof Uint8Array)) {
+          const error = new TypeError("a body's stream gave a chunk that is not a Uint8Array");
+          reader.cancel(error).catch(() => {});
+          throw error;
+        }
+        chunks.push(value);
+        length += value.byteLength;
       }
     }
     return concat(chunks, length);
@@ -276,13 +373,38 @@
   // Portico's own requests and responses are made with `PORTICO` as their init and their state in `portico`.
   const PORTICO = Object.freeze({});
   let portico = null;
-  const sourceOf = (body) => body === null || body === undefined ? null
-    : typeof body === "string" || body instanceof NativeBody || isStream(body) ? body : toBytes(body);
+  const TEXT_TYPE = "text/plain;charset=UTF-8";
+  const FORM_TYPE = "application/x-www-form-urlencoded;charset=UTF-8";
+  // A stream already read from (the polyfill's own mark) or locked cannot become a body.
+  const disturbed = (stream) => stream._disturbed === true;
+  // The Fetch standard's "extract a body": a string, bytes, a stream, or anything else as its string (a
+  // URLSearchParams' included).
+  const sourceOf = (body) => {
+    if (body === null || body === undefined) return null;
+    if (typeof body === "string" || body instanceof NativeBody) return body;
+    if (isStream(body)) {
+      if (body.locked || disturbed(body)) throw new TypeError("a stream that is locked or was read cannot be a body");
+      return body;
+    }
+    if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return toBytes(body);
+    return String(body);
+  };
+  // The content-type a body gives when the headers have none.
+  const typeOf = (body) => {
+    if (typeof body === "string") return TEXT_TYPE;
+    if (body === null || body === undefined) return null;
+    if (typeof body !== "object" && typeof body !== "function") return TEXT_TYPE;
+    if (body instanceof ArrayBuffer || ArrayBuffer.isView(body) || body instanceof NativeBody || isStream(body)) return null;
+    return body instanceof URLSearchParams ? FORM_TYPE : TEXT_TYPE;
+  };
   const inHand = (source) => !(source instanceof NativeBody) && !isStream(source);
-  const bodyUsed = (s) => s[2] || (isStream(s[0]) && s[0].locked);
+  // `bodyUsed`: the body was read (or its stream was).
+  const bodyUsed = (s) => s[0] !== null && (s[2] || (isStream(s[0]) && disturbed(s[0])));
+  // A body that cannot be read again: used, or its stream locked.
+  const unusable = (s) => s[0] !== null && (s[2] || (isStream(s[0]) && (s[0].locked || disturbed(s[0]))));
   const useBody = (s) => {
-    if (bodyUsed(s)) throw new TypeError("body already used");
-    s[2] = true;
+    if (unusable(s)) throw new TypeError("body already used");
+    if (s[0] !== null) s[2] = true;
   };
   // The bytes of a body in hand (`null` for none or for a stream, whose bytes are not in hand).
   const bytesOf = (s) => {
@@ -299,25 +421,92 @@
     const stream = source instanceof NativeBody ? nativeStream() : new globalThis.ReadableStream({
       start(controller) { controller.enqueue(toBytes(source)); controller.close(); },
     });
+    // A body read already (as text, say) has a stream that was read: locked for good.
+    if (s[2]) stream.getReader();
     s[0] = stream;
     return stream;
   };
   // The body to give a new Request or Response made from this one: a stream is handed over (this one is used
   // from then on), bytes are shared.
+  // (A stream the handler has is piped into a new one: the new body is not the old one's object.)
   const handOver = (s) => {
-    if (inHand(s[0])) return bytesOf(s);
     useBody(s);
-    return s[0];
+    const source = s[0];
+    if (inHand(source)) return bytesOf(s);
+    return isStream(source) ? source.pipeThrough(new globalThis.TransformStream()) : source;
+  };
+  // A stream teed as clone() does: the second branch gets a structured clone of each chunk, so that neither
+  // side sees what the other does to its chunks.
+  const cloningTee = (stream) => {
+    const reader = stream.getReader();
+    let reading = false, again = false, canceled1 = false, canceled2 = false, reason1, reason2, c1, c2;
+    let settleCancel;
+    const canceled = new Promise((resolve) => { settleCancel = resolve; });
+    const each = (f) => { try { f(); } catch {} };
+    const pull = () => {
+      if (reading) {
+        again = true;
+        return Promise.resolve();
+      }
+      reading = true;
+      reader.read().then(({ done, value }) => {
+        reading = false;
+        if (done) {
+          if (!canceled1) each(() => c1.close());
+          if (!canceled2) each(() => c2.close());
+          settleCancel();
+          return;
+        }
+        let copy = value;
+        if (!canceled2) {
+          try {
+            copy = structuredClone(value);
+          } catch (e) {
+            each(() => c1.error(e));
+            each(() => c2.error(e));
+            settleCancel(reader.cancel(e));
+            return;
+          }
+        }
+        if (!canceled1) each(() => c1.enqueue(value));
+        if (!canceled2) each(() => c2.enqueue(copy));
+        if (again) {
+          again = false;
+          pull();
+        }
+      }, (e) => {
+        each(() => c1.error(e));
+        each(() => c2.error(e));
+        settleCancel();
+      });
+      return Promise.resolve();
+    };
+    const RS = globalThis.ReadableStream;
+    const branch1 = new RS({ start(c) { c1 = c; }, pull, cancel(reason) {
+      canceled1 = true;
+      reason1 = reason;
+      if (canceled2) settleCancel(reader.cancel([reason1, reason2]));
+      return canceled;
+    } });
+    const branch2 = new RS({ start(c) { c2 = c; }, pull, cancel(reason) {
+      canceled2 = true;
+      reason2 = reason;
+      if (canceled1) settleCancel(reader.cancel([reason1, reason2]));
+      return canceled;
+    } });
+    return [branch1, branch2];
   };
   // For clone(): a streamed body split in two, one branch kept, the other returned.
   const tee = (s) => {
+    if (unusable(s)) throw new TypeError("body already used");
     if (inHand(s[0])) return bytesOf(s);
-    if (bodyUsed(s)) throw new TypeError("body already used");
-    const [mine, theirs] = streamOf(s).tee();
+    const [mine, theirs] = cloningTee(streamOf(s));
     s[0] = mine;
     return theirs;
   };
   const bufferOf = (b) => b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength);
+  // UTF-8 decode, as the standard's: a leading BOM is dropped.
+  const decodeBody = (b) => fastDecode(b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf ? b.subarray(3) : b);
   // The Body mixin's members, on Request.prototype and Response.prototype; `stateOf` checks the brand. The
   // read methods answer at once for a body in hand (no async function's machinery).
   const installBody = (proto, stateOf) => {
@@ -326,10 +515,13 @@
         const s = stateOf(this);
         useBody(s);
         const source = s[0];
-        if (typeof source === "string") return Promise.resolve(source);
+        if (typeof source === "string") {
+          // (What its UTF-8 bytes decode to: lone surrogates become U+FFFD, a BOM goes.)
+          return Promise.resolve(source.charCodeAt(0) === 0xfeff ? source.slice(1).toWellFormed() : source.toWellFormed());
+        }
         if (source === null) return Promise.resolve("");
-        if (inHand(source)) return Promise.resolve(fastDecode(bytesOf(s)));
-        return readAll(source).then(fastDecode);
+        if (inHand(source)) return Promise.resolve(decodeBody(bytesOf(s)));
+        return readAll(source).then(decodeBody);
       } catch (e) {
         return Promise.reject(e);
       }
@@ -357,9 +549,68 @@
     }
   };
 
+  // RequestInit's enumerations, each with its default first.
+  const REFERRER_POLICIES = ["", "no-referrer", "no-referrer-when-downgrade", "same-origin", "origin", "strict-origin",
+    "origin-when-cross-origin", "strict-origin-when-cross-origin", "unsafe-url"];
+  const MODES = ["cors", "same-origin", "no-cors", "navigate"];
+  const CREDENTIALS = ["same-origin", "omit", "include"];
+  const CACHES = ["default", "no-store", "reload", "no-cache", "force-cache", "only-if-cached"];
+  const REDIRECTS = ["follow", "error", "manual"];
+  const PRIORITIES = ["auto", "high", "low"];
+  const member = (init, name, values) => {
+    const given = init[name];
+    if (given === undefined) return undefined;
+    const value = String(given);
+    if (!values.includes(value)) throw new TypeError(`Request: ${JSON.stringify(value)} is not a valid ${name}`);
+    return value;
+  };
+  const METHOD = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+  const NORMALIZED = ["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"];
+  const normalizeMethod = (given) => {
+    const method = String(given);
+    if (!METHOD.test(method)) throw new TypeError(`Request: ${JSON.stringify(method)} is not a method`);
+    const upper = method.toUpperCase();
+    if (upper === "CONNECT" || upper === "TRACE" || upper === "TRACK") throw new TypeError(`Request: ${method} is forbidden`);
+    return NORMALIZED.includes(upper) ? upper : method;
+  };
+  // What a Request's options are without a RequestInit's: [referrer, referrerPolicy, mode, credentials, cache,
+  // redirect, integrity, keepalive] ("client" is the referrer "about:client").
+  const DEFAULT_OPTIONS = Object.freeze(["client", "", "cors", "same-origin", "default", "follow", "", false]);
+  const optionsOf = (from, init) => {
+    const o = (from && from[7]) || DEFAULT_OPTIONS;
+    if (init === NO_INIT) return o;
+    // (An init resets the referrer and its policy.)
+    const referrer = init.referrer;
+    let referrerValue = "client";
+    if (referrer !== undefined) {
+      const text = String(referrer);
+      if (text === "") referrerValue = "";
+      else {
+        const parsed = URL.parse(text);
+        if (parsed === null) throw new TypeError(`Request: the referrer ${JSON.stringify(text)} is not a URL`);
+        referrerValue = parsed.href === "about:client" ? "client" : parsed.href;
+      }
+    }
+    const referrerPolicy = member(init, "referrerPolicy", REFERRER_POLICIES);
+    const mode = member(init, "mode", MODES);
+    if (mode === "navigate") throw new TypeError("Request: the mode cannot be navigate");
+    const credentials = member(init, "credentials", CREDENTIALS);
+    const cache = member(init, "cache", CACHES);
+    const redirect = member(init, "redirect", REDIRECTS);
+    member(init, "priority", PRIORITIES);
+    const options = [referrerValue, referrerPolicy ?? "", mode ?? o[2],
+      credentials ?? o[3], cache ?? o[4], redirect ?? o[5], init.integrity !== undefined ? String(init.integrity) : o[6],
+      init.keepalive !== undefined ? Boolean(init.keepalive) : o[7]];
+    if (options[4] === "only-if-cached" && options[2] !== "same-origin") {
+      throw new TypeError("Request: the cache only-if-cached needs the mode same-origin");
+    }
+    return options;
+  };
+
   let requestState, responseState;
   class Request {
-    // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then]
+    // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then,
+    // options (see DEFAULT_OPTIONS; undefined for the defaults)]
     #s;
     constructor(input, init = NO_INIT) {
       if (init === PORTICO) {
@@ -367,11 +618,57 @@
         this.#s = portico;
         return;
       }
-      const from = input instanceof Request ? input : null;
-      const source = sourceOf(init.body !== undefined ? init.body : from ? handOver(from.#s) : null);
-      const method = init.method ? String(init.method).toUpperCase() : from ? from.method : "GET";
-      const url = from ? from.url : new URL(String(input)).href;
-      this.#s = [source, undefined, false, method, url, new Headers(init.headers || (from ? from.headers : undefined)), null];
+      if (init === null || init === undefined) init = NO_INIT;
+      else if (typeof init !== "object" && typeof init !== "function") throw new TypeError("Request: the init is not an object");
+      // All that can fail is checked before the input request's body is taken.
+      const from = input instanceof Request ? input.#s : null;
+      let url;
+      if (from !== null) url = from[4];
+      else {
+        const parsed = URL.parse(String(input));
+        if (parsed === null) throw new TypeError(`Request: ${JSON.stringify(String(input))} is not an absolute URL`);
+        if (parsed.username !== "" || parsed.password !== "") throw new TypeError("Request: a URL with credentials");
+        url = parsed.href;
+      }
+      if (init.window !== undefined && init.window !== null) throw new TypeError("Request: the window can only be null");
+      const options = optionsOf(from, init);
+      const method = init.method !== undefined ? normalizeMethod(init.method) : from ? from[3] : "GET";
+      if (options[2] === "no-cors" && method !== "GET" && method !== "HEAD" && method !== "POST") {
+        throw new TypeError(`Request: the mode no-cors allows GET, HEAD and POST, not ${method}`);
+      }
+      const initBody = init.body;
+      const hasInitBody = initBody !== undefined && initBody !== null;
+      const inputBody = from !== null ? from[0] : null;
+      if ((hasInitBody || inputBody !== null) && (method === "GET" || method === "HEAD")) {
+        throw new TypeError(`Request: a ${method} request has no body`);
+      }
+      const duplex = init.duplex;
+      if (duplex !== undefined && String(duplex) !== "half") throw new TypeError("Request: the duplex can only be half");
+      let headers, raw = null;
+      if (init.headers !== undefined) headers = new Headers(init.headers);
+      else if (from === null) headers = new Headers();
+      else if (from[5] === undefined) raw = from[6]; // Portico's own list, still unsplit
+      else headers = new Headers(from[5]);
+      let source;
+      if (hasInitBody) {
+        source = sourceOf(initBody);
+        if (!inHand(source) && duplex === undefined) throw new TypeError("Request: a stream body needs duplex: \"half\"");
+        if (!inHand(source) && options[7]) throw new TypeError("Request: a keepalive request cannot have a stream body");
+        const type = typeOf(initBody);
+        if (type !== null) {
+          if (headers === undefined) {
+            trustedList = raw === "" ? [] : raw.split("\0");
+            headers = new Headers(TRUSTED_LIST);
+            raw = null;
+          }
+          if (!headers.has("content-type")) headers.append("content-type", type);
+        }
+        if (inputBody !== null) from[2] = true; // (the input request's body is used even so)
+      } else if (inputBody !== null) {
+        if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
+        source = handOver(from);
+      } else source = null;
+      this.#s = [source, undefined, false, method, url, headers, raw, options === DEFAULT_OPTIONS ? undefined : options];
     }
     get method() { return this.#s[3]; }
     get url() { return this.#s[4]; }
@@ -384,33 +681,76 @@
       }
       return s[5];
     }
-    clone() { return new Request(this, { body: tee(this.#s) }); }
+    get destination() { return ""; }
+    get referrer() {
+      const referrer = (this.#s[7] || DEFAULT_OPTIONS)[0];
+      return referrer === "client" ? "about:client" : referrer;
+    }
+    get referrerPolicy() { return (this.#s[7] || DEFAULT_OPTIONS)[1]; }
+    get mode() { return (this.#s[7] || DEFAULT_OPTIONS)[2]; }
+    get credentials() { return (this.#s[7] || DEFAULT_OPTIONS)[3]; }
+    get cache() { return (this.#s[7] || DEFAULT_OPTIONS)[4]; }
+    get redirect() { return (this.#s[7] || DEFAULT_OPTIONS)[5]; }
+    get integrity() { return (this.#s[7] || DEFAULT_OPTIONS)[6]; }
+    get keepalive() { return (this.#s[7] || DEFAULT_OPTIONS)[7]; }
+    get isReloadNavigation() { return false; }
+    get isHistoryNavigation() { return false; }
+    get duplex() { return "half"; }
+    clone() {
+      const s = this.#s;
+      const source = tee(s);
+      const headers = s[5] === undefined ? undefined : new Headers(s[5]);
+      portico = [source, undefined, false, s[3], s[4], headers, headers === undefined ? s[6] : null, s[7]];
+      try {
+        return new Request(null, PORTICO);
+      } finally {
+        portico = null;
+      }
+    }
     get [Symbol.toStringTag]() { return "Request"; }
     static { requestState = (r) => r.#s; }
   }
   installBody(Request.prototype, requestState);
 
-  const TEXT_TYPE = "text/plain;charset=UTF-8";
   const checkStatus = (given) => {
     const status = Number(given);
     if (!(status >= 200 && status <= 599) || status !== Math.trunc(status)) throw new RangeError(`invalid status ${given}`);
     return status;
   };
+  // A reason phrase: tabs, spaces, visible ASCII and obs-text.
+  const checkStatusText = (given) => {
+    const text = String(given);
+    if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(text)) throw new TypeError(`invalid status text ${JSON.stringify(text)}`);
+    return text;
+  };
+  // The statuses whose responses have no body.
+  const nullBodyStatus = (status) => status === 204 || status === 205 || status === 304 || status === 101 || status === 103;
   // A Response's state: [source, bytes, used, status, statusText, headers (null until made), the content-type
   // to add when the headers are made, url].
   const responseOf = (body, init, type) => {
     if (init === NO_INIT) return [sourceOf(body), undefined, false, 200, "", null, type, ""];
+    if (init === null || init === undefined) init = NO_INIT;
     const status = init.status === undefined ? 200 : checkStatus(init.status);
-    const statusText = init.statusText === undefined ? "" : String(init.statusText);
-    if (init.headers === undefined || init.headers === null) return [sourceOf(body), undefined, false, status, statusText, null, type, ""];
+    const statusText = init.statusText === undefined ? "" : checkStatusText(init.statusText);
+    const source = sourceOf(body);
+    if (source !== null && nullBodyStatus(status)) throw new TypeError(`a response with status ${status} has no body`);
+    if (init.headers === undefined || init.headers === null) return [source, undefined, false, status, statusText, null, type, ""];
     const headers = init[TRUSTED] ? init.headers : new Headers(init.headers);
-    if (type !== null && !headers.has("content-type")) headers.set("content-type", type);
-    return [sourceOf(body), undefined, false, status, statusText, headers, null, ""];
+    if (type !== null && !headers.has("content-type")) headers.append("content-type", type);
+    return [source, undefined, false, status, statusText, headers, null, ""];
+  };
+  const madeBy = (state) => {
+    portico = state;
+    try {
+      return new Response(null, PORTICO);
+    } finally {
+      portico = null;
+    }
   };
   class Response {
     #s;
     constructor(body = null, init = NO_INIT) {
-      this.#s = init === PORTICO ? portico : responseOf(body, init, typeof body === "string" ? TEXT_TYPE : null);
+      this.#s = init === PORTICO ? portico : responseOf(body, init, typeOf(body));
     }
     get status() { return this.#s[3]; }
     get statusText() { return this.#s[4]; }
@@ -425,21 +765,28 @@
     }
     get redirected() { return false; }
     get url() { return this.#s[7]; }
-    get type() { return "default"; }
-    clone() { return new Response(tee(this.#s), { status: this.#s[3], statusText: this.#s[4], headers: this.headers }); }
+    // (Only Response.error() has the status 0.)
+    get type() { return this.#s[3] === 0 ? "error" : "default"; }
+    clone() {
+      const s = this.#s;
+      const source = tee(s);
+      return madeBy([source, undefined, false, s[3], s[4], s[5] === null ? null : new Headers(s[5]), s[6], s[7]]);
+    }
     static json(data, init = NO_INIT) {
-      portico = responseOf(stringifyJson(data), init, "application/json");
-      try {
-        return new Response(null, PORTICO);
-      } finally {
-        portico = null;
-      }
+      const text = stringifyJson(data);
+      if (text === undefined) throw new TypeError("Response.json: the data has no JSON form");
+      return madeBy(responseOf(text, init, "application/json"));
     }
     static redirect(url, status = 302) {
+      const location = URL.parse(String(url));
+      if (location === null) throw new TypeError(`Response.redirect: ${JSON.stringify(String(url))} is not an absolute URL`);
+      status = Number(status);
       if (![301, 302, 303, 307, 308].includes(status)) throw new RangeError(`invalid redirect status ${status}`);
-      return new Response(null, { status, headers: { location: new URL(String(url)).href } });
+      trustedList = ["location", location.href];
+      return madeBy([null, undefined, false, status, "", immutable(new Headers(TRUSTED_LIST)), null, ""]);
     }
-    static error() { throw new TypeError("Response.error() is not supported"); }
+    // A network error.
+    static error() { return madeBy([null, undefined, false, 0, "", immutable(new Headers()), null, ""]); }
     get [Symbol.toStringTag]() { return "Response"; }
     static { responseState = (r) => r.#s; }
   }
@@ -549,7 +896,9 @@
     fetches.delete(id);
     let response;
     try {
-      response = new Response(status === 204 || status === 304 ? null : body, { status, headers: { [TRUSTED]: pairs } });
+      trustedList = pairs;
+      const headers = new Headers(TRUSTED_LIST);
+      response = new Response(nullBodyStatus(status) ? null : body, { status, headers, [TRUSTED]: true });
     } catch (e) {
       pending.reject(new TypeError(`fetch to ${pending.url}: the upstream answered status ${status}, which a Response cannot have`));
       return;
@@ -650,6 +999,7 @@
     // [status, header list, body, next, stream, content-type]: a response whose headers were never made has
     // only its default content-type (or none), given instead of a list.
     const s = responseState(value);
+    if (s[3] === 0) throw new TypeError("the handler returned Response.error(), a network error");
     const source = s[0];
     const list = s[5] === null ? null : s[5].__flat();
     if (typeof source === "string" || source === null) return [s[3], list, source, undefined, undefined, s[6]];
