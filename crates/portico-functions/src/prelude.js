@@ -1,6 +1,6 @@
-// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, atob, btoa,
-// console, queueMicrotask (URL, TextEncoder, crypto, DOMException and more: webapi.rs). Evaluated once per runtime,
-// before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
+// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, Blob, File, FormData,
+// atob, btoa, console, queueMicrotask (URL, TextEncoder, crypto, DOMException and more: webapi.rs). Evaluated once
+// per runtime, before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
 // responses out; `__portico_log` is native.
 (() => {
   "use strict";
@@ -334,6 +334,289 @@
     for (const c of chunks) { out.set(c, at); at += c.byteLength; }
     return out;
   };
+  // Blob, File and FormData, made the first time a handler touches one of these names (or reads a body as one):
+  // a runtime that never does keeps neither their objects nor the heap they would take. `forms` is null until
+  // then, and then holds what the bodies use.
+  let forms = null;
+  const loadForms = () => {
+    if (forms !== null) return forms;
+    // The File API's Blob: bytes in memory (copied in, never handed out) and a type.
+    const BLOB_TYPE = /^[\x20-\x7e]*$/;
+    let blobBytes;
+    class Blob {
+      // [bytes, type]
+      #s;
+      constructor(parts = undefined, options = undefined) {
+        let endings = "transparent", type = "";
+        if (options !== undefined && options !== null) {
+          if (typeof options !== "object" && typeof options !== "function") {
+            throw new TypeError("Blob: the options are not an object");
+          }
+          if (options.endings !== undefined) {
+            endings = String(options.endings);
+            if (endings !== "transparent" && endings !== "native") {
+              throw new TypeError(`Blob: ${JSON.stringify(endings)} is not an endings value`);
+            }
+          }
+          if (options.type !== undefined) type = String(options.type);
+        }
+        type = BLOB_TYPE.test(type) ? type.toLowerCase() : "";
+        const chunks = [];
+        let length = 0;
+        if (parts !== undefined) {
+          const iterable = parts !== null && (typeof parts === "object" || typeof parts === "function");
+          if (!iterable || typeof parts[Symbol.iterator] !== "function") {
+            throw new TypeError("Blob: the parts are not a sequence");
+          }
+          for (const part of parts) {
+            let bytes;
+            if (part instanceof Blob) bytes = part.#s[0];
+            else if (part instanceof ArrayBuffer) bytes = new Uint8Array(part.slice(0));
+            else if (ArrayBuffer.isView(part)) bytes = new Uint8Array(bufferOf(part));
+            else {
+              let text = String(part); // (a symbol throws a TypeError)
+              if (endings === "native") text = text.replace(/\r\n?/g, "\n");
+              bytes = fastEncode(text);
+            }
+            chunks.push(bytes);
+            length += bytes.byteLength;
+          }
+        }
+        this.#s = [concat(chunks, length), type];
+      }
+      get size() { return this.#s[0].byteLength; }
+      get type() { return this.#s[1]; }
+      slice(start = undefined, end = undefined, contentType = undefined) {
+        const bytes = this.#s[0], size = bytes.byteLength;
+        // (WebIDL's [Clamp] long long: rounded half to even.)
+        const at = (given, fallback) => {
+          if (given === undefined) return fallback;
+          let n = Number(given);
+          if (Number.isNaN(n)) n = 0;
+          const floor = Math.floor(n), rest = n - floor;
+          n = rest < 0.5 ? floor : rest > 0.5 ? floor + 1 : floor % 2 === 0 ? floor : floor + 1;
+          return n < 0 ? Math.max(size + n, 0) : Math.min(n, size);
+        };
+        const from = at(start, 0), to = Math.max(at(end, size), from);
+        const blob = new Blob([], { type: contentType === undefined ? "" : String(contentType) });
+        blob.#s[0] = bytes.slice(from, to);
+        return blob;
+      }
+      text() { return Promise.resolve(decodeBody(this.#s[0])); }
+      arrayBuffer() { return Promise.resolve(bufferOf(this.#s[0])); }
+      bytes() { return Promise.resolve(this.#s[0].slice()); }
+      stream() { return byteStream(this.#s[0]); }
+      get [Symbol.toStringTag]() { return "Blob"; }
+      static { blobBytes = (blob) => blob.#s[0]; }
+    }
+    class File extends Blob {
+      // [name, lastModified]
+      #f;
+      constructor(bits, name, options = undefined) {
+        if (arguments.length < 2) throw new TypeError("File: a name is needed");
+        super(bits, options);
+        const lastModified = options !== undefined && options !== null && options.lastModified !== undefined
+          ? Math.trunc(Number(options.lastModified)) || 0 : Date.now();
+        this.#f = [String(name), lastModified];
+      }
+      get name() { return this.#f[0]; }
+      get lastModified() { return this.#f[1]; }
+      get [Symbol.toStringTag]() { return "File"; }
+    }
+
+    // The XMLHttpRequest Standard's FormData, without HTML forms: entries of a name and a string or a File, in
+    // order. As a body it is multipart/form-data, with a boundary made once per FormData.
+    let formState;
+    class FormData {
+      // [entries ([name, value] each), boundary (made when first needed)]
+      #s = [[], null];
+      constructor(form = undefined, submitter = undefined) {
+        if (form !== undefined) throw new TypeError("FormData: there are no HTML forms here");
+      }
+      append(name, value, filename = undefined) { this.#s[0].push(formEntry(name, value, filename, arguments.length)); }
+      delete(name) {
+        name = String(name).toWellFormed();
+        this.#s[0] = this.#s[0].filter((e) => e[0] !== name);
+      }
+      get(name) {
+        name = String(name).toWellFormed();
+        const entry = this.#s[0].find((e) => e[0] === name);
+        return entry === undefined ? null : entry[1];
+      }
+      getAll(name) {
+        name = String(name).toWellFormed();
+        return this.#s[0].filter((e) => e[0] === name).map((e) => e[1]);
+      }
+      has(name) {
+        name = String(name).toWellFormed();
+        return this.#s[0].some((e) => e[0] === name);
+      }
+      set(name, value, filename = undefined) {
+        const entry = formEntry(name, value, filename, arguments.length);
+        const entries = this.#s[0], at = entries.findIndex((e) => e[0] === entry[0]);
+        if (at < 0) entries.push(entry);
+        else this.#s[0] = [...entries.slice(0, at), entry, ...entries.slice(at + 1).filter((e) => e[0] !== entry[0])];
+      }
+      entries() { return new FormDataIterator(this, 0); }
+      keys() { return new FormDataIterator(this, 1); }
+      values() { return new FormDataIterator(this, 2); }
+      forEach(callback, thisArg = undefined) {
+        if (typeof callback !== "function") throw new TypeError("FormData.forEach: the callback is not a function");
+        for (let i = 0; i < this.#s[0].length; i++) callback.call(thisArg, this.#s[0][i][1], this.#s[0][i][0], this);
+      }
+      get [Symbol.toStringTag]() { return "FormData"; }
+      static {
+        formState = (form) => form.#s;
+        Object.defineProperty(this.prototype, Symbol.iterator, {
+          value: this.prototype.entries, writable: true, configurable: true, enumerable: false,
+        });
+      }
+    }
+    const formEntry = (name, value, filename, count) => {
+      name = String(name).toWellFormed();
+      if (!(value instanceof Blob)) {
+        if (count > 2) throw new TypeError("FormData: a file name goes with a Blob only");
+        return [name, String(value).toWellFormed()];
+      }
+      if (value instanceof File && filename === undefined) return [name, value];
+      const options = { type: value.type, lastModified: value instanceof File ? value.lastModified : undefined };
+      return [name, new File([value], filename === undefined ? "blob" : String(filename), options)];
+    };
+    class FormDataIterator {
+      // [form, kind, index]
+      #s;
+      constructor(form, kind) { this.#s = [form, kind, 0]; }
+      next() {
+        const s = this.#s, entry = formState(s[0])[0][s[2]];
+        if (entry === undefined) return { value: undefined, done: true };
+        s[2]++;
+        return { value: s[1] === 0 ? [entry[0], entry[1]] : s[1] === 1 ? entry[0] : entry[1], done: false };
+      }
+    }
+    {
+      const proto = FormDataIterator.prototype;
+      Object.setPrototypeOf(proto, Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())));
+      delete proto.constructor;
+      Object.defineProperty(proto, "next", { enumerable: true });
+      Object.defineProperty(proto, Symbol.toStringTag, { value: "FormData Iterator", configurable: true });
+    }
+    const formBoundary = (form) => {
+      const s = formState(form);
+      if (s[1] === null) {
+        let random = "";
+        for (let i = 0; i < 24; i++) random += Math.floor(Math.random() * 16).toString(16);
+        s[1] = "----PorticoFormBoundary" + random;
+      }
+      return s[1];
+    };
+    // multipart/form-data (RFC 7578, as the HTML Standard writes it): names and file names with CR, LF and `"`
+    // escaped, string values with their line breaks made CRLF.
+    const escapeFormName = (name) =>
+      name.replace(/\r\n?|\n/g, "\r\n").replace(/\n/g, "%0A").replace(/\r/g, "%0D").replace(/"/g, "%22");
+    const serializeForm = (form) => {
+      const boundary = formBoundary(form), chunks = [];
+      let length = 0;
+      const add = (bytes) => { chunks.push(bytes); length += bytes.byteLength; };
+      for (const [name, value] of formState(form)[0]) {
+        let head = `--${boundary}\r\nContent-Disposition: form-data; name="${escapeFormName(name)}"`;
+        if (typeof value === "string") {
+          add(fastEncode(`${head}\r\n\r\n${value.replace(/\r\n?|\n/g, "\r\n")}\r\n`));
+        } else {
+          const type = value.type || "application/octet-stream";
+          head += `; filename="${escapeFormName(value.name)}"\r\nContent-Type: ${type}\r\n\r\n`;
+          add(fastEncode(head));
+          add(blobBytes(value));
+          add(fastEncode("\r\n"));
+        }
+      }
+      add(fastEncode(`--${boundary}--\r\n`));
+      return concat(chunks, length);
+    };
+    // The reverse, for formData(): a TypeError for what does not parse.
+    const formParameter = (header, key) => {
+      const match = new RegExp(`;\\s*${key}\\s*=\\s*(?:"((?:[^"\\\\]|\\\\.)*)"|([^;\\s]*))`, "i").exec(header);
+      return match === null ? null : match[1] !== undefined ? match[1].replace(/\\(.)/g, "$1") : match[2];
+    };
+    const latin1 = (bytes) => {
+      let out = "";
+      for (let i = 0; i < bytes.length; i += 8192) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
+      return out;
+    };
+    const fromLatin1 = (text) => fastDecode(Uint8Array.from(text, (c) => c.charCodeAt(0)));
+    const parseMultipart = (bytes, boundary) => {
+      const bad = () => new TypeError("formData(): the body is not multipart/form-data of its boundary");
+      const text = latin1(bytes), delimiter = "--" + boundary;
+      let at = text.indexOf(delimiter);
+      if (at < 0) throw bad();
+      const form = new FormData();
+      for (;;) {
+        at += delimiter.length;
+        if (text.startsWith("--", at)) return form;
+        if (!text.startsWith("\r\n", at)) throw bad();
+        at += 2;
+        const headEnd = text.indexOf("\r\n\r\n", at);
+        if (headEnd < 0) throw bad();
+        let name = null, filename = null, type = "text/plain";
+        for (const line of text.slice(at, headEnd).split("\r\n")) {
+          const colon = line.indexOf(":");
+          if (colon < 0) throw bad();
+          const key = line.slice(0, colon).trim().toLowerCase(), value = line.slice(colon + 1).trim();
+          if (key === "content-disposition") {
+            if (!/^form-data\s*(;|$)/i.test(value)) throw bad();
+            name = formParameter(value, "name");
+            filename = formParameter(value, "filename");
+          } else if (key === "content-type") type = value;
+        }
+        if (name === null) throw bad();
+        const end = text.indexOf("\r\n" + delimiter, headEnd + 4);
+        if (end < 0) throw bad();
+        const content = bytes.subarray(headEnd + 4, end);
+        if (filename === null) form.append(fromLatin1(name), fastDecode(content));
+        else form.append(fromLatin1(name), new File([content], fromLatin1(filename), { type }));
+        at = end + 2;
+      }
+    };
+    const parseForm = (bytes, contentType) => {
+      const type = mimeTypeOf(contentType);
+      const essence = type.split(";")[0];
+      if (essence === "multipart/form-data") {
+        const boundary = formParameter(contentType, "boundary");
+        if (boundary === null || boundary === "") throw new TypeError("formData(): a multipart body without a boundary");
+        return parseMultipart(bytes, boundary);
+      }
+      if (essence === "application/x-www-form-urlencoded") {
+        const form = new FormData();
+        for (const [name, value] of new URLSearchParams(decodeBody(bytes))) form.append(name, value);
+        return form;
+      }
+      throw new TypeError(`formData(): the body's type is ${JSON.stringify(contentType ?? "")}, not a form's`);
+    };
+
+    forms = { Blob, File, FormData, blobBytes, formBoundary, serializeForm, parseForm };
+    for (const name of FORM_NAMES) {
+      delete globalThis[name];
+      define(name, forms[name]);
+    }
+    return forms;
+  };
+  const FORM_NAMES = ["Blob", "File", "FormData"];
+  for (const name of FORM_NAMES) {
+    Object.defineProperty(globalThis, name, {
+      configurable: true, enumerable: false,
+      get() { loadForms(); return globalThis[name]; },
+      set(value) { loadForms(); globalThis[name] = value; },
+    });
+  }
+
+  // A byte stream of one chunk (a copy: a byte stream takes its chunks' buffers).
+  const byteStream = (bytes) => new globalThis.ReadableStream({
+    type: "bytes",
+    start(controller) {
+      if (bytes.byteLength > 0) controller.enqueue(bytes.slice());
+      controller.close();
+    },
+  });
+
   const readAll = async (source) => {
     const chunks = [];
     let length = 0;
@@ -375,18 +658,29 @@
   let portico = null;
   const TEXT_TYPE = "text/plain;charset=UTF-8";
   const FORM_TYPE = "application/x-www-form-urlencoded;charset=UTF-8";
+  // A Content-Type as a Blob's type: its MIME type with the essence lowercased, "" for none or no MIME type.
+  const MIME_ESSENCE = /^[!#$%&'*+\-.^_`|~0-9a-z]+\/[!#$%&'*+\-.^_`|~0-9a-z]+$/;
+  const mimeTypeOf = (value) => {
+    if (value === null) return "";
+    const parts = value.split(";");
+    const essence = parts[0].trim().toLowerCase();
+    if (!MIME_ESSENCE.test(essence)) return "";
+    return [essence, ...parts.slice(1).map((p) => p.trim()).filter((p) => p !== "")].join(";");
+  };
   // A stream already read from (the polyfill's own mark) or locked cannot become a body.
   const disturbed = (stream) => stream._disturbed === true;
   // The Fetch standard's "extract a body": a string, bytes, a stream, or anything else as its string (a
   // URLSearchParams' included).
   const sourceOf = (body) => {
-    if (body === null || body === undefined) return null;
-    if (typeof body === "string" || body instanceof NativeBody) return body;
+    if (typeof body === "string") return body;
+    if (body === null || body === undefined || body instanceof NativeBody) return body ?? null;
     if (isStream(body)) {
       if (body.locked || disturbed(body)) throw new TypeError("a stream that is locked or was read cannot be a body");
       return body;
     }
     if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return toBytes(body);
+    if (forms !== null && body instanceof forms.Blob) return forms.blobBytes(body);
+    if (forms !== null && body instanceof forms.FormData) return forms.serializeForm(body);
     return String(body);
   };
   // The content-type a body gives when the headers have none.
@@ -395,6 +689,8 @@
     if (body === null || body === undefined) return null;
     if (typeof body !== "object" && typeof body !== "function") return TEXT_TYPE;
     if (body instanceof ArrayBuffer || ArrayBuffer.isView(body) || body instanceof NativeBody || isStream(body)) return null;
+    if (forms !== null && body instanceof forms.Blob) return body.type === "" ? null : body.type;
+    if (forms !== null && body instanceof forms.FormData) return `multipart/form-data; boundary=${forms.formBoundary(body)}`;
     return body instanceof URLSearchParams ? FORM_TYPE : TEXT_TYPE;
   };
   const inHand = (source) => !(source instanceof NativeBody) && !isStream(source);
@@ -418,9 +714,7 @@
   const streamOf = (s) => {
     const source = s[0];
     if (source === null || isStream(source)) return source;
-    const stream = source instanceof NativeBody ? nativeStream() : new globalThis.ReadableStream({
-      start(controller) { controller.enqueue(toBytes(source)); controller.close(); },
-    });
+    const stream = source instanceof NativeBody ? nativeStream() : byteStream(toBytes(source));
     // A body read already (as text, say) has a stream that was read: locked for good.
     if (s[2]) stream.getReader();
     s[0] = stream;
@@ -542,7 +836,24 @@
       arrayBuffer: { value: arrayBuffer },
       bytes: { value: function bytes() { return arrayBuffer.call(this).then((b) => new Uint8Array(b)); } },
       json: { value: function json() { return text.call(this).then(parseJson); } },
-      formData: { value: function formData() { return Promise.reject(new TypeError("formData() is not supported")); } },
+      blob: { value: function blob() {
+        try {
+          const type = mimeTypeOf(this.headers.get("content-type"));
+          const { Blob } = loadForms();
+          return arrayBuffer.call(this).then((b) => new Blob([b], { type }));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      } },
+      formData: { value: function formData() {
+        try {
+          const type = this.headers.get("content-type");
+          const { parseForm } = loadForms();
+          return arrayBuffer.call(this).then((b) => parseForm(new Uint8Array(b), type));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      } },
     };
     for (const name of Object.keys(members)) {
       Object.defineProperty(proto, name, { ...members[name], configurable: true, enumerable: false });
@@ -734,7 +1045,9 @@
     const statusText = init.statusText === undefined ? "" : checkStatusText(init.statusText);
     const source = sourceOf(body);
     if (source !== null && nullBodyStatus(status)) throw new TypeError(`a response with status ${status} has no body`);
-    if (init.headers === undefined || init.headers === null) return [source, undefined, false, status, statusText, null, type, ""];
+    if (init.headers === undefined || init.headers === null) {
+      return [source, undefined, false, status, statusText, null, type, ""];
+    }
     const headers = init[TRUSTED] ? init.headers : new Headers(init.headers);
     if (type !== null && !headers.has("content-type")) headers.append("content-type", type);
     return [source, undefined, false, status, statusText, headers, null, ""];
@@ -775,7 +1088,12 @@
     static json(data, init = NO_INIT) {
       const text = stringifyJson(data);
       if (text === undefined) throw new TypeError("Response.json: the data has no JSON form");
-      return madeBy(responseOf(text, init, "application/json"));
+      portico = responseOf(text, init, "application/json");
+      try {
+        return new Response(null, PORTICO);
+      } finally {
+        portico = null;
+      }
     }
     static redirect(url, status = 302) {
       const location = URL.parse(String(url));

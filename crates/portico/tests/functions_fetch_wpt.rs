@@ -1,6 +1,6 @@
-//! The Fetch Standard's `Headers`, `Request` and `Response` in functions, through the binary: a handler
-//! (tests/data/fetch_wpt.js) runs web-platform-tests' cases of fetch/api/headers, fetch/api/request and
-//! fetch/api/response, ported to it, and answers the cases that fail. Under Portico they must be exactly the
+//! The Fetch Standard's `Headers`, `Request` and `Response` (and the `Blob` bodies are read as) in functions,
+//! through the binary: a handler (tests/data/fetch_wpt.js) runs web-platform-tests' cases of fetch/api/headers,
+//! fetch/api/request, fetch/api/response and FileAPI/blob, ported to it, and answers the cases that fail. Under Portico they must be exactly the
 //! ones of tests/data/fetch_known_failures.txt, each group there with its reason. The same handler runs under
 //! Deno (`deno serve`): every case that passes there passes here, but the groups the list marks
 //! `[differs from Deno]`; and the groups marked `[as Deno]` fail there too.

@@ -2,7 +2,8 @@
 // run by Portico and by Deno (`deno serve`).
 //
 // GET /wpt: web-platform-tests' cases of fetch/api/headers, fetch/api/request and fetch/api/response that need
-// no browser and no server, ported to a small testharness of this file (`test`, `promise_test`, `assert_*`) and
+// no browser and no server, and of FileAPI/blob's Blob-text, Blob-array-buffer, Blob-bytes and Blob-slice (the
+// Blob that bodies are read as), ported to a small testharness of this file (`test`, `promise_test`, `assert_*`) and
 // run one after the other; answers { total, names, failures: [{ name, error }] }. Each case is named
 // "FILE :: NAME" after the web-platform-tests file and case it comes from.
 //
@@ -1871,6 +1872,131 @@ file = "response-init-contenttype.any.js";
     test(() => {
       assert_equals(new Response(body(), { headers: { "Content-Type": OVERRIDE } }).headers.get("Content-Type"), OVERRIDE);
     }, `Can override Content-Type for Response with ${what}`);
+  }
+}
+
+// --- FileAPI/blob (the Blob that bodies are read as and made of) ----------------------------------------------
+
+file = "Blob-text.any.js";
+const utf8 = (text) => new TextEncoder().encode(text);
+const INVALID_UTF8 = [192, 193, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254, 255];
+promise_test(async () => { assert_equals(await new Blob(["PASS"]).text(), "PASS"); }, "Blob.text()");
+promise_test(async () => { assert_equals(await new Blob().text(), ""); }, "Blob.text() empty blob data");
+promise_test(async () => { assert_equals(await new Blob(["P", "A", "SS"]).text(), "PASS"); },
+  "Blob.text() multi-element array in constructor");
+promise_test(async () => { assert_equals(await new Blob([utf8("\u0061\u030A")]).text(), "\u0061\u030A"); },
+  "Blob.text() non-unicode");
+promise_test(async () => {
+  assert_equals(await new Blob(["PASS"], { type: "text/plain;charset=utf-16le" }).text(), "PASS");
+}, "Blob.text() different charset param in type option");
+promise_test(async () => {
+  const blob = new Blob([utf8("\u0061\u030A")], { type: "text/plain;charset=utf-16le" });
+  assert_equals(await blob.text(), "\u0061\u030A");
+}, "Blob.text() different charset param with non-ascii input");
+promise_test(async () => {
+  assert_equals(await new Blob([new Uint8Array(INVALID_UTF8)]).text(), "\ufffd".repeat(13));
+}, "Blob.text() invalid utf-8 input");
+promise_test(async () => {
+  const blob = new Blob([new Uint8Array(INVALID_UTF8)]);
+  for (const text of await Promise.all([blob.text(), blob.text(), blob.text()])) assert_equals(text, "\ufffd".repeat(13));
+}, "Blob.text() concurrent reads");
+
+// Blob-array-buffer.any.js and Blob-bytes.any.js: the same cases, read as an ArrayBuffer and as bytes.
+const assert_equals_typed_array = (a, b) => {
+  assert_equals(a.byteLength, b.byteLength, "byte lengths");
+  const x = new Uint8Array(a.buffer, a.byteOffset, a.byteLength), y = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  for (let i = 0; i < x.length; i++) assert_equals(x[i], y[i], `byte ${i}`);
+};
+for (const [name, read, title] of [["Blob-array-buffer.any.js", (b) => b.arrayBuffer().then((a) => {
+  assert_true(a instanceof ArrayBuffer, "an ArrayBuffer");
+  return new Uint8Array(a);
+}), "Blob.arrayBuffer()"], ["Blob-bytes.any.js", (b) => b.bytes().then((u) => {
+  assert_true(u instanceof Uint8Array, "a Uint8Array");
+  return u;
+}), "Blob.bytes()"]]) {
+  file = name;
+  promise_test(async () => { assert_equals_typed_array(await read(new Blob([utf8("PASS")])), utf8("PASS")); }, title);
+  promise_test(async () => { assert_equals_typed_array(await read(new Blob([utf8("")])), utf8("")); },
+    `${title} empty Blob data`);
+  promise_test(async () => {
+    assert_equals_typed_array(await read(new Blob([utf8("\u08B8\u000a")])), utf8("\u08B8\u000a"));
+  }, `${title} non-ascii input`);
+  promise_test(async () => {
+    const bytes = new Uint8Array([8, 241, 48, 123, 151]);
+    assert_equals_typed_array(await read(new Blob([bytes])), bytes);
+  }, `${title} non-unicode input`);
+  promise_test(async () => {
+    const blob = new Blob([utf8("PASS")]);
+    for (const bytes of await Promise.all([read(blob), read(blob), read(blob)])) assert_equals_typed_array(bytes, utf8("PASS"));
+  }, `${title} concurrent reads`);
+}
+
+file = "Blob-slice.any.js";
+{
+  const test_blob = (fn, { expected, type, desc }) => {
+    promise_test(async () => {
+      const blob = fn();
+      assert_true(blob instanceof Blob);
+      assert_false(blob instanceof File);
+      assert_equals(blob.type, type);
+      assert_equals(blob.size, expected.length);
+      assert_equals(await blob.text(), expected);
+    }, desc);
+  };
+  test_blob(() => new Blob(["PASS"]).slice(), { expected: "PASS", type: "", desc: "no-argument Blob slice" });
+  const blob1 = new Blob(["squiggle"]);
+  const blob2 = new Blob(["steak"], { type: "content/type" });
+  test_blob(() => blob1, { expected: "squiggle", type: "", desc: "blob1." });
+  test_blob(() => blob2, { expected: "steak", type: "content/type", desc: "blob2." });
+  test_blob(() => new Blob(["abcd"]).slice(undefined, undefined, "content/type"),
+    { expected: "abcd", type: "content/type", desc: "undefined start/end Blob slice" });
+  test_blob(() => new Blob(["abcd"]).slice(undefined, 2, "content/type"),
+    { expected: "ab", type: "content/type", desc: "undefined start Blob slice" });
+  test_blob(() => new Blob(["abcd"]).slice(2, undefined, "content/type"),
+    { expected: "cd", type: "content/type", desc: "undefined end Blob slice" });
+  test_blob(() => new Blob().slice(0, 0, null), { expected: "", type: "null", desc: "null type Blob slice" });
+  test_blob(() => new Blob().slice(0, 0, undefined), { expected: "", type: "", desc: "undefined type Blob slice" });
+  test_blob(() => new Blob().slice(0, 0), { expected: "", type: "", desc: "no type Blob slice" });
+  const arrayBuffer = new ArrayBuffer(16);
+  const int8View = new Int8Array(arrayBuffer);
+  for (let i = 0; i < 16; i++) int8View[i] = i + 65;
+  const slices = [
+    [["PASSSTRING"], [[-6, undefined, "STRING"], [-12, undefined, "PASSSTRING"], [4, undefined, "STRING"],
+      [12, undefined, ""], [0, -6, "PASS"], [0, -12, ""], [0, 4, "PASS"], [0, 12, "PASSSTRING"], [7, 4, ""]]],
+    [["abcd"], [[0.5, undefined, "abcd"], [1.5, undefined, "cd"], [2.5, undefined, "cd"], [3.5, undefined, ""],
+      [0, 0.5, ""], [0, 1.5, "ab"], [0, 2.5, "ab"], [0, 3.5, "abcd"], [1.5, 2.5, ""], [1.5, 3.5, "cd"]]],
+    [["foo", "bar", "baz"], [[0, 9, "foobarbaz"], [0, 3, "foo"], [3, 9, "barbaz"], [6, 9, "baz"], [6, 12, "baz"],
+      [0, 9, "foobarbaz"], [0, 11, "foobarbaz"], [10, 15, ""]]],
+    [["foo", blob1, "baz"], [[0, 3, "foo"], [3, 11, "squiggle"], [2, 4, "os"], [10, 12, "eb"]]],
+    [[blob1, "foo", blob1], [[0, 8, "squiggle"], [7, 9, "ef"], [10, 12, "os"], [1, 4, "qui"], [12, 15, "qui"],
+      [40, 60, ""]]],
+    [[blob2, blob1, blob2], [[0, 5, "steak"], [5, 13, "squiggle"], [13, 18, "steak"], [1, 3, "te"], [6, 10, "quig"]]],
+    [[int8View, blob1, "foo"], [[0, 8, "ABCDEFGH"], [8, 18, "IJKLMNOPsq"], [17, 20, "qui"], [4, 12, "EFGHIJKL"]]],
+    [[new Uint8Array(arrayBuffer, 3, 5), blob1, "foo"], [[0, 8, "DEFGHsqu"], [8, 18, "igglefoo"], [4, 12, "Hsquiggl"]]],
+    [[3, int8View, "foo"], [[0, 8, "3ABCDEFG"], [8, 18, "HIJKLMNOPf"], [17, 21, "foo"], [4, 12, "DEFGHIJK"]]],
+    [[new Uint8Array([0, 255, 0]).buffer, new Blob(["abcd"]), "efgh", "ijklmnopqrstuvwxyz"],
+      [[1, 4, "\uFFFD\u0000a"], [4, 8, "bcde"], [8, 12, "fghi"], [1, 12, "\uFFFD\u0000abcdefghi"]]],
+  ];
+  slices.forEach(([parts, cases], i) => {
+    cases.forEach(([start, end, contents], j) => {
+      test_blob(() => {
+        const blob = new Blob(parts);
+        assert_true(blob instanceof Blob);
+        assert_false(blob instanceof File);
+        return end === undefined ? blob.slice(start) : blob.slice(start, end);
+      }, { expected: contents, type: "", desc: `Slicing test: slice (${i},${j}).` });
+    });
+  });
+  for (const type of ["\xFF", "te\x09xt/plain", "te\x00xt/plain", "te\x1Fxt/plain", "te\x7Fxt/plain"]) {
+    test_blob(() => new Blob(["PASS"]).slice(0, 4, type),
+      { expected: "PASS", type: "", desc: `Invalid contentType (${JSON.stringify(type)})` });
+  }
+  for (const type of ["te(xt/plain", "te)xt/plain", "te<xt/plain", "te>xt/plain", "te@xt/plain", "te,xt/plain",
+    "te;xt/plain", "te:xt/plain", "te\\xt/plain", "te\"xt/plain", "te/xt/plain", "te[xt/plain", "te]xt/plain",
+    "te?xt/plain", "te=xt/plain", "te{xt/plain", "te}xt/plain", "te\x20xt/plain", "TEXT/PLAIN",
+    "text/plain;charset = UTF-8", "text/plain;charset=UTF-8"]) {
+    test_blob(() => new Blob(["PASS"]).slice(0, 4, type),
+      { expected: "PASS", type: type.toLowerCase(), desc: `Valid contentType (${JSON.stringify(type)})` });
   }
 }
 
