@@ -88,34 +88,53 @@
   };
 
   // Names seen before are looked up, not checked again: the same few names come with every request.
+  // (Regular expressions are made once: a literal in a function makes a new object at each call.)
   const knownNames = new Map();
+  const TOKEN = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
   const normalizeName = (name) => {
     name = String(name);
     const known = knownNames.get(name);
     if (known !== undefined) return known;
     const lower = name.toLowerCase();
-    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(lower)) throw new TypeError(`invalid header name ${JSON.stringify(name)}`);
+    if (!TOKEN.test(lower)) throw new TypeError(`invalid header name ${JSON.stringify(name)}`);
     if (knownNames.size < 512) knownNames.set(name, lower);
     return lower;
   };
   // A value loses its leading and trailing HTTP whitespace; one with a NUL, CR or LF left, or a character past
   // U+00FF (no ByteString), is refused.
   const BAD_VALUE = /[\0\n\r\u0100-\uffff]/;
-  const normalizeValue = (value) => {
-    value = String(value);
+  const HTTP_WHITESPACE = /^[\t\n\r ]+|[\t\n\r ]+$/g;
+  const trimValue = (value) => {
     const first = value.charCodeAt(0), last = value.charCodeAt(value.length - 1);
-    if (!(first > 32 && last > 32)) value = value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+    return first > 32 && last > 32 ? value : value.replace(HTTP_WHITESPACE, "");
+  };
+  const normalizeValue = (value) => {
+    value = trimValue(String(value));
     if (BAD_VALUE.test(value)) throw new TypeError(`invalid header value ${JSON.stringify(value)}`);
     return value;
   };
-  // WebIDL's ByteString: a string of characters up to U+00FF (a symbol cannot be one).
+  // WebIDL's ByteString: a string of characters up to U+00FF (a symbol cannot be one: String() throws).
+  const PAST_LATIN1 = /[\u0100-\uffff]/;
   const byteString = (value) => {
-    if (typeof value === "symbol") throw new TypeError("a symbol is not a header name or value");
+    if (typeof value === "symbol") throw new TypeError("a symbol is not a ByteString");
     value = String(value);
-    if (/[\u0100-\uffff]/.test(value)) throw new TypeError(`${JSON.stringify(value)} has a character past U+00FF`);
+    if (PAST_LATIN1.test(value)) throw new TypeError(`${JSON.stringify(value)} has a character past U+00FF`);
+    return value;
+  };
+  // A name of a Headers' init as a ByteString: a name seen before is one.
+  const byteName = (name) => (typeof name === "string" && knownNames.has(name) ? name : byteString(name));
+  // A value of a Headers' init as a ByteString, and whether it is a valid value once trimmed (`clean`, set
+  // here: most values are, and need no second look).
+  let clean = false;
+  const byteValue = (value) => {
+    if (typeof value === "symbol") throw new TypeError("a symbol is not a ByteString");
+    value = String(value);
+    clean = !BAD_VALUE.test(value);
+    if (!clean && PAST_LATIN1.test(value)) throw new TypeError(`${JSON.stringify(value)} has a character past U+00FF`);
     return value;
   };
 
+  const isEnumerable = Object.prototype.propertyIsEnumerable;
   // A list Portico made (names lowercase, values trimmed) handed to `new Headers(TRUSTED_LIST)`.
   const TRUSTED_LIST = Object.freeze({});
   let trustedList = null;
@@ -184,6 +203,7 @@
         this.#list = init.#list.slice();
         return;
       }
+      // The pairs as ByteStrings first (name, value, clean, ...), then appended.
       const pairs = [];
       if (method !== undefined && method !== null) {
         if (typeof method !== "function") throw new TypeError("Headers: the init's @@iterator is not a function");
@@ -193,18 +213,24 @@
           }
           const items = Array.isArray(pair) ? pair : [...pair];
           if (items.length !== 2) throw new TypeError("Headers: a header pair has two items");
-          pairs.push(byteString(items[0]), byteString(items[1]));
+          pairs.push(byteName(items[0]), byteValue(items[1]), clean);
         }
       } else {
-        for (const key of Reflect.ownKeys(init)) {
-          const descriptor = Reflect.getOwnPropertyDescriptor(init, key);
-          if (descriptor === undefined || !descriptor.enumerable) continue;
-          const name = byteString(key);
-          pairs.push(name, byteString(init[key]));
+        // (byteName and byteValue inlined for the common case: a name seen before, a string value.)
+        const keys = Reflect.ownKeys(init);
+        for (let i = 0; i < keys.length; i++) {
+          const key = keys[i];
+          if (!isEnumerable.call(init, key)) continue;
+          const name = typeof key === "string" && knownNames.has(key) ? key : byteString(key);
+          const value = init[key];
+          if (typeof value === "string" && !BAD_VALUE.test(value)) pairs.push(name, value, true);
+          else pairs.push(name, byteValue(value), clean);
         }
       }
       const list = this.#list;
-      for (let i = 0; i < pairs.length; i += 2) list.push(normalizeName(pairs[i]), normalizeValue(pairs[i + 1]));
+      for (let i = 0; i < pairs.length; i += 3) {
+        list.push(normalizeName(pairs[i]), pairs[i + 2] ? trimValue(pairs[i + 1]) : normalizeValue(pairs[i + 1]));
+      }
     }
     append(name, value) {
       this.#list.push(normalizeName(name), normalizeValue(value));
@@ -658,6 +684,7 @@
   let portico = null;
   const TEXT_TYPE = "text/plain;charset=UTF-8";
   const FORM_TYPE = "application/x-www-form-urlencoded;charset=UTF-8";
+  const JSON_TYPE = "application/json";
   // A Content-Type as a Blob's type: its MIME type with the essence lowercased, "" for none or no MIME type.
   const MIME_ESSENCE = /^[!#$%&'*+\-.^_`|~0-9a-z]+\/[!#$%&'*+\-.^_`|~0-9a-z]+$/;
   const mimeTypeOf = (value) => {
@@ -667,31 +694,37 @@
     if (!MIME_ESSENCE.test(essence)) return "";
     return [essence, ...parts.slice(1).map((p) => p.trim()).filter((p) => p !== "")].join(";");
   };
-  // A stream already read from (the polyfill's own mark) or locked cannot become a body.
+  // A stream already read from or locked cannot become a body (the polyfill's own marks: `locked` and the
+  // standard's [[disturbed]], read without a getter's call).
   const disturbed = (stream) => stream._disturbed === true;
-  // The Fetch standard's "extract a body": a string, bytes, a stream, or anything else as its string (a
-  // URLSearchParams' included).
+  // The Fetch standard's "extract a body": a string, bytes, a stream, a Blob, a FormData, or anything else as
+  // its string (a URLSearchParams' included). `bodyType` is then the content-type it gives when the headers
+  // have none (null for none).
+  let bodyType = null;
   const sourceOf = (body) => {
-    if (typeof body === "string") return body;
+    if (typeof body === "string") {
+      bodyType = TEXT_TYPE;
+      return body;
+    }
+    bodyType = null;
     if (body === null || body === undefined || body instanceof NativeBody) return body ?? null;
     if (isStream(body)) {
-      if (body.locked || disturbed(body)) throw new TypeError("a stream that is locked or was read cannot be a body");
+      if (body._reader !== undefined || body._disturbed === true) {
+        throw new TypeError("a stream that is locked or was read cannot be a body");
+      }
       return body;
     }
     if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return toBytes(body);
-    if (forms !== null && body instanceof forms.Blob) return forms.blobBytes(body);
-    if (forms !== null && body instanceof forms.FormData) return forms.serializeForm(body);
+    if (forms !== null && body instanceof forms.Blob) {
+      bodyType = body.type === "" ? null : body.type;
+      return forms.blobBytes(body);
+    }
+    if (forms !== null && body instanceof forms.FormData) {
+      bodyType = `multipart/form-data; boundary=${forms.formBoundary(body)}`;
+      return forms.serializeForm(body);
+    }
+    bodyType = body instanceof URLSearchParams ? FORM_TYPE : TEXT_TYPE;
     return String(body);
-  };
-  // The content-type a body gives when the headers have none.
-  const typeOf = (body) => {
-    if (typeof body === "string") return TEXT_TYPE;
-    if (body === null || body === undefined) return null;
-    if (typeof body !== "object" && typeof body !== "function") return TEXT_TYPE;
-    if (body instanceof ArrayBuffer || ArrayBuffer.isView(body) || body instanceof NativeBody || isStream(body)) return null;
-    if (forms !== null && body instanceof forms.Blob) return body.type === "" ? null : body.type;
-    if (forms !== null && body instanceof forms.FormData) return `multipart/form-data; boundary=${forms.formBoundary(body)}`;
-    return body instanceof URLSearchParams ? FORM_TYPE : TEXT_TYPE;
   };
   const inHand = (source) => !(source instanceof NativeBody) && !isStream(source);
   // `bodyUsed`: the body was read (or its stream was).
@@ -918,6 +951,16 @@
     return options;
   };
 
+  // A Request's URL: absolute, without credentials.
+  const requestUrl = (input) => {
+    const parsed = new URL(String(input));
+    const href = parsed.href;
+    if (href.includes("@") && (parsed.username !== "" || parsed.password !== "")) {
+      throw new TypeError("Request: a URL with credentials");
+    }
+    return href;
+  };
+
   let requestState, responseState;
   class Request {
     // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then,
@@ -929,18 +972,25 @@
         this.#s = portico;
         return;
       }
-      if (init === null || init === undefined) init = NO_INIT;
-      else if (typeof init !== "object" && typeof init !== "function") throw new TypeError("Request: the init is not an object");
       // All that can fail is checked before the input request's body is taken.
       const from = input instanceof Request ? input.#s : null;
-      let url;
-      if (from !== null) url = from[4];
-      else {
-        const parsed = URL.parse(String(input));
-        if (parsed === null) throw new TypeError(`Request: ${JSON.stringify(String(input))} is not an absolute URL`);
-        if (parsed.username !== "" || parsed.password !== "") throw new TypeError("Request: a URL with credentials");
-        url = parsed.href;
+      const url = from !== null ? from[4] : requestUrl(input);
+      if (init === NO_INIT || init === null) {
+        // No init (what fetch(url) makes): a GET request, or a copy of the input request that takes its body.
+        if (from === null) {
+          this.#s = [null, undefined, false, "GET", url, new Headers(), null, undefined];
+          return;
+        }
+        let source = null;
+        if (from[0] !== null) {
+          if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
+          source = handOver(from);
+        }
+        const headers = from[5] === undefined ? undefined : new Headers(from[5]);
+        this.#s = [source, undefined, false, from[3], url, headers, headers === undefined ? from[6] : null, from[7]];
+        return;
       }
+      if (typeof init !== "object" && typeof init !== "function") throw new TypeError("Request: the init is not an object");
       if (init.window !== undefined && init.window !== null) throw new TypeError("Request: the window can only be null");
       const options = optionsOf(from, init);
       const method = init.method !== undefined ? normalizeMethod(init.method) : from ? from[3] : "GET";
@@ -963,9 +1013,9 @@
       let source;
       if (hasInitBody) {
         source = sourceOf(initBody);
+        const type = bodyType;
         if (!inHand(source) && duplex === undefined) throw new TypeError("Request: a stream body needs duplex: \"half\"");
         if (!inHand(source) && options[7]) throw new TypeError("Request: a keepalive request cannot have a stream body");
-        const type = typeOf(initBody);
         if (type !== null) {
           if (headers === undefined) {
             trustedList = raw === "" ? [] : raw.split("\0");
@@ -1029,22 +1079,27 @@
     return status;
   };
   // A reason phrase: tabs, spaces, visible ASCII and obs-text.
+  const REASON_PHRASE = /^[\t\x20-\x7e\x80-\xff]*$/;
   const checkStatusText = (given) => {
     const text = String(given);
-    if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(text)) throw new TypeError(`invalid status text ${JSON.stringify(text)}`);
+    if (!REASON_PHRASE.test(text)) throw new TypeError(`invalid status text ${JSON.stringify(text)}`);
     return text;
   };
   // The statuses whose responses have no body.
-  const nullBodyStatus = (status) => status === 204 || status === 205 || status === 304 || status === 101 || status === 103;
+  // (101 and 103 are too: no Response has those.)
+  const nullBodyStatus = (status) => status === 204 || status === 205 || status === 304;
   // A Response's state: [source, bytes, used, status, statusText, headers (null until made), the content-type
-  // to add when the headers are made, url].
+  // to add when the headers are made, url]. The content-type is the body's (`bodyType`) unless `type` says.
   const responseOf = (body, init, type) => {
-    if (init === NO_INIT) return [sourceOf(body), undefined, false, 200, "", null, type, ""];
+    const source = sourceOf(body);
+    if (type === undefined) type = bodyType;
+    if (init === NO_INIT) return [source, undefined, false, 200, "", null, type, ""];
     if (init === null || init === undefined) init = NO_INIT;
     const status = init.status === undefined ? 200 : checkStatus(init.status);
     const statusText = init.statusText === undefined ? "" : checkStatusText(init.statusText);
-    const source = sourceOf(body);
-    if (source !== null && nullBodyStatus(status)) throw new TypeError(`a response with status ${status} has no body`);
+    if (source !== null && status !== 200 && nullBodyStatus(status)) {
+      throw new TypeError(`a response with status ${status} has no body`);
+    }
     if (init.headers === undefined || init.headers === null) {
       return [source, undefined, false, status, statusText, null, type, ""];
     }
@@ -1063,7 +1118,7 @@
   class Response {
     #s;
     constructor(body = null, init = NO_INIT) {
-      this.#s = init === PORTICO ? portico : responseOf(body, init, typeOf(body));
+      this.#s = init === PORTICO ? portico : responseOf(body, init);
     }
     get status() { return this.#s[3]; }
     get statusText() { return this.#s[4]; }
@@ -1088,7 +1143,8 @@
     static json(data, init = NO_INIT) {
       const text = stringifyJson(data);
       if (text === undefined) throw new TypeError("Response.json: the data has no JSON form");
-      portico = responseOf(text, init, "application/json");
+      // (Without an init, the state at once: the body is a string.)
+      portico = init === NO_INIT ? [text, undefined, false, 200, "", null, JSON_TYPE, ""] : responseOf(text, init, JSON_TYPE);
       try {
         return new Response(null, PORTICO);
       } finally {
@@ -1212,17 +1268,14 @@
     const pending = fetches.get(id);
     if (!pending) return;
     fetches.delete(id);
-    let response;
-    try {
-      trustedList = pairs;
-      const headers = new Headers(TRUSTED_LIST);
-      response = new Response(nullBodyStatus(status) ? null : body, { status, headers, [TRUSTED]: true });
-    } catch (e) {
+    if (!(status >= 200 && status <= 599)) {
       pending.reject(new TypeError(`fetch to ${pending.url}: the upstream answered status ${status}, which a Response cannot have`));
       return;
     }
-    responseState(response)[7] = pending.url;
-    pending.resolve(response);
+    trustedList = pairs;
+    const headers = new Headers(TRUSTED_LIST);
+    const source = nullBodyStatus(status) ? null : new Uint8Array(body);
+    pending.resolve(madeBy([source, undefined, false, status, "", headers, null, pending.url]));
   });
   define("__portico_fetch_failed", (id, message) => {
     const pending = fetches.get(id);
