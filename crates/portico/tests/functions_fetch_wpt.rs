@@ -148,7 +148,7 @@ fn every_case_that_passes_under_deno_passes_here_but_the_listed_differences() {
     let dir = temp_dir();
     let p = start_portico(&dir);
     let port = free_port();
-    let mut child = std::process::Command::new(deno)
+    let child = std::process::Command::new(deno)
         .args(["serve", "--quiet", "--no-prompt", "--port", &port.to_string()])
         .arg(dir.join("fetch_wpt.js"))
         .env("DENO_DIR", dir.join("deno-cache"))
@@ -156,11 +156,19 @@ fn every_case_that_passes_under_deno_passes_here_but_the_listed_differences() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("deno");
+    // Ended however the test ends.
+    struct Ends(std::process::Child);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Ends(child);
     let deno_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_until("deno serves", Duration::from_secs(30), || std::net::TcpStream::connect(deno_addr).is_ok());
     let (ours, theirs) = (run(p.addr), run(deno_addr));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     assert_eq!(ours.names, theirs.names, "the same cases run under both");
     let groups = known_failures();
     let differs: BTreeSet<&String> = groups.iter().filter(|g| g.differs_from_deno).flat_map(|g| &g.cases).collect();
