@@ -1,6 +1,6 @@
-// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, atob, btoa,
-// console, queueMicrotask (URL, TextEncoder, crypto, DOMException and more: webapi.rs). Evaluated once per runtime,
-// before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
+// The Web API subset a fetch handler uses, on top of QuickJS-ng: Headers, Request, Response, Blob, File, FormData,
+// atob, btoa, console, queueMicrotask (URL, TextEncoder, crypto, DOMException and more: webapi.rs). Evaluated once
+// per runtime, before the function's own code. `__portico_*` globals are how Portico hands requests in and takes
 // responses out; `__portico_log` is native.
 (() => {
   "use strict";
@@ -88,58 +88,166 @@
   };
 
   // Names seen before are looked up, not checked again: the same few names come with every request.
+  // (Regular expressions are made once: a literal in a function makes a new object at each call.)
   const knownNames = new Map();
+  const TOKEN = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
   const normalizeName = (name) => {
     name = String(name);
     const known = knownNames.get(name);
     if (known !== undefined) return known;
     const lower = name.toLowerCase();
-    if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(lower)) throw new TypeError(`invalid header name ${name}`);
+    if (!TOKEN.test(lower)) throw new TypeError(`invalid header name ${JSON.stringify(name)}`);
     if (knownNames.size < 512) knownNames.set(name, lower);
     return lower;
   };
-  const normalizeValue = (value) => {
-    value = String(value);
+  // A value loses its leading and trailing HTTP whitespace; one with a NUL, CR or LF left, or a character past
+  // U+00FF (no ByteString), is refused.
+  const BAD_VALUE = /[\0\n\r\u0100-\uffff]/;
+  const HTTP_WHITESPACE = /^[\t\n\r ]+|[\t\n\r ]+$/g;
+  const trimValue = (value) => {
     const first = value.charCodeAt(0), last = value.charCodeAt(value.length - 1);
-    if (first > 32 && last > 32) return value; // nothing to trim (most values)
-    return value.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "");
+    return first > 32 && last > 32 ? value : value.replace(HTTP_WHITESPACE, "");
+  };
+  const normalizeValue = (value) => {
+    value = trimValue(String(value));
+    if (BAD_VALUE.test(value)) throw new TypeError(`invalid header value ${JSON.stringify(value)}`);
+    return value;
+  };
+  // WebIDL's ByteString: a string of characters up to U+00FF (a symbol cannot be one: String() throws).
+  const PAST_LATIN1 = /[\u0100-\uffff]/;
+  const byteString = (value) => {
+    if (typeof value === "symbol") throw new TypeError("a symbol is not a ByteString");
+    value = String(value);
+    if (PAST_LATIN1.test(value)) throw new TypeError(`${JSON.stringify(value)} has a character past U+00FF`);
+    return value;
+  };
+  // A name of a Headers' init as a ByteString: a name seen before is one.
+  const byteName = (name) => (typeof name === "string" && knownNames.has(name) ? name : byteString(name));
+  // A value of a Headers' init as a ByteString, and whether it is a valid value once trimmed (`clean`, set
+  // here: most values are, and need no second look).
+  let clean = false;
+  const byteValue = (value) => {
+    if (typeof value === "symbol") throw new TypeError("a symbol is not a ByteString");
+    value = String(value);
+    clean = !BAD_VALUE.test(value);
+    if (!clean && PAST_LATIN1.test(value)) throw new TypeError(`${JSON.stringify(value)} has a character past U+00FF`);
+    return value;
   };
 
+  const isEnumerable = Object.prototype.propertyIsEnumerable;
   // A list Portico made (names lowercase, values trimmed) handed to `new Headers(TRUSTED_LIST)`.
   const TRUSTED_LIST = Object.freeze({});
   let trustedList = null;
+  // Changes to any Headers, counted: an iterator sorts its headers again only when this has moved.
+  let headersChanged = 0;
+  // The pairs to iterate over, as the Fetch standard has them: sorted by name, the values of a repeated name
+  // joined with ", " (but each set-cookie apart).
+  const sortAndCombine = (list) => {
+    const at = [];
+    for (let i = 0; i < list.length; i += 2) at.push(i);
+    at.sort((a, b) => (list[a] < list[b] ? -1 : list[a] > list[b] ? 1 : a - b));
+    const out = [];
+    let last = null;
+    for (const i of at) {
+      const name = list[i];
+      if (last !== null && last[0] === name && name !== "set-cookie") last[1] += ", " + list[i + 1];
+      else out.push(last = [name, list[i + 1]]);
+    }
+    return out;
+  };
+  let listOf, headersEntries;
+  // A Headers iterator: it walks the sorted pairs by index, looking at them anew after a change, so that what
+  // is added or removed meanwhile is seen as the standard says. [headers, kind, index, pairs, changes seen]
+  class HeadersIterator {
+    #s;
+    constructor(headers, kind) { this.#s = [headers, kind, 0, null, -1]; }
+    next() {
+      const s = this.#s;
+      if (s[4] !== headersChanged) {
+        s[3] = sortAndCombine(listOf(s[0]));
+        s[4] = headersChanged;
+      }
+      const pair = s[3][s[2]];
+      if (pair === undefined) return { value: undefined, done: true };
+      s[2]++;
+      return { value: s[1] === 0 ? [pair[0], pair[1]] : s[1] === 1 ? pair[0] : pair[1], done: false };
+    }
+  }
+  {
+    const proto = HeadersIterator.prototype;
+    Object.setPrototypeOf(proto, Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())));
+    delete proto.constructor;
+    Object.defineProperty(proto, "next", { enumerable: true });
+    Object.defineProperty(proto, Symbol.toStringTag, { value: "Headers Iterator", configurable: true });
+  }
 
   // Kept as one flat list, name, value, name, value...: a request's headers are read far more often than
-  // changed, and a flat list costs one array.
+  // changed, and a flat list costs one array. A frozen list is an immutable Headers (Response.error()'s): any
+  // change throws a TypeError.
   class Headers {
     #list = [];
     constructor(init) {
-      if (init === undefined || init === null) return;
+      if (init === undefined) return;
       if (init === TRUSTED_LIST) {
         this.#list = trustedList;
         trustedList = null;
         return;
       }
-      if (init instanceof Headers) this.#list = init.__flat().slice();
-      else if (init[TRUSTED]) this.#list = init[TRUSTED]; // Portico's own: names lowercase, values trimmed
-      else if (typeof init[Symbol.iterator] === "function") {
-        for (const pair of init) {
-          if (pair.length !== 2) throw new TypeError("a header pair has two items");
-          this.append(pair[0], pair[1]);
+      if (init === null || (typeof init !== "object" && typeof init !== "function")) {
+        throw new TypeError("Headers: the init is neither a sequence of pairs nor a record");
+      }
+      // As WebIDL reads a (sequence or record): @@iterator first, then either the pairs it gives or the
+      // object's own enumerable properties.
+      const method = init[Symbol.iterator];
+      if (method === headersEntries && #list in init) {
+        this.#list = init.#list.slice();
+        return;
+      }
+      // The pairs as ByteStrings first (name, value, clean, ...), then appended.
+      const pairs = [];
+      if (method !== undefined && method !== null) {
+        if (typeof method !== "function") throw new TypeError("Headers: the init's @@iterator is not a function");
+        for (const pair of { [Symbol.iterator]: () => method.call(init) }) {
+          if (pair === null || (typeof pair !== "object" && typeof pair !== "function")) {
+            throw new TypeError("Headers: a header pair is not a sequence");
+          }
+          const items = Array.isArray(pair) ? pair : [...pair];
+          if (items.length !== 2) throw new TypeError("Headers: a header pair has two items");
+          pairs.push(byteName(items[0]), byteValue(items[1]), clean);
         }
-      } else if (typeof init === "object") for (const k of Object.keys(init)) this.append(k, init[k]);
+      } else {
+        // (byteName and byteValue inlined for the common case: a name seen before, a string value.)
+        const keys = Reflect.ownKeys(init);
+        for (let i = 0; i < keys.length; i++) {
+          const key = keys[i];
+          if (!isEnumerable.call(init, key)) continue;
+          const name = typeof key === "string" && knownNames.has(key) ? key : byteString(key);
+          const value = init[key];
+          if (typeof value === "string" && !BAD_VALUE.test(value)) pairs.push(name, value, true);
+          else pairs.push(name, byteValue(value), clean);
+        }
+      }
+      const list = this.#list;
+      for (let i = 0; i < pairs.length; i += 3) {
+        list.push(normalizeName(pairs[i]), pairs[i + 2] ? trimValue(pairs[i + 1]) : normalizeValue(pairs[i + 1]));
+      }
     }
-    append(name, value) { this.#list.push(normalizeName(name), normalizeValue(value)); }
+    append(name, value) {
+      this.#list.push(normalizeName(name), normalizeValue(value));
+      headersChanged++;
+    }
     set(name, value) {
       name = normalizeName(name);
       value = normalizeValue(value);
       const list = this.#list;
+      if (Object.isFrozen(list)) throw new TypeError("these headers cannot be changed");
       let found = false;
       for (let i = 0; i < list.length; ) {
         if (list[i] !== name) { i += 2; continue; }
         if (!found) { list[i + 1] = value; found = true; i += 2; } else list.splice(i, 2);
       }
       if (!found) list.push(name, value);
+      headersChanged++;
     }
     get(name) {
       name = normalizeName(name);
@@ -163,32 +271,43 @@
     delete(name) {
       name = normalizeName(name);
       const list = this.#list;
+      if (Object.isFrozen(list)) throw new TypeError("these headers cannot be changed");
       for (let i = 0; i < list.length; ) {
         if (list[i] === name) list.splice(i, 2);
         else i += 2;
       }
+      headersChanged++;
     }
-    // Sorted by name, repeated names joined (but each set-cookie apart), as the Fetch standard iterates.
-    #sorted() {
-      const names = [];
-      for (let i = 0; i < this.#list.length; i += 2) if (!names.includes(this.#list[i])) names.push(this.#list[i]);
-      names.sort();
-      const out = [];
-      for (const name of names) {
-        if (name === "set-cookie") for (const v of this.getSetCookie()) out.push([name, v]);
-        else out.push([name, this.get(name)]);
+    entries() { return new HeadersIterator(this, 0); }
+    keys() { return new HeadersIterator(this, 1); }
+    values() { return new HeadersIterator(this, 2); }
+    forEach(callback, thisArg = undefined) {
+      if (typeof callback !== "function") throw new TypeError("Headers.forEach: the callback is not a function");
+      let pairs = null, seen = -1;
+      for (let i = 0; ; i++) {
+        if (seen !== headersChanged) {
+          pairs = sortAndCombine(this.#list);
+          seen = headersChanged;
+        }
+        if (i >= pairs.length) return;
+        callback.call(thisArg, pairs[i][1], pairs[i][0], this);
       }
-      return out;
     }
-    entries() { return this.#sorted()[Symbol.iterator](); }
-    keys() { return this.#sorted().map(([k]) => k)[Symbol.iterator](); }
-    values() { return this.#sorted().map(([, v]) => v)[Symbol.iterator](); }
-    forEach(callback, thisArg) { for (const [k, v] of this.#sorted()) callback.call(thisArg, v, k, this); }
-    [Symbol.iterator]() { return this.entries(); }
     get [Symbol.toStringTag]() { return "Headers"; }
     // The list itself, name, value, ...: for Portico, and for copying.
     __flat() { return this.#list; }
+    static {
+      listOf = (headers) => headers.#list;
+      headersEntries = this.prototype.entries;
+      Object.defineProperty(this.prototype, Symbol.iterator, {
+        value: this.prototype.entries, writable: true, configurable: true, enumerable: false,
+      });
+    }
   }
+  const immutable = (headers) => {
+    Object.freeze(listOf(headers));
+    return headers;
+  };
 
   // A body is kept as it was given (a string stays a string) and turned into bytes only when asked.
   // Streams: the WHATWG Streams API of web-streams-polyfill (vendor/, MIT), evaluated the first time a handler
@@ -241,6 +360,289 @@
     for (const c of chunks) { out.set(c, at); at += c.byteLength; }
     return out;
   };
+  // Blob, File and FormData, made the first time a handler touches one of these names (or reads a body as one):
+  // a runtime that never does keeps neither their objects nor the heap they would take. `forms` is null until
+  // then, and then holds what the bodies use.
+  let forms = null;
+  const loadForms = () => {
+    if (forms !== null) return forms;
+    // The File API's Blob: bytes in memory (copied in, never handed out) and a type.
+    const BLOB_TYPE = /^[\x20-\x7e]*$/;
+    let blobBytes;
+    class Blob {
+      // [bytes, type]
+      #s;
+      constructor(parts = undefined, options = undefined) {
+        let endings = "transparent", type = "";
+        if (options !== undefined && options !== null) {
+          if (typeof options !== "object" && typeof options !== "function") {
+            throw new TypeError("Blob: the options are not an object");
+          }
+          if (options.endings !== undefined) {
+            endings = String(options.endings);
+            if (endings !== "transparent" && endings !== "native") {
+              throw new TypeError(`Blob: ${JSON.stringify(endings)} is not an endings value`);
+            }
+          }
+          if (options.type !== undefined) type = String(options.type);
+        }
+        type = BLOB_TYPE.test(type) ? type.toLowerCase() : "";
+        const chunks = [];
+        let length = 0;
+        if (parts !== undefined) {
+          const iterable = parts !== null && (typeof parts === "object" || typeof parts === "function");
+          if (!iterable || typeof parts[Symbol.iterator] !== "function") {
+            throw new TypeError("Blob: the parts are not a sequence");
+          }
+          for (const part of parts) {
+            let bytes;
+            if (part instanceof Blob) bytes = part.#s[0];
+            else if (part instanceof ArrayBuffer) bytes = new Uint8Array(part.slice(0));
+            else if (ArrayBuffer.isView(part)) bytes = new Uint8Array(bufferOf(part));
+            else {
+              let text = String(part); // (a symbol throws a TypeError)
+              if (endings === "native") text = text.replace(/\r\n?/g, "\n");
+              bytes = fastEncode(text);
+            }
+            chunks.push(bytes);
+            length += bytes.byteLength;
+          }
+        }
+        this.#s = [concat(chunks, length), type];
+      }
+      get size() { return this.#s[0].byteLength; }
+      get type() { return this.#s[1]; }
+      slice(start = undefined, end = undefined, contentType = undefined) {
+        const bytes = this.#s[0], size = bytes.byteLength;
+        // (WebIDL's [Clamp] long long: rounded half to even.)
+        const at = (given, fallback) => {
+          if (given === undefined) return fallback;
+          let n = Number(given);
+          if (Number.isNaN(n)) n = 0;
+          const floor = Math.floor(n), rest = n - floor;
+          n = rest < 0.5 ? floor : rest > 0.5 ? floor + 1 : floor % 2 === 0 ? floor : floor + 1;
+          return n < 0 ? Math.max(size + n, 0) : Math.min(n, size);
+        };
+        const from = at(start, 0), to = Math.max(at(end, size), from);
+        const blob = new Blob([], { type: contentType === undefined ? "" : String(contentType) });
+        blob.#s[0] = bytes.slice(from, to);
+        return blob;
+      }
+      text() { return Promise.resolve(decodeBody(this.#s[0])); }
+      arrayBuffer() { return Promise.resolve(bufferOf(this.#s[0])); }
+      bytes() { return Promise.resolve(this.#s[0].slice()); }
+      stream() { return byteStream(this.#s[0]); }
+      get [Symbol.toStringTag]() { return "Blob"; }
+      static { blobBytes = (blob) => blob.#s[0]; }
+    }
+    class File extends Blob {
+      // [name, lastModified]
+      #f;
+      constructor(bits, name, options = undefined) {
+        if (arguments.length < 2) throw new TypeError("File: a name is needed");
+        super(bits, options);
+        const lastModified = options !== undefined && options !== null && options.lastModified !== undefined
+          ? Math.trunc(Number(options.lastModified)) || 0 : Date.now();
+        this.#f = [String(name), lastModified];
+      }
+      get name() { return this.#f[0]; }
+      get lastModified() { return this.#f[1]; }
+      get [Symbol.toStringTag]() { return "File"; }
+    }
+
+    // The XMLHttpRequest Standard's FormData, without HTML forms: entries of a name and a string or a File, in
+    // order. As a body it is multipart/form-data, with a boundary made once per FormData.
+    let formState;
+    class FormData {
+      // [entries ([name, value] each), boundary (made when first needed)]
+      #s = [[], null];
+      constructor(form = undefined, submitter = undefined) {
+        if (form !== undefined) throw new TypeError("FormData: there are no HTML forms here");
+      }
+      append(name, value, filename = undefined) { this.#s[0].push(formEntry(name, value, filename, arguments.length)); }
+      delete(name) {
+        name = String(name).toWellFormed();
+        this.#s[0] = this.#s[0].filter((e) => e[0] !== name);
+      }
+      get(name) {
+        name = String(name).toWellFormed();
+        const entry = this.#s[0].find((e) => e[0] === name);
+        return entry === undefined ? null : entry[1];
+      }
+      getAll(name) {
+        name = String(name).toWellFormed();
+        return this.#s[0].filter((e) => e[0] === name).map((e) => e[1]);
+      }
+      has(name) {
+        name = String(name).toWellFormed();
+        return this.#s[0].some((e) => e[0] === name);
+      }
+      set(name, value, filename = undefined) {
+        const entry = formEntry(name, value, filename, arguments.length);
+        const entries = this.#s[0], at = entries.findIndex((e) => e[0] === entry[0]);
+        if (at < 0) entries.push(entry);
+        else this.#s[0] = [...entries.slice(0, at), entry, ...entries.slice(at + 1).filter((e) => e[0] !== entry[0])];
+      }
+      entries() { return new FormDataIterator(this, 0); }
+      keys() { return new FormDataIterator(this, 1); }
+      values() { return new FormDataIterator(this, 2); }
+      forEach(callback, thisArg = undefined) {
+        if (typeof callback !== "function") throw new TypeError("FormData.forEach: the callback is not a function");
+        for (let i = 0; i < this.#s[0].length; i++) callback.call(thisArg, this.#s[0][i][1], this.#s[0][i][0], this);
+      }
+      get [Symbol.toStringTag]() { return "FormData"; }
+      static {
+        formState = (form) => form.#s;
+        Object.defineProperty(this.prototype, Symbol.iterator, {
+          value: this.prototype.entries, writable: true, configurable: true, enumerable: false,
+        });
+      }
+    }
+    const formEntry = (name, value, filename, count) => {
+      name = String(name).toWellFormed();
+      if (!(value instanceof Blob)) {
+        if (count > 2) throw new TypeError("FormData: a file name goes with a Blob only");
+        return [name, String(value).toWellFormed()];
+      }
+      if (value instanceof File && filename === undefined) return [name, value];
+      const options = { type: value.type, lastModified: value instanceof File ? value.lastModified : undefined };
+      return [name, new File([value], filename === undefined ? "blob" : String(filename), options)];
+    };
+    class FormDataIterator {
+      // [form, kind, index]
+      #s;
+      constructor(form, kind) { this.#s = [form, kind, 0]; }
+      next() {
+        const s = this.#s, entry = formState(s[0])[0][s[2]];
+        if (entry === undefined) return { value: undefined, done: true };
+        s[2]++;
+        return { value: s[1] === 0 ? [entry[0], entry[1]] : s[1] === 1 ? entry[0] : entry[1], done: false };
+      }
+    }
+    {
+      const proto = FormDataIterator.prototype;
+      Object.setPrototypeOf(proto, Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())));
+      delete proto.constructor;
+      Object.defineProperty(proto, "next", { enumerable: true });
+      Object.defineProperty(proto, Symbol.toStringTag, { value: "FormData Iterator", configurable: true });
+    }
+    const formBoundary = (form) => {
+      const s = formState(form);
+      if (s[1] === null) {
+        let random = "";
+        for (let i = 0; i < 24; i++) random += Math.floor(Math.random() * 16).toString(16);
+        s[1] = "----PorticoFormBoundary" + random;
+      }
+      return s[1];
+    };
+    // multipart/form-data (RFC 7578, as the HTML Standard writes it): names and file names with CR, LF and `"`
+    // escaped, string values with their line breaks made CRLF.
+    const escapeFormName = (name) =>
+      name.replace(/\r\n?|\n/g, "\r\n").replace(/\n/g, "%0A").replace(/\r/g, "%0D").replace(/"/g, "%22");
+    const serializeForm = (form) => {
+      const boundary = formBoundary(form), chunks = [];
+      let length = 0;
+      const add = (bytes) => { chunks.push(bytes); length += bytes.byteLength; };
+      for (const [name, value] of formState(form)[0]) {
+        let head = `--${boundary}\r\nContent-Disposition: form-data; name="${escapeFormName(name)}"`;
+        if (typeof value === "string") {
+          add(fastEncode(`${head}\r\n\r\n${value.replace(/\r\n?|\n/g, "\r\n")}\r\n`));
+        } else {
+          const type = value.type || "application/octet-stream";
+          head += `; filename="${escapeFormName(value.name)}"\r\nContent-Type: ${type}\r\n\r\n`;
+          add(fastEncode(head));
+          add(blobBytes(value));
+          add(fastEncode("\r\n"));
+        }
+      }
+      add(fastEncode(`--${boundary}--\r\n`));
+      return concat(chunks, length);
+    };
+    // The reverse, for formData(): a TypeError for what does not parse.
+    const formParameter = (header, key) => {
+      const match = new RegExp(`;\\s*${key}\\s*=\\s*(?:"((?:[^"\\\\]|\\\\.)*)"|([^;\\s]*))`, "i").exec(header);
+      return match === null ? null : match[1] !== undefined ? match[1].replace(/\\(.)/g, "$1") : match[2];
+    };
+    const latin1 = (bytes) => {
+      let out = "";
+      for (let i = 0; i < bytes.length; i += 8192) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
+      return out;
+    };
+    const fromLatin1 = (text) => fastDecode(Uint8Array.from(text, (c) => c.charCodeAt(0)));
+    const parseMultipart = (bytes, boundary) => {
+      const bad = () => new TypeError("formData(): the body is not multipart/form-data of its boundary");
+      const text = latin1(bytes), delimiter = "--" + boundary;
+      let at = text.indexOf(delimiter);
+      if (at < 0) throw bad();
+      const form = new FormData();
+      for (;;) {
+        at += delimiter.length;
+        if (text.startsWith("--", at)) return form;
+        if (!text.startsWith("\r\n", at)) throw bad();
+        at += 2;
+        const headEnd = text.indexOf("\r\n\r\n", at);
+        if (headEnd < 0) throw bad();
+        let name = null, filename = null, type = "text/plain";
+        for (const line of text.slice(at, headEnd).split("\r\n")) {
+          const colon = line.indexOf(":");
+          if (colon < 0) throw bad();
+          const key = line.slice(0, colon).trim().toLowerCase(), value = line.slice(colon + 1).trim();
+          if (key === "content-disposition") {
+            if (!/^form-data\s*(;|$)/i.test(value)) throw bad();
+            name = formParameter(value, "name");
+            filename = formParameter(value, "filename");
+          } else if (key === "content-type") type = value;
+        }
+        if (name === null) throw bad();
+        const end = text.indexOf("\r\n" + delimiter, headEnd + 4);
+        if (end < 0) throw bad();
+        const content = bytes.subarray(headEnd + 4, end);
+        if (filename === null) form.append(fromLatin1(name), fastDecode(content));
+        else form.append(fromLatin1(name), new File([content], fromLatin1(filename), { type }));
+        at = end + 2;
+      }
+    };
+    const parseForm = (bytes, contentType) => {
+      const type = mimeTypeOf(contentType);
+      const essence = type.split(";")[0];
+      if (essence === "multipart/form-data") {
+        const boundary = formParameter(contentType, "boundary");
+        if (boundary === null || boundary === "") throw new TypeError("formData(): a multipart body without a boundary");
+        return parseMultipart(bytes, boundary);
+      }
+      if (essence === "application/x-www-form-urlencoded") {
+        const form = new FormData();
+        for (const [name, value] of new URLSearchParams(decodeBody(bytes))) form.append(name, value);
+        return form;
+      }
+      throw new TypeError(`formData(): the body's type is ${JSON.stringify(contentType ?? "")}, not a form's`);
+    };
+
+    forms = { Blob, File, FormData, blobBytes, formBoundary, serializeForm, parseForm };
+    for (const name of FORM_NAMES) {
+      delete globalThis[name];
+      define(name, forms[name]);
+    }
+    return forms;
+  };
+  const FORM_NAMES = ["Blob", "File", "FormData"];
+  for (const name of FORM_NAMES) {
+    Object.defineProperty(globalThis, name, {
+      configurable: true, enumerable: false,
+      get() { loadForms(); return globalThis[name]; },
+      set(value) { loadForms(); globalThis[name] = value; },
+    });
+  }
+
+  // A byte stream of one chunk (a copy: a byte stream takes its chunks' buffers).
+  const byteStream = (bytes) => new globalThis.ReadableStream({
+    type: "bytes",
+    start(controller) {
+      if (bytes.byteLength > 0) controller.enqueue(bytes.slice());
+      controller.close();
+    },
+  });
+
   const readAll = async (source) => {
     const chunks = [];
     let length = 0;
@@ -259,9 +661,13 @@
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;
-        const c = toBytes(value);
-        chunks.push(c);
-        length += c.byteLength;
+        if (!(value instanceof Uint8Array)) {
+          const error = new TypeError("a body's stream gave a chunk that is not a Uint8Array");
+          reader.cancel(error).catch(() => {});
+          throw error;
+        }
+        chunks.push(value);
+        length += value.byteLength;
       }
     }
     return concat(chunks, length);
@@ -276,13 +682,58 @@
   // Portico's own requests and responses are made with `PORTICO` as their init and their state in `portico`.
   const PORTICO = Object.freeze({});
   let portico = null;
-  const sourceOf = (body) => body === null || body === undefined ? null
-    : typeof body === "string" || body instanceof NativeBody || isStream(body) ? body : toBytes(body);
+  const TEXT_TYPE = "text/plain;charset=UTF-8";
+  const FORM_TYPE = "application/x-www-form-urlencoded;charset=UTF-8";
+  const JSON_TYPE = "application/json";
+  // A Content-Type as a Blob's type: its MIME type with the essence lowercased, "" for none or no MIME type.
+  const MIME_ESSENCE = /^[!#$%&'*+\-.^_`|~0-9a-z]+\/[!#$%&'*+\-.^_`|~0-9a-z]+$/;
+  const mimeTypeOf = (value) => {
+    if (value === null) return "";
+    const parts = value.split(";");
+    const essence = parts[0].trim().toLowerCase();
+    if (!MIME_ESSENCE.test(essence)) return "";
+    return [essence, ...parts.slice(1).map((p) => p.trim()).filter((p) => p !== "")].join(";");
+  };
+  // A stream already read from or locked cannot become a body (the polyfill's own marks: `locked` and the
+  // standard's [[disturbed]], read without a getter's call).
+  const disturbed = (stream) => stream._disturbed === true;
+  // The Fetch standard's "extract a body": a string, bytes, a stream, a Blob, a FormData, or anything else as
+  // its string (a URLSearchParams' included). `bodyType` is then the content-type it gives when the headers
+  // have none (null for none).
+  let bodyType = null;
+  const sourceOf = (body) => {
+    if (typeof body === "string") {
+      bodyType = TEXT_TYPE;
+      return body;
+    }
+    bodyType = null;
+    if (body === null || body === undefined || body instanceof NativeBody) return body ?? null;
+    if (isStream(body)) {
+      if (body._reader !== undefined || body._disturbed === true) {
+        throw new TypeError("a stream that is locked or was read cannot be a body");
+      }
+      return body;
+    }
+    if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return toBytes(body);
+    if (forms !== null && body instanceof forms.Blob) {
+      bodyType = body.type === "" ? null : body.type;
+      return forms.blobBytes(body);
+    }
+    if (forms !== null && body instanceof forms.FormData) {
+      bodyType = `multipart/form-data; boundary=${forms.formBoundary(body)}`;
+      return forms.serializeForm(body);
+    }
+    bodyType = body instanceof URLSearchParams ? FORM_TYPE : TEXT_TYPE;
+    return String(body);
+  };
   const inHand = (source) => !(source instanceof NativeBody) && !isStream(source);
-  const bodyUsed = (s) => s[2] || (isStream(s[0]) && s[0].locked);
+  // `bodyUsed`: the body was read (or its stream was).
+  const bodyUsed = (s) => s[0] !== null && (s[2] || (isStream(s[0]) && disturbed(s[0])));
+  // A body that cannot be read again: used, or its stream locked.
+  const unusable = (s) => s[0] !== null && (s[2] || (isStream(s[0]) && (s[0].locked || disturbed(s[0]))));
   const useBody = (s) => {
-    if (bodyUsed(s)) throw new TypeError("body already used");
-    s[2] = true;
+    if (unusable(s)) throw new TypeError("body already used");
+    if (s[0] !== null) s[2] = true;
   };
   // The bytes of a body in hand (`null` for none or for a stream, whose bytes are not in hand).
   const bytesOf = (s) => {
@@ -296,28 +747,93 @@
   const streamOf = (s) => {
     const source = s[0];
     if (source === null || isStream(source)) return source;
-    const stream = source instanceof NativeBody ? nativeStream() : new globalThis.ReadableStream({
-      start(controller) { controller.enqueue(toBytes(source)); controller.close(); },
-    });
+    const stream = source instanceof NativeBody ? nativeStream() : byteStream(toBytes(source));
+    // A body read already (as text, say) has a stream that was read: locked for good.
+    if (s[2]) stream.getReader();
     s[0] = stream;
     return stream;
   };
   // The body to give a new Request or Response made from this one: a stream is handed over (this one is used
   // from then on), bytes are shared.
+  // (A stream the handler has is piped into a new one: the new body is not the old one's object.)
   const handOver = (s) => {
-    if (inHand(s[0])) return bytesOf(s);
     useBody(s);
-    return s[0];
+    const source = s[0];
+    if (inHand(source)) return bytesOf(s);
+    return isStream(source) ? source.pipeThrough(new globalThis.TransformStream()) : source;
+  };
+  // A stream teed as clone() does: the second branch gets a structured clone of each chunk, so that neither
+  // side sees what the other does to its chunks.
+  const cloningTee = (stream) => {
+    const reader = stream.getReader();
+    let reading = false, again = false, canceled1 = false, canceled2 = false, reason1, reason2, c1, c2;
+    let settleCancel;
+    const canceled = new Promise((resolve) => { settleCancel = resolve; });
+    const each = (f) => { try { f(); } catch {} };
+    const pull = () => {
+      if (reading) {
+        again = true;
+        return Promise.resolve();
+      }
+      reading = true;
+      reader.read().then(({ done, value }) => {
+        reading = false;
+        if (done) {
+          if (!canceled1) each(() => c1.close());
+          if (!canceled2) each(() => c2.close());
+          settleCancel();
+          return;
+        }
+        let copy = value;
+        if (!canceled2) {
+          try {
+            copy = structuredClone(value);
+          } catch (e) {
+            each(() => c1.error(e));
+            each(() => c2.error(e));
+            settleCancel(reader.cancel(e));
+            return;
+          }
+        }
+        if (!canceled1) each(() => c1.enqueue(value));
+        if (!canceled2) each(() => c2.enqueue(copy));
+        if (again) {
+          again = false;
+          pull();
+        }
+      }, (e) => {
+        each(() => c1.error(e));
+        each(() => c2.error(e));
+        settleCancel();
+      });
+      return Promise.resolve();
+    };
+    const RS = globalThis.ReadableStream;
+    const branch1 = new RS({ start(c) { c1 = c; }, pull, cancel(reason) {
+      canceled1 = true;
+      reason1 = reason;
+      if (canceled2) settleCancel(reader.cancel([reason1, reason2]));
+      return canceled;
+    } });
+    const branch2 = new RS({ start(c) { c2 = c; }, pull, cancel(reason) {
+      canceled2 = true;
+      reason2 = reason;
+      if (canceled1) settleCancel(reader.cancel([reason1, reason2]));
+      return canceled;
+    } });
+    return [branch1, branch2];
   };
   // For clone(): a streamed body split in two, one branch kept, the other returned.
   const tee = (s) => {
+    if (unusable(s)) throw new TypeError("body already used");
     if (inHand(s[0])) return bytesOf(s);
-    if (bodyUsed(s)) throw new TypeError("body already used");
-    const [mine, theirs] = streamOf(s).tee();
+    const [mine, theirs] = cloningTee(streamOf(s));
     s[0] = mine;
     return theirs;
   };
   const bufferOf = (b) => b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength);
+  // UTF-8 decode, as the standard's: a leading BOM is dropped.
+  const decodeBody = (b) => fastDecode(b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf ? b.subarray(3) : b);
   // The Body mixin's members, on Request.prototype and Response.prototype; `stateOf` checks the brand. The
   // read methods answer at once for a body in hand (no async function's machinery).
   const installBody = (proto, stateOf) => {
@@ -326,10 +842,13 @@
         const s = stateOf(this);
         useBody(s);
         const source = s[0];
-        if (typeof source === "string") return Promise.resolve(source);
+        if (typeof source === "string") {
+          // (What its UTF-8 bytes decode to: lone surrogates become U+FFFD, a BOM goes.)
+          return Promise.resolve(source.charCodeAt(0) === 0xfeff ? source.slice(1).toWellFormed() : source.toWellFormed());
+        }
         if (source === null) return Promise.resolve("");
-        if (inHand(source)) return Promise.resolve(fastDecode(bytesOf(s)));
-        return readAll(source).then(fastDecode);
+        if (inHand(source)) return Promise.resolve(decodeBody(bytesOf(s)));
+        return readAll(source).then(decodeBody);
       } catch (e) {
         return Promise.reject(e);
       }
@@ -350,16 +869,102 @@
       arrayBuffer: { value: arrayBuffer },
       bytes: { value: function bytes() { return arrayBuffer.call(this).then((b) => new Uint8Array(b)); } },
       json: { value: function json() { return text.call(this).then(parseJson); } },
-      formData: { value: function formData() { return Promise.reject(new TypeError("formData() is not supported")); } },
+      blob: { value: function blob() {
+        try {
+          const type = mimeTypeOf(this.headers.get("content-type"));
+          const { Blob } = loadForms();
+          return arrayBuffer.call(this).then((b) => new Blob([b], { type }));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      } },
+      formData: { value: function formData() {
+        try {
+          const type = this.headers.get("content-type");
+          const { parseForm } = loadForms();
+          return arrayBuffer.call(this).then((b) => parseForm(new Uint8Array(b), type));
+        } catch (e) {
+          return Promise.reject(e);
+        }
+      } },
     };
     for (const name of Object.keys(members)) {
       Object.defineProperty(proto, name, { ...members[name], configurable: true, enumerable: false });
     }
   };
 
+  // RequestInit's enumerations, each with its default first.
+  const REFERRER_POLICIES = ["", "no-referrer", "no-referrer-when-downgrade", "same-origin", "origin", "strict-origin",
+    "origin-when-cross-origin", "strict-origin-when-cross-origin", "unsafe-url"];
+  const MODES = ["cors", "same-origin", "no-cors", "navigate"];
+  const CREDENTIALS = ["same-origin", "omit", "include"];
+  const CACHES = ["default", "no-store", "reload", "no-cache", "force-cache", "only-if-cached"];
+  const REDIRECTS = ["follow", "error", "manual"];
+  const PRIORITIES = ["auto", "high", "low"];
+  const member = (init, name, values) => {
+    const given = init[name];
+    if (given === undefined) return undefined;
+    const value = String(given);
+    if (!values.includes(value)) throw new TypeError(`Request: ${JSON.stringify(value)} is not a valid ${name}`);
+    return value;
+  };
+  const METHOD = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+  const NORMALIZED = ["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"];
+  const normalizeMethod = (given) => {
+    const method = String(given);
+    if (!METHOD.test(method)) throw new TypeError(`Request: ${JSON.stringify(method)} is not a method`);
+    const upper = method.toUpperCase();
+    if (upper === "CONNECT" || upper === "TRACE" || upper === "TRACK") throw new TypeError(`Request: ${method} is forbidden`);
+    return NORMALIZED.includes(upper) ? upper : method;
+  };
+  // What a Request's options are without a RequestInit's: [referrer, referrerPolicy, mode, credentials, cache,
+  // redirect, integrity, keepalive] ("client" is the referrer "about:client").
+  const DEFAULT_OPTIONS = Object.freeze(["client", "", "cors", "same-origin", "default", "follow", "", false]);
+  const optionsOf = (from, init) => {
+    const o = (from && from[7]) || DEFAULT_OPTIONS;
+    if (init === NO_INIT) return o;
+    // (An init resets the referrer and its policy.)
+    const referrer = init.referrer;
+    let referrerValue = "client";
+    if (referrer !== undefined) {
+      const text = String(referrer);
+      if (text === "") referrerValue = "";
+      else {
+        const parsed = URL.parse(text);
+        if (parsed === null) throw new TypeError(`Request: the referrer ${JSON.stringify(text)} is not a URL`);
+        referrerValue = parsed.href === "about:client" ? "client" : parsed.href;
+      }
+    }
+    const referrerPolicy = member(init, "referrerPolicy", REFERRER_POLICIES);
+    const mode = member(init, "mode", MODES);
+    if (mode === "navigate") throw new TypeError("Request: the mode cannot be navigate");
+    const credentials = member(init, "credentials", CREDENTIALS);
+    const cache = member(init, "cache", CACHES);
+    const redirect = member(init, "redirect", REDIRECTS);
+    member(init, "priority", PRIORITIES);
+    const options = [referrerValue, referrerPolicy ?? "", mode ?? o[2],
+      credentials ?? o[3], cache ?? o[4], redirect ?? o[5], init.integrity !== undefined ? String(init.integrity) : o[6],
+      init.keepalive !== undefined ? Boolean(init.keepalive) : o[7]];
+    if (options[4] === "only-if-cached" && options[2] !== "same-origin") {
+      throw new TypeError("Request: the cache only-if-cached needs the mode same-origin");
+    }
+    return options;
+  };
+
+  // A Request's URL: absolute, without credentials.
+  const requestUrl = (input) => {
+    const parsed = new URL(String(input));
+    const href = parsed.href;
+    if (href.includes("@") && (parsed.username !== "" || parsed.password !== "")) {
+      throw new TypeError("Request: a URL with credentials");
+    }
+    return href;
+  };
+
   let requestState, responseState;
   class Request {
-    // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then]
+    // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then,
+    // options (see DEFAULT_OPTIONS; undefined for the defaults)]
     #s;
     constructor(input, init = NO_INIT) {
       if (init === PORTICO) {
@@ -367,11 +972,64 @@
         this.#s = portico;
         return;
       }
-      const from = input instanceof Request ? input : null;
-      const source = sourceOf(init.body !== undefined ? init.body : from ? handOver(from.#s) : null);
-      const method = init.method ? String(init.method).toUpperCase() : from ? from.method : "GET";
-      const url = from ? from.url : new URL(String(input)).href;
-      this.#s = [source, undefined, false, method, url, new Headers(init.headers || (from ? from.headers : undefined)), null];
+      // All that can fail is checked before the input request's body is taken.
+      const from = input instanceof Request ? input.#s : null;
+      const url = from !== null ? from[4] : requestUrl(input);
+      if (init === NO_INIT || init === null) {
+        // No init (what fetch(url) makes): a GET request, or a copy of the input request that takes its body.
+        if (from === null) {
+          this.#s = [null, undefined, false, "GET", url, new Headers(), null, undefined];
+          return;
+        }
+        let source = null;
+        if (from[0] !== null) {
+          if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
+          source = handOver(from);
+        }
+        const headers = from[5] === undefined ? undefined : new Headers(from[5]);
+        this.#s = [source, undefined, false, from[3], url, headers, headers === undefined ? from[6] : null, from[7]];
+        return;
+      }
+      if (typeof init !== "object" && typeof init !== "function") throw new TypeError("Request: the init is not an object");
+      if (init.window !== undefined && init.window !== null) throw new TypeError("Request: the window can only be null");
+      const options = optionsOf(from, init);
+      const method = init.method !== undefined ? normalizeMethod(init.method) : from ? from[3] : "GET";
+      if (options[2] === "no-cors" && method !== "GET" && method !== "HEAD" && method !== "POST") {
+        throw new TypeError(`Request: the mode no-cors allows GET, HEAD and POST, not ${method}`);
+      }
+      const initBody = init.body;
+      const hasInitBody = initBody !== undefined && initBody !== null;
+      const inputBody = from !== null ? from[0] : null;
+      if ((hasInitBody || inputBody !== null) && (method === "GET" || method === "HEAD")) {
+        throw new TypeError(`Request: a ${method} request has no body`);
+      }
+      const duplex = init.duplex;
+      if (duplex !== undefined && String(duplex) !== "half") throw new TypeError("Request: the duplex can only be half");
+      let headers, raw = null;
+      if (init.headers !== undefined) headers = new Headers(init.headers);
+      else if (from === null) headers = new Headers();
+      else if (from[5] === undefined) raw = from[6]; // Portico's own list, still unsplit
+      else headers = new Headers(from[5]);
+      let source;
+      if (hasInitBody) {
+        source = sourceOf(initBody);
+        const type = bodyType;
+        if (!inHand(source) && duplex === undefined) throw new TypeError("Request: a stream body needs duplex: \"half\"");
+        if (!inHand(source) && options[7]) throw new TypeError("Request: a keepalive request cannot have a stream body");
+        if (type !== null) {
+          if (headers === undefined) {
+            trustedList = raw === "" ? [] : raw.split("\0");
+            headers = new Headers(TRUSTED_LIST);
+            raw = null;
+          }
+          if (!headers.has("content-type")) headers.append("content-type", type);
+        }
+        if (inputBody !== null) from[2] = true; // (the input request's body is used even so)
+      } else if (inputBody !== null) {
+        if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
+        source = handOver(from);
+      } else source = null;
+      this.#s = [source, undefined, false, method, url, headers, raw, options === DEFAULT_OPTIONS ? undefined : options];
     }
     get method() { return this.#s[3]; }
     get url() { return this.#s[4]; }
@@ -384,33 +1042,83 @@
       }
       return s[5];
     }
-    clone() { return new Request(this, { body: tee(this.#s) }); }
+    get destination() { return ""; }
+    get referrer() {
+      const referrer = (this.#s[7] || DEFAULT_OPTIONS)[0];
+      return referrer === "client" ? "about:client" : referrer;
+    }
+    get referrerPolicy() { return (this.#s[7] || DEFAULT_OPTIONS)[1]; }
+    get mode() { return (this.#s[7] || DEFAULT_OPTIONS)[2]; }
+    get credentials() { return (this.#s[7] || DEFAULT_OPTIONS)[3]; }
+    get cache() { return (this.#s[7] || DEFAULT_OPTIONS)[4]; }
+    get redirect() { return (this.#s[7] || DEFAULT_OPTIONS)[5]; }
+    get integrity() { return (this.#s[7] || DEFAULT_OPTIONS)[6]; }
+    get keepalive() { return (this.#s[7] || DEFAULT_OPTIONS)[7]; }
+    get isReloadNavigation() { return false; }
+    get isHistoryNavigation() { return false; }
+    get duplex() { return "half"; }
+    clone() {
+      const s = this.#s;
+      const source = tee(s);
+      const headers = s[5] === undefined ? undefined : new Headers(s[5]);
+      portico = [source, undefined, false, s[3], s[4], headers, headers === undefined ? s[6] : null, s[7]];
+      try {
+        return new Request(null, PORTICO);
+      } finally {
+        portico = null;
+      }
+    }
     get [Symbol.toStringTag]() { return "Request"; }
     static { requestState = (r) => r.#s; }
   }
   installBody(Request.prototype, requestState);
 
-  const TEXT_TYPE = "text/plain;charset=UTF-8";
   const checkStatus = (given) => {
     const status = Number(given);
     if (!(status >= 200 && status <= 599) || status !== Math.trunc(status)) throw new RangeError(`invalid status ${given}`);
     return status;
   };
+  // A reason phrase: tabs, spaces, visible ASCII and obs-text.
+  const REASON_PHRASE = /^[\t\x20-\x7e\x80-\xff]*$/;
+  const checkStatusText = (given) => {
+    const text = String(given);
+    if (!REASON_PHRASE.test(text)) throw new TypeError(`invalid status text ${JSON.stringify(text)}`);
+    return text;
+  };
+  // The statuses whose responses have no body.
+  // (101 and 103 are too: no Response has those.)
+  const nullBodyStatus = (status) => status === 204 || status === 205 || status === 304;
   // A Response's state: [source, bytes, used, status, statusText, headers (null until made), the content-type
-  // to add when the headers are made, url].
+  // to add when the headers are made, url]. The content-type is the body's (`bodyType`) unless `type` says.
   const responseOf = (body, init, type) => {
-    if (init === NO_INIT) return [sourceOf(body), undefined, false, 200, "", null, type, ""];
+    const source = sourceOf(body);
+    if (type === undefined) type = bodyType;
+    if (init === NO_INIT) return [source, undefined, false, 200, "", null, type, ""];
+    if (init === null || init === undefined) init = NO_INIT;
     const status = init.status === undefined ? 200 : checkStatus(init.status);
-    const statusText = init.statusText === undefined ? "" : String(init.statusText);
-    if (init.headers === undefined || init.headers === null) return [sourceOf(body), undefined, false, status, statusText, null, type, ""];
+    const statusText = init.statusText === undefined ? "" : checkStatusText(init.statusText);
+    if (source !== null && status !== 200 && nullBodyStatus(status)) {
+      throw new TypeError(`a response with status ${status} has no body`);
+    }
+    if (init.headers === undefined || init.headers === null) {
+      return [source, undefined, false, status, statusText, null, type, ""];
+    }
     const headers = init[TRUSTED] ? init.headers : new Headers(init.headers);
-    if (type !== null && !headers.has("content-type")) headers.set("content-type", type);
-    return [sourceOf(body), undefined, false, status, statusText, headers, null, ""];
+    if (type !== null && !headers.has("content-type")) headers.append("content-type", type);
+    return [source, undefined, false, status, statusText, headers, null, ""];
+  };
+  const madeBy = (state) => {
+    portico = state;
+    try {
+      return new Response(null, PORTICO);
+    } finally {
+      portico = null;
+    }
   };
   class Response {
     #s;
     constructor(body = null, init = NO_INIT) {
-      this.#s = init === PORTICO ? portico : responseOf(body, init, typeof body === "string" ? TEXT_TYPE : null);
+      this.#s = init === PORTICO ? portico : responseOf(body, init);
     }
     get status() { return this.#s[3]; }
     get statusText() { return this.#s[4]; }
@@ -425,10 +1133,18 @@
     }
     get redirected() { return this.#s[8] === true; }
     get url() { return this.#s[7]; }
-    get type() { return "default"; }
-    clone() { return new Response(tee(this.#s), { status: this.#s[3], statusText: this.#s[4], headers: this.headers }); }
+    // (Only Response.error() has the status 0.)
+    get type() { return this.#s[3] === 0 ? "error" : "default"; }
+    clone() {
+      const s = this.#s;
+      const source = tee(s);
+      return madeBy([source, undefined, false, s[3], s[4], s[5] === null ? null : new Headers(s[5]), s[6], s[7]]);
+    }
     static json(data, init = NO_INIT) {
-      portico = responseOf(stringifyJson(data), init, "application/json");
+      const text = stringifyJson(data);
+      if (text === undefined) throw new TypeError("Response.json: the data has no JSON form");
+      // (Without an init, the state at once: the body is a string.)
+      portico = init === NO_INIT ? [text, undefined, false, 200, "", null, JSON_TYPE, ""] : responseOf(text, init, JSON_TYPE);
       try {
         return new Response(null, PORTICO);
       } finally {
@@ -436,10 +1152,15 @@
       }
     }
     static redirect(url, status = 302) {
+      const location = URL.parse(String(url));
+      if (location === null) throw new TypeError(`Response.redirect: ${JSON.stringify(String(url))} is not an absolute URL`);
+      status = Number(status);
       if (![301, 302, 303, 307, 308].includes(status)) throw new RangeError(`invalid redirect status ${status}`);
-      return new Response(null, { status, headers: { location: new URL(String(url)).href } });
+      trustedList = ["location", location.href];
+      return madeBy([null, undefined, false, status, "", immutable(new Headers(TRUSTED_LIST)), null, ""]);
     }
-    static error() { throw new TypeError("Response.error() is not supported"); }
+    // A network error.
+    static error() { return madeBy([null, undefined, false, 0, "", immutable(new Headers()), null, ""]); }
     get [Symbol.toStringTag]() { return "Response"; }
     static { responseState = (r) => r.#s; }
   }
@@ -542,13 +1263,11 @@
   // a POST, go on as GET without a body), to wherever a fetch may go (a cluster); `redirect: "manual"` returns
   // them, `redirect: "error"` rejects. (Handled as the answers come, so that a fetch that is not redirected
   // costs one promise.)
-  const REDIRECTS = [301, 302, 303, 307, 308];
+  const REDIRECT_STATUSES = [301, 302, 303, 307, 308];
   define("fetch", (input, init) => new Promise((resolve, reject) => {
     let request = input instanceof Request && init === undefined ? input : new Request(input, init);
-    const mode = init?.redirect === undefined ? "follow" : String(init.redirect);
-    if (mode !== "follow" && mode !== "manual" && mode !== "error") {
-      throw new TypeError(`fetch: redirect must be "follow", "manual" or "error", not "${mode}"`);
-    }
+    // (The Request checked the mode: its init's, or the Request's given as the input.)
+    const mode = request.redirect;
     const pending = { resolve, reject, mode, hops: 0, signal: init?.signal, request };
     const source = requestState(request)[0];
     if (inHand(source)) return send(request, pending);
@@ -576,24 +1295,23 @@
     if (!pending) return;
     fetches.delete(id);
     const url = pending.request.url;
-    let response;
-    try {
-      response = new Response(status === 204 || status === 304 ? null : body, { status, headers: { [TRUSTED]: pairs } });
-    } catch (e) {
+    if (!(status >= 200 && status <= 599)) {
       pending.reject(new TypeError(`fetch to ${url}: the upstream answered status ${status}, which a Response cannot have`));
       return;
     }
-    if (pending.mode !== "manual" && REDIRECTS.includes(status)) {
-      const location = response.headers.get("location");
+    trustedList = pairs;
+    const headers = new Headers(TRUSTED_LIST);
+    if (pending.mode !== "manual" && REDIRECT_STATUSES.includes(status)) {
+      const location = headers.get("location");
       if (location !== null || pending.mode === "error") {
         try { send(redirected(pending, status, location), pending); } catch (e) { pending.reject(e); }
         return;
       }
     }
-    const state = responseState(response);
-    state[7] = url;
+    const source = nullBodyStatus(status) ? null : new Uint8Array(body);
+    const state = [source, undefined, false, status, "", headers, null, url];
     if (pending.hops > 0) state[8] = true;
-    pending.resolve(response);
+    pending.resolve(madeBy(state));
   });
   define("__portico_fetch_failed", (id, message) => {
     const pending = fetches.get(id);
@@ -688,6 +1406,7 @@
     // [status, header list, body, next, stream, content-type]: a response whose headers were never made has
     // only its default content-type (or none), given instead of a list.
     const s = responseState(value);
+    if (s[3] === 0) throw new TypeError("the handler returned Response.error(), a network error");
     const source = s[0];
     const list = s[5] === null ? null : s[5].__flat();
     if (typeof source === "string" || source === null) return [s[3], list, source, undefined, undefined, s[6]];
