@@ -461,6 +461,9 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
         if f.limits.memory.0 < 1 << 20 {
             err(&format!("{base}.limits.memory"), "memory must be at least 1MiB".into(), Some("for example 32MiB"));
         }
+        if f.limits.startup.0 < std::time::Duration::from_millis(10) {
+            err(&format!("{base}.limits.startup"), "startup must be at least 10ms".into(), Some("for example 1s"));
+        }
     }
 
     for (name, c) in &cfg.clusters {
