@@ -5,6 +5,7 @@ use crate::event_loop::{CallError, Map};
 use crate::instance::{CallInput, CallOutput, Hook, Instance, Shape};
 use crate::stats::{Ending, FunctionStats};
 use crate::streaming::CallBody;
+use bytes::Bytes;
 use portico_http::codec::RequestHead;
 use portico_http::handler::RequestBody;
 use portico_http::handler::Upstreams;
@@ -152,7 +153,7 @@ pub struct Answer<'a> {
 }
 
 pub enum AnswerBody<'a> {
-    Whole(Vec<u8>),
+    Whole(Bytes),
     Streamed(CallBody<'a>),
 }
 
