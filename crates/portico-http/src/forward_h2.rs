@@ -125,6 +125,7 @@ pub(crate) async fn forward(
                 upstream: failed.upstream,
                 upstream_time: failed.upstream_time,
                 retries: failed.retries,
+                reason: Some(failed.reason),
                 ..Outcome::local(Next::KeepAlive, failed.status, failed.reason.len() as u64 + 1)
             };
             record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
@@ -514,6 +515,7 @@ pub(crate) async fn from_http1(
             outcome.upstream = failed.upstream;
             outcome.upstream_time = failed.upstream_time;
             outcome.retries = failed.retries;
+            outcome.reason = Some(failed.reason);
             return outcome;
         }
     };

@@ -417,6 +417,7 @@ async fn handle_request(
             outcome.upstream = failed.upstream;
             outcome.upstream_time = failed.upstream_time;
             outcome.retries = failed.retries;
+            outcome.reason = Some(failed.reason);
             return outcome;
         }
     };

@@ -201,6 +201,7 @@ async fn to_cluster(
                 o.upstream = failed.upstream;
                 o.upstream_time = failed.upstream_time;
                 o.retries = failed.retries;
+                o.reason = Some(failed.reason);
             });
         }
     };
