@@ -283,7 +283,7 @@ function renderClusters(clusters) {
         el("td", {}, action));
     });
     const table = el("table", { class: "endpoints" },
-      el("thead", {}, el("tr", {}, ...["state", "endpoint", "weight", "in flight", "idle conns", "req/s", "err %", "p99 ms", "tries", "failures", "ejections", ""]
+      el("thead", {}, el("tr", {}, ...["state", "endpoint", "weight", "in flight", "idle conns", "req/s", "err %", "p99 ms", "responses", "failures", "ejections", ""]
         .map((h, i) => el("th", { class: i >= 2 && i <= 10 ? "num" : null, text: h })))),
       el("tbody", {}, ...rows));
     return el("div", { class: "cluster", "data-cluster": c.name }, head, table);
@@ -434,6 +434,11 @@ function render(overview) {
   state.overview = overview;
   $("process").textContent = `pid ${overview.process.pid} · ${overview.process.version}` + (overview.ready ? "" : " · not ready");
   $("token-button").hidden = !overview.token_required;
+  // Read-only by default: the page acts only where an admin token is configured (the API itself takes
+  // state-changing requests without one when none is configured, as scripts expect).
+  document.body.classList.toggle("read-only", !overview.token_required);
+  $("read-only").hidden = overview.token_required;
+  $("reload-button").hidden = !overview.reload_available;
   $("token-button").textContent = state.token ? "admin token set" : "admin token";
   renderScopeSelect();
   drawCharts();

@@ -139,6 +139,7 @@ pub async fn overview(state: &AdminState) -> serde_json::Value {
         "process": { "pid": std::process::id(), "version": state.version, "worker_processes": state.workers.is_some() },
         "ready": state.ready.load(std::sync::atomic::Ordering::SeqCst),
         "token_required": state.guard.has_token(),
+        "reload_available": state.reload.is_some(),
         "series": latest,
         "clusters": clusters(state).await["clusters"],
         "listeners": view("listeners").map(|l| l["listeners"].clone()),

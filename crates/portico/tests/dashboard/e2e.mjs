@@ -125,6 +125,8 @@ async function main() {
     await page.waitForSelector("#error-list tbody tr", { timeout: 5_000 });
     const reason = await text(page, "#error-list tbody tr td:nth-child(3)");
     check(/upstream|endpoint/.test(reason), `the recent errors give the reason ("${reason}")`);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: join(ARTIFACTS, "00-dashboard.png") });
     await sectionShot(page, "#clusters", "03-backend-down");
     await sectionShot(page, "#errors", "04-recent-errors");
 
