@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 pub const MAX_LIVE_PAGES: usize = 64;
 /// Recent errors an update carries (`/admin/errors` has them all).
 const ERRORS_IN_UPDATE: usize = 25;
+/// Recent errors `/admin/errors` shows with worker processes (each keeps its own last 100).
+pub const KEPT_ERRORS: usize = 100;
 
 /// The dashboard's state in the admin server.
 #[derive(Debug, Default)]
@@ -36,10 +38,21 @@ pub async fn sample_every_second(state: Arc<AdminState>) {
     let started = std::time::Instant::now();
     loop {
         tick.tick().await;
-        let mut samples = Vec::with_capacity(64);
-        for plane in &state.planes {
-            plane.sample(&mut samples);
-        }
+        let samples = match state.workers.clone() {
+            // With worker processes, the counters are theirs: each answers with its samples, summed here.
+            Some(gather) => {
+                let answers = tokio::task::spawn_blocking(move || gather("sample")).await.unwrap_or_default();
+                sum_workers(&answers)
+            }
+            None => {
+                let mut samples = Vec::with_capacity(64);
+                for plane in &state.planes {
+                    plane.sample(&mut samples);
+                }
+                samples
+            }
+        };
+        let mut samples = samples;
         add_total(&mut samples);
         let now = unix_ms() / 1000;
         state.dashboard.series.lock().unwrap_or_else(|p| p.into_inner()).push(
@@ -58,6 +71,44 @@ pub async fn sample_every_second(state: Arc<AdminState>) {
             }
         });
     }
+}
+
+/// The samples of every worker process (each a JSON array of `SeriesSample::to_json`), summed by series.
+fn sum_workers(answers: &[String]) -> Vec<SeriesSample> {
+    let mut by_key: std::collections::BTreeMap<(&'static str, String), SeriesSample> = Default::default();
+    for answer in answers {
+        let Ok(serde_json::Value::Array(list)) = serde_json::from_str(answer) else { continue };
+        for s in list.iter().filter_map(SeriesSample::from_json) {
+            match by_key.get_mut(&(s.kind, s.name.clone())) {
+                Some(sum) => sum.add(&s),
+                None => {
+                    by_key.insert((s.kind, s.name.clone()), s);
+                }
+            }
+        }
+    }
+    by_key.into_values().collect()
+}
+
+/// The recent errors: this process's, or with worker processes every one's, newest first.
+async fn recent_errors(state: &AdminState) -> serde_json::Value {
+    let Some(gather) = state.workers.clone() else {
+        return state
+            .planes
+            .iter()
+            .find_map(|p| p.admin_view("errors"))
+            .unwrap_or_else(|| serde_json::json!({ "errors": [] }));
+    };
+    let answers = tokio::task::spawn_blocking(move || gather("errors")).await.unwrap_or_default();
+    let mut all: Vec<serde_json::Value> = answers
+        .iter()
+        .filter_map(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+        .filter_map(|v| v["errors"].as_array().cloned())
+        .flatten()
+        .collect();
+    all.sort_by_key(|e| std::cmp::Reverse(e["at_ms"].as_u64().unwrap_or(0)));
+    all.truncate(crate::dashboard::KEPT_ERRORS);
+    serde_json::json!({ "errors": all })
 }
 
 /// The `total` series: every route's requests, errors and latencies together.
@@ -83,6 +134,11 @@ fn add_total(samples: &mut Vec<SeriesSample>) {
 
 fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `/admin/errors`.
+pub async fn errors(state: &AdminState) -> serde_json::Value {
+    recent_errors(state).await
 }
 
 /// `/admin/clusters`: with worker processes, the first one's view (each runs its own checks).
@@ -121,7 +177,7 @@ pub async fn overview(state: &AdminState) -> serde_json::Value {
             None => (None, Vec::new()),
         }
     };
-    let mut errors = view("errors").unwrap_or_else(|| serde_json::json!({ "errors": [] }));
+    let mut errors = recent_errors(state).await;
     if let Some(list) = errors["errors"].as_array_mut() {
         list.truncate(ERRORS_IN_UPDATE);
     }

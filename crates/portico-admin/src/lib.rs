@@ -230,7 +230,8 @@ async fn route(req: Request<Incoming>, state: Arc<AdminState>, peer: SocketAddr)
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         (&Method::GET, "/admin/clusters") => json(StatusCode::OK, dashboard::clusters(&state).await),
-        (&Method::GET, "/admin/listeners" | "/admin/errors" | "/admin/functions") => {
+        (&Method::GET, "/admin/errors") => json(StatusCode::OK, dashboard::errors(&state).await),
+        (&Method::GET, "/admin/listeners" | "/admin/functions") => {
             let name = &path["/admin/".len()..];
             match state.planes.iter().find_map(|p| p.admin_view(name)) {
                 Some(view) => json(StatusCode::OK, view),

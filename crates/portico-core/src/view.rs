@@ -44,3 +44,56 @@ pub struct SeriesSample {
     /// Their durations, per bucket of `stats::BUCKETS` (not cumulative, the last being +Inf), when measured.
     pub latency: Option<Box<[u64; BUCKETS.len() + 1]>>,
 }
+
+/// The kinds a sample may have, for reading samples back (from a worker process's answer).
+const KINDS: [&str; 7] = ["route", "listener", "cluster", "endpoint", "function", "mqtt", "total"];
+
+impl SeriesSample {
+    /// As JSON, for a worker process's answer to its master (`sample`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.kind, "name": self.name, "requests": self.requests, "errors": self.errors,
+            "latency": self.latency.as_ref().map(|l| l.to_vec()),
+        })
+    }
+
+    /// Read back from `to_json`; `None` for anything else.
+    pub fn from_json(v: &serde_json::Value) -> Option<SeriesSample> {
+        let kind = KINDS.iter().copied().find(|k| v["kind"] == *k)?;
+        let latency = match v["latency"].as_array() {
+            Some(counts) => {
+                let mut l = Box::new([0u64; BUCKETS.len() + 1]);
+                if counts.len() != l.len() {
+                    return None;
+                }
+                for (slot, c) in l.iter_mut().zip(counts) {
+                    *slot = c.as_u64()?;
+                }
+                Some(l)
+            }
+            None => None,
+        };
+        Some(SeriesSample {
+            kind,
+            name: v["name"].as_str()?.to_string(),
+            requests: v["requests"].as_u64()?,
+            errors: v["errors"].as_u64()?,
+            latency,
+        })
+    }
+
+    /// Adds `other`'s counts (the same series in another worker process).
+    pub fn add(&mut self, other: &SeriesSample) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        match (&mut self.latency, &other.latency) {
+            (Some(mine), Some(theirs)) => {
+                for (m, t) in mine.iter_mut().zip(theirs.iter()) {
+                    *m += t;
+                }
+            }
+            (None, Some(theirs)) => self.latency = Some(theirs.clone()),
+            _ => {}
+        }
+    }
+}

@@ -533,6 +533,15 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         let answer = move |verb: &str| match verb {
             "metrics" => portico_admin::render_metrics(&all, &global, true),
             "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
+            "errors" => view.admin_view("errors").map(|v| v.to_string()).unwrap_or_default(),
+            // The dashboard's counters, which the master sums over its worker processes once a second.
+            "sample" => {
+                let mut samples = Vec::new();
+                for plane in &all {
+                    plane.sample(&mut samples);
+                }
+                serde_json::Value::from(samples.iter().map(|s| s.to_json()).collect::<Vec<_>>()).to_string()
+            }
             _ => String::new(),
         };
         portico_core::processes::serve_control(answer, apply, listen).context("cannot answer the master")?;

@@ -222,3 +222,45 @@ fn every_admin_answer_forbids_framing_and_foreign_content() {
     assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("//cdn"), "{html}");
     assert_eq!(portico.admin_get("/dashboard/vendor/uplot/LICENSE").status, 200);
 }
+
+#[test]
+fn with_worker_processes_the_master_sums_their_series_and_errors() {
+    let a = Backend::start("a").unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let portico = Portico::start(&format!(
+        "workers: 2\nprocess_model: multi_process\nadmin: {{ address: \"{{admin}}\" }}\n\
+         listeners: [ {{ name: web, address: \"{{listen}}\" }} ]\n\
+         routes:\n  - {{ name: gone, match: {{ path_prefix: /gone }}, cluster: gone }}\n  - {{ name: main, match: {{ path_prefix: / }}, cluster: app }}\n\
+         clusters:\n  app: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n  gone: {{ endpoints: [ {{ address: \"{dead}\" }} ] }}\n",
+        a.addr
+    ));
+    let load = Load::reconnecting(portico.addr, 4);
+    for _ in 0..4 {
+        // 502 until outlier detection ejects the endpoint, 503 after.
+        let status = Conn::open(portico.addr).get("/gone/x", "").status;
+        assert!(status == 502 || status == 503, "{status}");
+    }
+    let mut route_rps = 0.0;
+    wait_until("the master charts its workers' requests", Duration::from_secs(10), || {
+        let series = json(&portico.admin_get("/admin/series"));
+        route_rps = series["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["kind"] == "route" && s["name"] == "main")
+            .and_then(|s| s["rps"].as_array()?.iter().filter_map(|v| v.as_f64()).reduce(f64::max))
+            .unwrap_or(0.0);
+        route_rps > 0.0
+    });
+    let (ok, _) = load.finish();
+    assert!(ok > 0);
+    let errors = json(&portico.admin_get("/admin/errors"));
+    let list = errors["errors"].as_array().unwrap();
+    assert_eq!(list.len(), 4, "each worker process's errors, together: {errors}");
+    let reasons = ["upstream refused the connection", "no healthy upstream endpoint"];
+    assert!(list.iter().all(|e| reasons.iter().any(|r| e["reason"] == *r)), "{errors}");
+    // Draining is each worker process's own state: refused with a reason rather than done in one of them.
+    let r =
+        post(&portico, "/admin/endpoints/drain", "", &format!("{{\"cluster\":\"app\",\"endpoint\":\"{}\"}}", a.addr));
+    assert_eq!(r.status, 409, "{}", r.text());
+}
