@@ -31,9 +31,10 @@ import sys
 import tempfile
 import time
 
-BACKEND_PORT = 18280
-PROXY_PORT = 18281
-ADMIN_PORT = 18283
+# PORTICO_BENCH_PORT_BASE moves every port (two runs on one machine must not share them).
+BACKEND_PORT = int(os.environ.get("PORTICO_BENCH_PORT_BASE", "18280"))
+PROXY_PORT = BACKEND_PORT + 1
+ADMIN_PORT = BACKEND_PORT + 3
 ADMIN = False
 SSE_CLIENTS = 0
 
