@@ -111,7 +111,8 @@ fn note_error(stats: &crate::stats::RouteStats, head: &RequestHead, outcome: &Ou
     if !crate::recent_errors::may_sample(at_ms) {
         return;
     }
-    let path = head.target();
+    // The path without its query, which may hold a key (`api_key` filters read one from it).
+    let path = head.path();
     crate::recent_errors::keep(crate::recent_errors::RecentError {
         at_ms,
         status: outcome.status,

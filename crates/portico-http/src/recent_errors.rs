@@ -23,7 +23,7 @@ pub struct RecentError {
     pub cluster: String,
     pub endpoint: Option<SocketAddr>,
     pub method: String,
-    /// The request's path, cut at 200 bytes.
+    /// The request's path without its query (which may hold a key), cut at 200 bytes.
     pub path: String,
 }
 
