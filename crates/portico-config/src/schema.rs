@@ -61,6 +61,36 @@ pub enum ProcessModel {
 pub struct Admin {
     /// `IP:PORT`, for example `127.0.0.1:9901`. Keep it on loopback or a private network: it can reload.
     pub address: String,
+    /// The bearer token every admin request that changes state must carry (`Authorization: Bearer TOKEN`):
+    /// reloads, upgrades, draining endpoints. Without one (and without `token_file`), they need none.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// A file holding the token (relative to the configuration file; one trailing newline is dropped).
+    #[serde(default)]
+    pub token_file: Option<String>,
+}
+
+impl Admin {
+    /// The token state-changing requests must carry, read now (`token`, or `token_file`'s content); `Ok(None)`
+    /// when none is configured.
+    pub fn read_token(&self, loaded: &crate::LoadedConfig) -> Result<Option<String>, String> {
+        match (&self.token, &self.token_file) {
+            (Some(_), Some(_)) => Err("give `token` or `token_file`, not both".into()),
+            (Some(token), None) if token.trim().is_empty() => Err("the admin token is empty".into()),
+            (Some(token), None) => Ok(Some(token.clone())),
+            (None, Some(file)) => {
+                let text = std::fs::read_to_string(loaded.resolve(file))
+                    .map_err(|e| format!("cannot read the admin token file {file}: {e}"))?;
+                let token = text.strip_suffix('\n').unwrap_or(&text);
+                let token = token.strip_suffix('\r').unwrap_or(token);
+                if token.trim().is_empty() {
+                    return Err(format!("the admin token file {file} is empty"));
+                }
+                Ok(Some(token.to_string()))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -665,6 +665,11 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
                 Some("give the admin server its own port"),
             );
         }
+        if let Err(message) = admin.read_token(loaded) {
+            let key =
+                if admin.token_file.is_some() && admin.token.is_none() { "admin.token_file" } else { "admin.token" };
+            err(key, message, Some("a long random string, for example from `openssl rand -hex 32`"));
+        }
     }
     if let Some(log) = &cfg.access_log {
         if log.path.trim().is_empty() {

@@ -241,6 +241,23 @@ impl PlaneView for MqttView {
     fn running_config(&self) -> Arc<LoadedConfig> {
         self.listeners.running_config()
     }
+
+    /// Messages received from clients (`requests`) and dropped (`errors`), and messages sent, for the dashboard.
+    fn sample(&self, out: &mut Vec<portico_core::view::SeriesSample>) {
+        use crate::metrics::Counter::*;
+        let m = self.broker.metrics();
+        let sum = |counters: &[crate::metrics::Counter]| counters.iter().map(|&c| m.get(c).max(0) as u64).sum::<u64>();
+        let dropped = sum(&[DroppedQueueFull, DroppedOffline, DroppedTooLarge]);
+        let sample = |name: &str, requests, errors| portico_core::view::SeriesSample {
+            kind: "mqtt",
+            name: name.into(),
+            requests,
+            errors,
+            latency: None,
+        };
+        out.push(sample("received", sum(&[ReceivedQos0, ReceivedQos1, ReceivedQos2]), dropped));
+        out.push(sample("sent", sum(&[SentQos0, SentQos1, SentQos2]), 0));
+    }
 }
 
 #[cfg(test)]

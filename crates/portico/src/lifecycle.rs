@@ -21,13 +21,21 @@ use tokio::signal::unix::{signal, SignalKind};
 /// `portico upgrade`: asks the running Portico (at the configuration's admin address, or `admin`) for a
 /// zero-downtime upgrade to the binary now on disk, and waits until the new process answers.
 pub fn upgrade(config: &Path, admin: Option<&str>) -> anyhow::Result<()> {
+    // The admin token, when the file configures one: an upgrade changes state.
+    let mut token = None;
     let url = match admin {
-        Some(url) => url.to_string(),
+        Some(url) => {
+            if let Ok(loaded) = portico_config::load_file(config) {
+                token = loaded.config.admin.as_ref().and_then(|a| a.read_token(&loaded).ok().flatten());
+            }
+            url.to_string()
+        }
         None => {
             let loaded = portico_config::load_file(config).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
-            let admin = loaded.config.admin.ok_or_else(|| {
+            let admin = loaded.config.admin.as_ref().ok_or_else(|| {
                 anyhow!("{} has no `admin:` address; give --admin http://IP:PORT, or send SIGUSR2", config.display())
             })?;
+            token = admin.read_token(&loaded).map_err(|e| anyhow!("{e}"))?;
             format!("http://{}", admin.address)
         }
     };
@@ -36,7 +44,7 @@ pub fn upgrade(config: &Path, admin: Option<&str>) -> anyhow::Result<()> {
     let (_, before) = crate::admin_client::json(addr, "GET", "/admin/process")?
         .ok_or_else(|| anyhow!("no Portico answers at {url}"))?;
     let old = pid_of(&before).ok_or_else(|| anyhow!("{url}/admin/process did not give a pid"))?;
-    match crate::admin_client::json(addr, "POST", "/admin/upgrade")? {
+    match crate::admin_client::json_with_token(addr, "POST", "/admin/upgrade", token.as_deref())? {
         Some((202, _)) => {}
         Some((status, body)) => return Err(anyhow!("the upgrade was refused ({status}): {}", body["error"])),
         None => return Err(anyhow!("no Portico answers at {url}")),
@@ -193,6 +201,9 @@ impl Reloader {
             Some(text) => portico_config::check_str(text, &self.path.display().to_string()),
             None => portico_config::check_file(&self.path),
         };
+        // For the reload history: the text tried, and what it changes compared with the running one.
+        let before = self.shared.load().source.clone();
+        let tried = checked.partial.as_ref().map(|l| l.source.clone());
         let result = portico_http::build_checked(checked, &self.registry).map_err(|e| e.to_string());
         // Listeners added or moved are bound before anything is applied, so an address that cannot be had
         // fails the reload and the running configuration stays.
@@ -275,7 +286,18 @@ impl Reloader {
             }
         };
         if let Some(admin) = self.admin.get() {
-            admin.record_reload(&outcome);
+            let after = self.shared.load().source.clone();
+            let changes = match &outcome {
+                Ok(()) => portico_config::diff(&before.config, &after.config).iter().map(|c| c.to_string()).collect(),
+                Err(_) => Vec::new(),
+            };
+            admin.record_reload_attempt(portico_admin::Attempt {
+                trigger: trigger.to_string(),
+                before: Some(before.source.clone()),
+                after: if outcome.is_ok() { Some(after.source.clone()) } else { tried },
+                changes,
+                error: outcome.as_ref().err().cloned(),
+            });
         }
         portico_core::systemd::ready(if outcome.is_ok() {
             "serving (reloaded)"
@@ -351,6 +373,11 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let listening: Vec<String> = snapshot.listeners.iter().map(|l| format!("{} ({})", l.address, l.name)).collect();
     // A worker process has no admin API (the master's covers it) and leaves watching files to the master.
     let admin_address = loaded.config.admin.as_ref().filter(|_| worker_process.is_none()).map(|a| a.address.clone());
+    // Read at start-up, like the rest of `admin:` (validation has checked that it can be read).
+    let admin_token = match loaded.config.admin.as_ref().filter(|_| worker_process.is_none()) {
+        Some(admin) => admin.read_token(&loaded).map_err(|e| anyhow!("admin token: {e}"))?,
+        None => None,
+    };
     let watch = loaded.config.watch && worker_process.is_none();
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
     let http_view: Arc<dyn portico_core::view::PlaneView> =
@@ -444,6 +471,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     Workers::Threads(_) => None,
                 },
                 version: crate::RELEASE,
+                guard: portico_admin::auth::Guard::new(admin_token.clone()),
+                dashboard: portico_admin::Dashboard::default(),
             });
             let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
             let passed =
@@ -504,6 +533,15 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         let answer = move |verb: &str| match verb {
             "metrics" => portico_admin::render_metrics(&all, &global, true),
             "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
+            "errors" => view.admin_view("errors").map(|v| v.to_string()).unwrap_or_default(),
+            // The dashboard's counters, which the master sums over its worker processes once a second.
+            "sample" => {
+                let mut samples = Vec::new();
+                for plane in &all {
+                    plane.sample(&mut samples);
+                }
+                serde_json::Value::from(samples.iter().map(|s| s.to_json()).collect::<Vec<_>>()).to_string()
+            }
             _ => String::new(),
         };
         portico_core::processes::serve_control(answer, apply, listen).context("cannot answer the master")?;
