@@ -16,11 +16,11 @@ use rquickjs::{qjs, Ctx};
 use std::ffi::{c_int, CStr};
 use std::panic::AssertUnwindSafe;
 
-type Raw = qjs::JSValue;
-type RawCtx = *mut qjs::JSContext;
-type Native = unsafe extern "C" fn(RawCtx, Raw, c_int, *mut Raw) -> Raw;
-type Finalizer = unsafe extern "C" fn(*mut qjs::JSRuntime, Raw);
-type Marker = unsafe extern "C" fn(*mut qjs::JSRuntime, Raw, qjs::JS_MarkFunc);
+pub(crate) type Raw = qjs::JSValue;
+pub(crate) type RawCtx = *mut qjs::JSContext;
+pub(crate) type Native = unsafe extern "C" fn(RawCtx, Raw, c_int, *mut Raw) -> Raw;
+pub(crate) type Finalizer = unsafe extern "C" fn(*mut qjs::JSRuntime, Raw);
+pub(crate) type Marker = unsafe extern "C" fn(*mut qjs::JSRuntime, Raw, qjs::JS_MarkFunc);
 
 /// The content-types a fast response may have, without a `Headers` made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +144,7 @@ unsafe fn classes<'a>(ctx: RawCtx) -> &'a mut Classes {
 
 /// Runs a native's body; a panic (a bug of Portico's) becomes an InternalError for the script instead of
 /// unwinding through QuickJS.
-fn guard(ctx: RawCtx, body: impl FnOnce() -> Raw) -> Raw {
+pub(crate) fn guard(ctx: RawCtx, body: impl FnOnce() -> Raw) -> Raw {
     match std::panic::catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         // SAFETY: the context is alive (the native was called on it).
@@ -152,7 +152,7 @@ fn guard(ctx: RawCtx, body: impl FnOnce() -> Raw) -> Raw {
     }
 }
 
-fn type_error(ctx: RawCtx, message: &CStr) -> Raw {
+pub(crate) fn type_error(ctx: RawCtx, message: &CStr) -> Raw {
     // SAFETY: the context is alive; the message is a C string.
     unsafe { qjs::JS_ThrowTypeError(ctx, c"%s".as_ptr(), message.as_ptr()) }
 }
@@ -161,7 +161,7 @@ fn type_error(ctx: RawCtx, message: &CStr) -> Raw {
 ///
 /// # Safety
 /// `argv` holds `argc` values.
-unsafe fn arg(argc: c_int, argv: *mut Raw, i: usize) -> Raw {
+pub(crate) unsafe fn arg(argc: c_int, argv: *mut Raw, i: usize) -> Raw {
     if (i as c_int) < argc {
         *argv.add(i)
     } else {
@@ -169,20 +169,20 @@ unsafe fn arg(argc: c_int, argv: *mut Raw, i: usize) -> Raw {
     }
 }
 
-fn tag(value: Raw) -> i32 {
+pub(crate) fn tag(value: Raw) -> i32 {
     // SAFETY: reading a value's tag reads no memory.
     unsafe { qjs::JS_VALUE_GET_TAG(value) }
 }
 
-fn is_exception(value: Raw) -> bool {
+pub(crate) fn is_exception(value: Raw) -> bool {
     tag(value) == qjs::JS_TAG_EXCEPTION
 }
 
-fn int(n: i32) -> Raw {
+pub(crate) fn int(n: i32) -> Raw {
     qjs::JS_MKVAL(qjs::JS_TAG_INT, n)
 }
 
-fn boolean(b: bool) -> Raw {
+pub(crate) fn boolean(b: bool) -> Raw {
     qjs::JS_MKVAL(qjs::JS_TAG_BOOL, b as i32)
 }
 
@@ -190,7 +190,7 @@ fn boolean(b: bool) -> Raw {
 ///
 /// # Safety
 /// `ctx` is alive.
-unsafe fn string(ctx: RawCtx, text: &[u8]) -> Raw {
+pub(crate) unsafe fn string(ctx: RawCtx, text: &[u8]) -> Raw {
     qjs::JS_NewStringLen(ctx, text.as_ptr().cast(), text.len() as _)
 }
 
@@ -198,7 +198,7 @@ unsafe fn string(ctx: RawCtx, text: &[u8]) -> Raw {
 ///
 /// # Safety
 /// `ctx` is alive.
-unsafe fn function(ctx: RawCtx, f: Native, name: &CStr, length: c_int, constructor: bool) -> Raw {
+pub(crate) unsafe fn function(ctx: RawCtx, f: Native, name: &CStr, length: c_int, constructor: bool) -> Raw {
     let kind =
         if constructor { qjs::JSCFunctionEnum_JS_CFUNC_constructor } else { qjs::JSCFunctionEnum_JS_CFUNC_generic };
     qjs::JS_NewCFunction2(ctx, Some(f), name.as_ptr(), length, kind, 0)
@@ -208,7 +208,7 @@ unsafe fn function(ctx: RawCtx, f: Native, name: &CStr, length: c_int, construct
 ///
 /// # Safety
 /// `ctx` and `object` are alive.
-unsafe fn getter(ctx: RawCtx, object: Raw, name: &CStr, f: Native) -> Result<(), ()> {
+pub(crate) unsafe fn getter(ctx: RawCtx, object: Raw, name: &CStr, f: Native) -> Result<(), ()> {
     let get = function(ctx, f, name, 0, false);
     if is_exception(get) {
         return Err(());
@@ -228,7 +228,7 @@ unsafe fn getter(ctx: RawCtx, object: Raw, name: &CStr, f: Native) -> Result<(),
 ///
 /// # Safety
 /// `ctx` and `object` are alive.
-unsafe fn method(ctx: RawCtx, object: Raw, name: &CStr, f: Native, length: c_int) -> Result<(), ()> {
+pub(crate) unsafe fn method(ctx: RawCtx, object: Raw, name: &CStr, f: Native, length: c_int) -> Result<(), ()> {
     let value = function(ctx, f, name, length, false);
     if is_exception(value) {
         return Err(());
@@ -468,7 +468,7 @@ unsafe fn response_data<'a>(ctx: RawCtx, value: Raw) -> Option<&'a mut ResponseD
 
 /// The prototype a constructor called with `new_target` gives its object: the class's own when called as
 /// itself (nearly always), else `new_target.prototype` (a subclass). `Err`: an exception is pending.
-unsafe fn proto_of(ctx: RawCtx, new_target: Raw, ctor: Raw) -> Result<Option<Raw>, ()> {
+pub(crate) unsafe fn proto_of(ctx: RawCtx, new_target: Raw, ctor: Raw) -> Result<Option<Raw>, ()> {
     if qjs::JS_VALUE_GET_PTR(new_target) == qjs::JS_VALUE_GET_PTR(ctor) {
         return Ok(None);
     }
@@ -676,7 +676,7 @@ pub fn fast_response(ctx: &Ctx<'_>, value: &rquickjs::Value<'_>) -> Option<FastR
 ///
 /// # Safety
 /// `ctx` is alive and `s` a string of it.
-unsafe fn utf8_of(ctx: RawCtx, s: Raw) -> Option<Vec<u8>> {
+pub(crate) unsafe fn utf8_of(ctx: RawCtx, s: Raw) -> Option<Vec<u8>> {
     let mut len = 0;
     let p = qjs::JS_ToCStringLen2(ctx, &mut len, s, false);
     let len = len as usize;
@@ -694,7 +694,7 @@ unsafe fn utf8_of(ctx: RawCtx, s: Raw) -> Option<Vec<u8>> {
 
 /// WTF-8 (what QuickJS makes of a string with lone surrogates) as UTF-8: each encoded surrogate (ED A0-BF xx)
 /// becomes U+FFFD.
-fn replace_surrogates(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn replace_surrogates(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
