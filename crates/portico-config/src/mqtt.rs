@@ -55,6 +55,7 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
         ("receive_maximum", l.receive_maximum, 1),
         ("max_inflight", l.max_inflight, 1),
         ("topic_alias_maximum", l.topic_alias_maximum, 0),
+        ("topic_aliases_to_clients", l.topic_aliases_to_clients, 0),
     ] {
         if value < min || value > u32::from(u16::MAX) {
             err(
@@ -91,6 +92,22 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
     }
     if l.connect_timeout.0.is_zero() {
         err("mqtt.limits.connect_timeout", "connect_timeout must be above 0".into(), Some("the default is 10s"));
+    }
+    if l.park_after.0 > Duration::from_secs(24 * 3600) {
+        err(
+            "mqtt.limits.park_after",
+            format!("park_after must be at most 1d, got {}", l.park_after),
+            Some("the default is 10s; 0s never parks"),
+        );
+    }
+    if let Some(info) = &mqtt.response_information {
+        if info.is_empty() || info.len() > 1024 || info.contains(['+', '#', '\0']) {
+            err(
+                "mqtt.response_information",
+                format!("response_information must be 1 to 1024 bytes without `+`, `#` or NUL, got {info:?}"),
+                Some("it is the base of the client's response topics, e.g. \"responses/%c\""),
+            );
+        }
     }
     let sys = mqtt.sys_interval.0;
     if sys.subsec_nanos() != 0 || sys.as_secs() > 24 * 3600 {

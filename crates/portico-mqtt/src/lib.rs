@@ -131,6 +131,7 @@
 //! are the product itself, so the codec is written here, fuzzed (`fuzz/fuzz_targets/mqtt_decode.rs`), and its
 //! rules are tested against the specification's statements (`tests/`).
 
+pub mod alias;
 pub mod auth;
 pub mod broker;
 pub mod codec;
@@ -138,6 +139,7 @@ pub mod config;
 pub mod connection;
 pub mod message;
 pub mod metrics;
+pub mod park;
 pub mod plane;
 pub mod retained;
 pub mod router;
@@ -150,6 +152,6 @@ pub mod topic;
 
 pub use broker::{Broker, BrokerError};
 pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-pub use connection::{serve, serve_as, serve_until, ConnectionError};
+pub use connection::{serve, serve_as, serve_parking, serve_until, ConnectionError};
 pub use plane::{MqttPlane, MqttView};
 pub use server::Server;

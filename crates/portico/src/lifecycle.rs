@@ -606,6 +606,16 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     }
     let _ = shutdown_tx.send(true);
+    if handed_over {
+        // The new process waits for the MQTT store: released as soon as the MQTT connections are drained,
+        // while HTTP connections take their grace period.
+        if let Some(broker) = broker.clone().filter(|b| b.store().is_some()) {
+            std::thread::spawn(move || match broker.close_store_when_drained(Duration::from_secs(5)) {
+                true => tracing::info!("upgrade: the MQTT store is closed, for the new process"),
+                false => tracing::warn!("upgrade: the MQTT store did not close in time; the new process waits"),
+            });
+        }
+    }
     match pool {
         Workers::Processes(m) => m.stop(grace),
         Workers::Threads(supervisor) => {

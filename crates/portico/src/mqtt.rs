@@ -45,6 +45,11 @@ pub fn protocol(loaded: &LoadedConfig, name: &str) -> Option<ListenerProtocol> {
 /// Opens the broker the configuration describes (reading its store back, if it has one).
 pub fn open(loaded: &LoadedConfig) -> anyhow::Result<portico_mqtt::Broker> {
     let mut config = portico_mqtt::plane::broker_config(loaded);
+    if let Some(persistence) = &mut config.persistence {
+        // Started by an upgrade: the process being replaced holds the store until it has drained its MQTT
+        // connections; MQTT clients wait for it, HTTP is served at once.
+        persistence.wait_if_locked = std::env::var_os(portico_core::systemd::UPGRADE_FROM_ENV).is_some();
+    }
     config.auth = portico_mqtt::plane::auth(loaded).map_err(|e| anyhow!("MQTT authentication: {e}"))?;
     let store = config.persistence.as_ref().map(|p| (p.path.display().to_string(), p.on_corrupt));
     portico_mqtt::Broker::open(config).map_err(|e| match store {
@@ -84,6 +89,10 @@ impl portico_http::mqtt_publish::MqttPublisher for BridgePublisher {
     ) -> portico_http::mqtt_publish::PublishFuture {
         use portico_http::mqtt_publish::PublishError;
         let qos = portico_mqtt::codec::QoS::from_bits(qos).unwrap_or(portico_mqtt::codec::QoS::AtMostOnce);
+        if !self.0.is_ready() {
+            let why = "the MQTT store is still held by the process this one replaces".to_string();
+            return Box::pin(async move { Err(PublishError::Unavailable(why)) });
+        }
         let published = self.0.publish_external(&topic, payload, qos, retain);
         Box::pin(async move {
             match published {
