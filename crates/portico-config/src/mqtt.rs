@@ -9,17 +9,6 @@ use std::time::Duration;
 const MQTT_MAX_PACKET: u64 = 268_435_460;
 
 pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&str, String, Option<&str>)) {
-    if cfg.process_model == ProcessModel::MultiProcess && !left_out.setting("process_model") {
-        for (i, l) in cfg.listeners.iter().enumerate() {
-            if l.protocol == ListenerProtocol::Mqtt {
-                err(
-                    &format!("listeners[{i}].protocol"),
-                    "MQTT listeners are served by one process's broker: not with `process_model: multi_process`".into(),
-                    Some("use `process_model: threads` (the default) for a configuration with MQTT listeners"),
-                );
-            }
-        }
-    }
     if left_out.setting("mqtt") {
         return;
     }
@@ -165,8 +154,10 @@ pub(crate) fn validate_routes(
         if multi_process {
             err(
                 &format!("routes[{i}].mqtt"),
-                "`mqtt: websocket` is served by one process's broker: not with `process_model: multi_process`".into(),
-                Some("use `process_model: threads` (the default) for a configuration with an MQTT broker"),
+                "`mqtt: websocket` is served by one process's broker: not with `process_model: multi_process` (its HTTP \
+                 listeners are served by every worker process, the broker runs in the first)"
+                    .into(),
+                Some("use `process_model: threads` (the default), or a `protocol: mqtt` listener"),
             );
         } else if !configured {
             err(
@@ -304,12 +295,11 @@ mod tests {
     }
 
     #[test]
-    fn mqtt_listeners_need_one_process_and_speak_no_http_alpn() {
+    fn mqtt_listeners_work_with_worker_processes_and_speak_no_http_alpn() {
         let p = problems(
             "process_model: multi_process\nlisteners:\n  - name: m\n    address: 127.0.0.1:8883\n    protocol: mqtt\n    tls: { certificates: [ { cert: a.pem, key: a.key } ], alpn: [mqtt, h2] }\n",
         );
-        assert_eq!(p.len(), 2, "{p:#?}");
-        assert!(p[0].starts_with("5:15 MQTT listeners are served by one process"), "{p:#?}");
-        assert!(p[1].contains("ALPN protocol \"h2\" on an MQTT listener"), "{p:#?}");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].contains("ALPN protocol \"h2\" on an MQTT listener"), "{p:#?}");
     }
 }

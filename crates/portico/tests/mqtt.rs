@@ -927,3 +927,50 @@ async fn portico_upgrade_with_persistence_hands_the_store_and_the_sessions_to_th
     assert!(p.metric("portico_mqtt_store_commits_total") >= 1.0, "the new process commits to the store");
     assert_eq!(p.metric("portico_mqtt_sessions"), 2.0);
 }
+
+/// The processes `pid` started, by their names (`/proc/PID/comm`: worker processes are `portico-w0`, ...).
+fn child_processes(pid: i32) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            let name = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            found.push((child, name.trim().to_string()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test]
+async fn with_worker_processes_the_first_one_serves_mqtt_and_every_one_serves_http() {
+    let p = Portico::start(&format!("process_model: multi_process\n{}", both("")));
+    eventually("two worker processes", || child_processes(p.pid()).len() == 2).await;
+    let first = || child_processes(p.pid()).into_iter().find(|(_, name)| name == "portico-w0").map(|(pid, _)| pid);
+    let (mut sub, _) = v5(v5_options(p.mqtt, "mp-sub")).await;
+    sub.subscribe("mp/#", v5_qos(1)).await;
+    let mut publisher = v4(v4_options(p.mqtt, "mp-pub")).await;
+    for n in 0..10 {
+        publisher.publish_acked(&format!("mp/{n}"), v4_qos(1), &format!("m{n}")).await;
+    }
+    for n in 0..10 {
+        assert_eq!(sub.publish().await.payload, format!("m{n}").into_bytes(), "one broker: every message");
+    }
+    // The master's metrics are the broker's (summed over the worker processes).
+    eventually("the master sees the broker's clients", || p.metric("portico_mqtt_connections") == 2.0).await;
+    // HTTP is served by both worker processes (new connections spread over them).
+    for _ in 0..20 {
+        assert_eq!(Conn::open(p.addr).get("/healthz", "").status, 200);
+    }
+    // The broker's process dies: the master starts it again on the same sockets, and clients reconnect.
+    let broker_process = first().expect("the first worker process");
+    unsafe { libc::kill(broker_process, libc::SIGKILL) };
+    sub.closed().await;
+    eventually("the first worker process again", || first().is_some_and(|pid| pid != broker_process)).await;
+    let (mut sub, _) = v5(v5_options(p.mqtt, "mp-sub")).await;
+    sub.subscribe("mp/#", v5_qos(1)).await;
+    let mut publisher = v4(v4_options(p.mqtt, "mp-pub2")).await;
+    publisher.publish_acked("mp/again", v4_qos(1), "after the restart").await;
+    assert_eq!(&sub.publish().await.payload[..], b"after the restart");
+    assert_eq!(Conn::open(p.addr).get("/healthz", "").status, 200);
+}
