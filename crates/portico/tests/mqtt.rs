@@ -973,4 +973,13 @@ async fn with_worker_processes_the_first_one_serves_mqtt_and_every_one_serves_ht
     publisher.publish_acked("mp/again", v4_qos(1), "after the restart").await;
     assert_eq!(&sub.publish().await.payload[..], b"after the restart");
     assert_eq!(Conn::open(p.addr).get("/healthz", "").status, 200);
+    // A reload may not move the MQTT listener (its sockets are the first worker process's): refused, kept.
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(&p.config, text.replace(&p.mqtt.to_string(), "127.0.0.1:1")).unwrap();
+    p.signal(libc::SIGHUP);
+    eventually("the refused reload", || p.metric("portico_reload_failures_total") == 1.0).await;
+    let status = p.admin_get("/admin/reload").text();
+    assert!(status.contains("MQTT listeners cannot be added, moved or removed"), "{status}");
+    publisher.publish_acked("mp/kept", v4_qos(1), "still here").await;
+    assert_eq!(&sub.publish().await.payload[..], b"still here");
 }
