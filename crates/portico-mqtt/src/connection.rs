@@ -890,7 +890,8 @@ impl Conn {
         let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next.into())));
         // Not moved at every packet: when it fires early, it is set to the deadline it has come to.
         while timer.as_mut().poll(cx).is_ready() {
-            let now = Instant::now();
+            // The runtime's clock, as the timer's (the same as the system's unless a test pauses time).
+            let now = tokio::time::Instant::now().into_std();
             if keep_alive.is_some_and(|deadline| now >= deadline) {
                 return Poll::Ready(Event::KeepAlive);
             }
