@@ -205,6 +205,10 @@ pub struct Mqtt {
     /// How often the broker publishes its figures under `$SYS/broker/...` (Mosquitto's `sys_interval`); `0s`:
     /// never. Whole seconds.
     pub sys_interval: HumanDuration,
+    /// The Response Information a v5 client that sets Request Response Information in CONNECT gets in
+    /// CONNACK: the base of its response topics. `%c` is replaced by the client id, `%u` by the user name.
+    /// Unset (the default): none is sent.
+    pub response_information: Option<String>,
 }
 
 impl Default for Mqtt {
@@ -215,6 +219,7 @@ impl Default for Mqtt {
             auth: MqttAuth::default(),
             acl: Vec::new(),
             sys_interval: HumanDuration::secs(10),
+            response_information: None,
         }
     }
 }
@@ -321,8 +326,14 @@ pub struct MqttLimits {
     pub max_session_expiry: HumanDuration,
     /// Topic aliases a v5 client may define towards the broker.
     pub topic_alias_maximum: u32,
+    /// Topic aliases the broker defines towards a v5 client at most (also capped by the client's Topic Alias
+    /// Maximum); `0`: the broker always sends topic names.
+    pub topic_aliases_to_clients: u32,
     /// CONNECT must arrive within this long after the connection opens (after the TLS handshake).
     pub connect_timeout: HumanDuration,
+    /// A plain-TCP connection with nothing in progress for this long gives up its task and its registration
+    /// with the runtime (it is parked, and woken by its next packet or message). `0s`: never.
+    pub park_after: HumanDuration,
 }
 
 impl Default for MqttLimits {
@@ -336,7 +347,9 @@ impl Default for MqttLimits {
             max_keepalive: HumanDuration::secs(60),
             max_session_expiry: HumanDuration::secs(7 * 24 * 3600),
             topic_alias_maximum: 32,
+            topic_aliases_to_clients: 32,
             connect_timeout: HumanDuration::secs(10),
+            park_after: HumanDuration::secs(10),
         }
     }
 }

@@ -209,6 +209,7 @@ impl Reloader {
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
             crate::mqtt::protocol_changes(&self.shared.load().source, &next.source)?;
+            crate::mqtt::mqtt_listeners_kept_with_worker_processes(&self.shared.load().source, &next.source)?;
             // The password file is read before anything is applied: one that cannot be read fails the reload.
             let auth = match &self.broker {
                 Some(_) => {
@@ -348,6 +349,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         Some(_) => vec![portico_core::processes::sockets_from_master(&inherited)?],
         None => bind_per_worker(&addresses(&snapshot), &inherited, workers)?,
     };
+    if master {
+        crate::mqtt::only_first_worker_serves_mqtt(&loaded, &mut per_worker);
+    }
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -385,17 +389,23 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Every plane's metrics: HTTP's, then the functions' (for the functions the running configuration has).
     let mut views: Vec<Arc<dyn portico_core::view::PlaneView>> =
         vec![http_view.clone(), Arc::new(portico_functions::FunctionsView { running: http_view.clone() })];
-    // One broker per process: with worker processes there would be one per process, so MQTT listeners are
-    // refused there (validation) and no broker is opened.
-    let broker = match loaded.config.process_model {
-        portico_config::ProcessModel::Threads => Some(crate::mqtt::open(&loaded)?),
-        portico_config::ProcessModel::MultiProcess => None,
+    // One broker per process. With worker processes, one broker in all: the first worker process's, which
+    // alone is given the MQTT listeners' sockets (see `crate::mqtt::only_first_worker_serves_mqtt`).
+    let threads = loaded.config.process_model == portico_config::ProcessModel::Threads;
+    let broker = match worker_process {
+        _ if threads => Some(crate::mqtt::open(&loaded)?),
+        Some(w) if w.index == 0 && crate::mqtt::has_mqtt_listener(&loaded) => Some(crate::mqtt::open(&loaded)?),
+        _ => None,
     };
     let mqtt_listeners: Arc<dyn portico_mqtt::plane::Listeners> =
         Arc::new(crate::mqtt::SnapshotListeners(shared.clone()));
     if let Some(broker) = &broker {
-        portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
-        portico_http::websocket::register_mqtt_websocket(Box::new(crate::mqtt::WebSocketBroker(broker.clone())));
+        // The HTTP routes that reach the broker: in every worker thread of a process with one (worker
+        // processes other than the first have none, so none of them has the bridge: it answers 503 in all).
+        if threads {
+            portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
+            portico_http::websocket::register_mqtt_websocket(Box::new(crate::mqtt::WebSocketBroker(broker.clone())));
+        }
         views.push(Arc::new(portico_mqtt::plane::MqttView {
             broker: broker.clone(),
             listeners: mqtt_listeners.clone(),
@@ -644,6 +654,17 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     }
     let _ = shutdown_tx.send(true);
+    if handed_over || worker_process.is_some() {
+        // The new process (an upgrade's, or the worker process that replaces this one) waits for the MQTT
+        // store: released as soon as the MQTT connections are drained, while HTTP connections take their
+        // grace period.
+        if let Some(broker) = broker.clone().filter(|b| b.store().is_some()) {
+            std::thread::spawn(move || match broker.close_store_when_drained(Duration::from_secs(5)) {
+                true => tracing::info!("upgrade: the MQTT store is closed, for the new process"),
+                false => tracing::warn!("upgrade: the MQTT store did not close in time; the new process waits"),
+            });
+        }
+    }
     match pool {
         Workers::Processes(m) => m.stop(grace),
         Workers::Threads(supervisor) => {
