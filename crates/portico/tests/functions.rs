@@ -164,8 +164,10 @@ fn a_function_that_does_not_compile_is_refused_at_its_position_and_a_reload_keep
     write(&dir, "legacy.js", "function handler(request) {\n  return new Response(;\n}\n");
     p.signal(libc::SIGHUP);
     wait_until("the refused reload", Duration::from_secs(10), || p.metric("portico_reload_failures_total") == 1.0);
-    let status = p.admin_get("/admin/reload").text();
-    assert!(status.contains("legacy.js:2:"), "{status}");
+    // (The counter moves before /admin/reload's status is written: waited for too.)
+    wait_until("the refused reload's status", Duration::from_secs(10), || {
+        p.admin_get("/admin/reload").text().contains("legacy.js:2:")
+    });
     assert!(Conn::open(p.addr).get("/legacy", "").text().starts_with("renewed"));
     // `portico check` says where.
     let yaml = "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nfunctions:\n  broken: { source: broken.js }\nroutes:\n  - { function: broken }\n";
