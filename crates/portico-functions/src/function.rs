@@ -238,25 +238,35 @@ fn refusal(compiled: &Compiled, outcome: Option<Result<CallOutput, CallError>>) 
 
 /// The request as a function gets it: method, absolute URL, the headers as Portico would forward them.
 pub fn input_of(head: &RequestHead, https: bool, headers: Vec<(&[u8], &[u8])>, body: Vec<u8>) -> CallInput {
-    let scheme = if https { "https" } else { "http" };
-    let host = head.host().map(text).unwrap_or_default();
-    let target = text(head.origin_form());
-    let mut url = String::with_capacity(scheme.len() + 3 + host.len() + target.len());
-    for part in [scheme, "://", &host, &target] {
-        url.push_str(part);
+    let scheme: &[u8] = if https { b"https://" } else { b"http://" };
+    let host = head.host().unwrap_or_default();
+    let target = head.origin_form();
+    let mut url = Vec::with_capacity(scheme.len() + host.len() + target.len());
+    for part in [scheme, host, target] {
+        url.extend_from_slice(part);
     }
-    let method = text(head.method()).into_owned();
-    let mut raw = String::with_capacity(headers.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    let mut raw = Vec::with_capacity(headers.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
     for (k, v) in headers {
         if !raw.is_empty() {
-            raw.push('\0');
+            raw.push(0);
         }
         // (A parsed name is a token: ASCII, so lowercasing it bytewise is right.)
-        raw.extend(text(k).chars().map(|c| c.to_ascii_lowercase()));
-        raw.push('\0');
-        raw.push_str(&text(v));
+        raw.extend(k.iter().map(u8::to_ascii_lowercase));
+        raw.push(0);
+        raw.extend_from_slice(v);
     }
-    CallInput { method, url, headers: raw, body, streamed: false }
+    CallInput {
+        method: text(head.method()).into_owned(),
+        url: owned_text(url),
+        headers: owned_text(raw),
+        body,
+        streamed: false,
+    }
+}
+
+/// Bytes from the client as text, taken as they are when they are UTF-8 (nearly always).
+fn owned_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Bytes from the client as text: as they are when they are UTF-8 (nearly always; checked faster than

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::body::Body as _;
 use portico_http::handler::RequestBody;
 use portico_http::handler::{SubRequest, SubResponse, SubrequestError, Upstreams};
-use rquickjs::function::{Func, This};
+use rquickjs::function::Func;
 use rquickjs::{ArrayBuffer, Context, Ctx, Function, Object, Persistent, Runtime, Value};
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
@@ -451,7 +451,7 @@ impl Instance {
             (false, true) => IncomingBody::None,
             (false, false) => IncomingBody::Whole(input.body),
         };
-        let incoming = Incoming { method: input.method, url: input.url, headers: input.headers, body };
+        let incoming = Incoming { used: false, method: input.method, url: input.url, headers: input.headers, body };
         crate::native::incoming_request(ctx, incoming)
     }
 
@@ -490,7 +490,17 @@ impl Instance {
             // The handler is called as a method of what it was exported on, as workerd and Deno call it.
             Hook::Fetch => {
                 let context = self.call_context.clone().restore(ctx).map_err(exception)?;
-                function.call((This(target), request, env, context))
+                // Called through the C API: rquickjs's argument machinery costs more than the call itself.
+                let mut args = [request.as_raw(), env.as_raw(), context.as_raw()];
+                let raw = ctx.as_raw().as_ptr();
+                // SAFETY: every value is alive (held above) for the call; the result is owned by the new Value.
+                let returned =
+                    unsafe { rquickjs::qjs::JS_Call(raw, function.as_raw(), target.as_raw(), 3, args.as_mut_ptr()) };
+                if unsafe { rquickjs::qjs::JS_VALUE_GET_TAG(returned) } == rquickjs::qjs::JS_TAG_EXCEPTION {
+                    Err(rquickjs::Error::Exception)
+                } else {
+                    Ok(unsafe { Value::from_raw(ctx.clone(), returned) })
+                }
             }
             _ => {
                 let call = self.call_filter.clone().restore(ctx).map_err(exception)?;

@@ -97,31 +97,68 @@ impl<'de, 'js> Visitor<'de> for Seed<'_, 'js> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value<'js>, A::Error> {
         let ctx = self.ctx.as_raw().as_ptr();
-        // SAFETY: the context is alive for 'js; the new object (or the exception marker) is owned here.
-        let object = unsafe { Value::from_raw(self.ctx.clone(), qjs::JS_NewObject(ctx)) };
-        if !object.is_object() {
-            return Err(A::Error::custom("out of memory"));
-        }
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let value = map.next_value_seed(Seed { ctx: self.ctx })?;
-            // Defined, not set: a key `__proto__` is an own property (as JSON.parse makes it), and a key seen
-            // again keeps its first place and takes the last value.
-            // SAFETY: `key` is valid UTF-8 of `len` bytes; the atom is freed after use; `value`'s ownership
-            // passes to `JS_DefinePropertyValue` (forgotten here).
-            let defined = unsafe {
-                let atom = atom_of(ctx, &key);
-                if atom == qjs::JS_ATOM_NULL {
-                    return Err(A::Error::custom("out of memory"));
+        // The keys' atoms and the values, then the object at once (JS_NewPlainObjectFrom: from the shape the
+        // objects before it with the same keys left). The atoms are freed here; the values pass to the object.
+        let mut atoms: Vec<qjs::JSAtom> = Vec::new();
+        let mut values: Vec<qjs::JSValue> = Vec::new();
+        let free = |atoms: &[qjs::JSAtom], values: &[qjs::JSValue]| {
+            // SAFETY: each atom and value was made here and is freed once.
+            unsafe {
+                for atom in atoms {
+                    qjs::JS_FreeAtom(ctx, *atom);
                 }
-                let raw = value.as_raw();
-                std::mem::forget(value);
-                let defined = qjs::JS_DefinePropertyValue(ctx, object.as_raw(), atom, raw, qjs::JS_PROP_C_W_E as i32);
-                qjs::JS_FreeAtom(ctx, atom);
-                defined
+                for value in values {
+                    qjs::JS_FreeValue(ctx, *value);
+                }
+            }
+        };
+        loop {
+            let key = match map.next_key_seed(KeySeed) {
+                Ok(Some(key)) => key,
+                Ok(None) => break,
+                Err(e) => {
+                    free(&atoms, &values);
+                    return Err(e);
+                }
             };
-            if defined < 0 {
+            let value = match map.next_value_seed(Seed { ctx: self.ctx }) {
+                Ok(value) => value,
+                Err(e) => {
+                    free(&atoms, &values);
+                    return Err(e);
+                }
+            };
+            // SAFETY: `key` is valid UTF-8 of `len` bytes; the atom is owned by `atoms`.
+            let atom = unsafe { atom_of(ctx, &key) };
+            let raw = value.as_raw();
+            std::mem::forget(value);
+            if atom == qjs::JS_ATOM_NULL {
+                free(&atoms, &values);
+                // SAFETY: the value was taken over above.
+                unsafe { qjs::JS_FreeValue(ctx, raw) };
                 return Err(A::Error::custom("out of memory"));
             }
+            // A key seen again keeps its first place and takes the last value (as JSON.parse does).
+            if let Some(at) = atoms.iter().position(|a| *a == atom) {
+                // SAFETY: the old value and the second reference to the atom are freed once.
+                unsafe {
+                    qjs::JS_FreeValue(ctx, values[at]);
+                    qjs::JS_FreeAtom(ctx, atom);
+                }
+                values[at] = raw;
+                continue;
+            }
+            atoms.push(atom);
+            values.push(raw);
+        }
+        let count = i32::try_from(atoms.len()).map_err(|_| A::Error::custom("too many keys"))?;
+        // SAFETY: `atoms` are distinct; the values pass to the object (freed by QuickJS if it fails).
+        let object = unsafe { qjs::JS_NewPlainObjectFrom(ctx, count, atoms.as_ptr(), values.as_mut_ptr()) };
+        free(&atoms, &[]);
+        // SAFETY: the object (or the exception marker) is owned here.
+        let object = unsafe { Value::from_raw(self.ctx.clone(), object) };
+        if !object.is_object() {
+            return Err(A::Error::custom("out of memory"));
         }
         Ok(object)
     }

@@ -68,6 +68,8 @@ pub struct FastResponse {
 
 /// A request Portico hands a handler, until JavaScript needs its state array.
 pub struct Incoming {
+    /// Read whole by a fast path (`text()`, `json()`): its state says the body is used.
+    pub used: bool,
     pub method: String,
     pub url: String,
     /// The header fields as one string, `name\0value\0...` (names lowercase).
@@ -99,6 +101,9 @@ pub struct Classes {
     request_init: Raw,
     /// prelude.js's `(method, url, headers, body) => state` of a request Portico made.
     request_incoming: Raw,
+    /// prelude.js's `text` and `json` of the Body mixin, for what the fast paths do not take.
+    request_text: Raw,
+    request_json: Raw,
     response: qjs::JSClassID,
     response_proto: Raw,
     response_ctor: Raw,
@@ -124,6 +129,8 @@ impl Drop for Installed {
                 classes.request_ctor,
                 classes.request_init,
                 classes.request_incoming,
+                classes.request_text,
+                classes.request_json,
                 classes.response_proto,
                 classes.response_ctor,
                 classes.response_init,
@@ -304,11 +311,11 @@ unsafe extern "C" fn request_construct(ctx: RawCtx, new_target: Raw, argc: c_int
 /// The state array of a request Portico made, made now.
 unsafe fn materialize_request(ctx: RawCtx, data: &mut RequestData) -> Result<(), ()> {
     let Some(incoming) = data.incoming.take() else { return Ok(()) };
-    let Incoming { method, url, headers, body } = *incoming;
+    let Incoming { used, method, url, headers, body } = *incoming;
     let body = match body {
-        IncomingBody::None => qjs::JS_NULL,
         IncomingBody::Streamed => boolean(true),
-        IncomingBody::Whole(bytes) => {
+        // (A used body is an empty one, not none: its state's source must be there, and used.)
+        IncomingBody::Whole(bytes) if !bytes.is_empty() || used => {
             let rctx = Ctx::from_raw(std::ptr::NonNull::new_unchecked(ctx));
             match rquickjs::ArrayBuffer::new(rctx, bytes) {
                 Ok(buffer) => {
@@ -320,6 +327,7 @@ unsafe fn materialize_request(ctx: RawCtx, data: &mut RequestData) -> Result<(),
                 Err(_) => qjs::JS_EXCEPTION,
             }
         }
+        IncomingBody::None | IncomingBody::Whole(_) => qjs::JS_NULL,
     };
     let mut args = [string(ctx, method.as_bytes()), string(ctx, url.as_bytes()), string(ctx, headers.as_bytes()), body];
     let state = if args.iter().any(|v| is_exception(*v)) {
@@ -333,8 +341,124 @@ unsafe fn materialize_request(ctx: RawCtx, data: &mut RequestData) -> Result<(),
     if is_exception(state) {
         return Err(());
     }
+    // A body a fast path read: still a body (an empty one), and used.
+    if used && qjs::JS_SetPropertyUint32(ctx, state, 2, boolean(true)) < 0 {
+        qjs::JS_FreeValue(ctx, state);
+        return Err(());
+    }
     data.state = state;
     Ok(())
+}
+
+/// `request.text()` and `request.json()` of a request Portico made whose body is in hand: read from its
+/// bytes without making the state, a JavaScript copy of the bytes and the promises of the standard's steps
+/// (a JSON text is parsed straight from the bytes by json.rs). Anything else, and a text the fast parser
+/// leaves to QuickJS (an error, say), goes through prelude.js's.
+unsafe fn request_read(ctx: RawCtx, this: Raw, argc: c_int, argv: *mut Raw, json: bool) -> Raw {
+    let classes = classes(ctx);
+    let fallback = if json { classes.request_json } else { classes.request_text };
+    // (A GET or HEAD request has no body, whatever came with it: as prelude.js makes its state.)
+    let read = match request_data(ctx, this) {
+        Some(RequestData { incoming: Some(incoming), .. }) if !incoming.used => match &incoming.body {
+            _ if incoming.method == "GET" || incoming.method == "HEAD" => {
+                read_bytes(ctx, b"", json).map(|v| (v, false))
+            }
+            IncomingBody::Whole(bytes) => {
+                // (The standard's UTF-8 decode drops a leading BOM.)
+                let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+                read_bytes(ctx, bytes, json).map(|v| (v, true))
+            }
+            IncomingBody::None => read_bytes(ctx, b"", json).map(|v| (v, false)),
+            IncomingBody::Streamed => None,
+        },
+        _ => None,
+    };
+    let Some((value, uses)) = read else {
+        return qjs::JS_Call(ctx, fallback, this, argc, argv);
+    };
+    if is_exception(value) {
+        return value;
+    }
+    if uses {
+        if let Some(RequestData { incoming: Some(incoming), .. }) = request_data(ctx, this) {
+            incoming.used = true;
+            incoming.body = IncomingBody::Whole(Vec::new());
+        }
+    }
+    resolved(ctx, value)
+}
+
+/// `bytes` as text or as the JSON value it holds; `None` for what prelude.js must do (text that is not
+/// UTF-8, JSON the fast parser leaves to QuickJS); the exception marker when out of memory.
+unsafe fn read_bytes(ctx: RawCtx, bytes: &[u8], json: bool) -> Option<Raw> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    if !json {
+        return Some(string(ctx, text.as_bytes()));
+    }
+    let rctx = Ctx::from_raw(std::ptr::NonNull::new_unchecked(ctx));
+    match crate::json::parse(&rctx, text) {
+        Ok(Some(value)) => {
+            let raw = value.as_raw();
+            std::mem::forget(value);
+            Some(raw)
+        }
+        Ok(None) => None,
+        Err(_) => Some(qjs::JS_EXCEPTION),
+    }
+}
+
+/// A promise fulfilled with `value` (taken over).
+unsafe fn resolved(ctx: RawCtx, value: Raw) -> Raw {
+    let mut functions = [qjs::JS_UNDEFINED; 2];
+    let promise = qjs::JS_NewPromiseCapability(ctx, functions.as_mut_ptr());
+    if is_exception(promise) {
+        qjs::JS_FreeValue(ctx, value);
+        return promise;
+    }
+    let mut args = [value];
+    let done = qjs::JS_Call(ctx, functions[0], qjs::JS_UNDEFINED, 1, args.as_mut_ptr());
+    qjs::JS_FreeValue(ctx, value);
+    for f in functions {
+        qjs::JS_FreeValue(ctx, f);
+    }
+    if is_exception(done) {
+        qjs::JS_FreeValue(ctx, promise);
+        return done;
+    }
+    qjs::JS_FreeValue(ctx, done);
+    promise
+}
+
+unsafe extern "C" fn request_text(ctx: RawCtx, this: Raw, argc: c_int, argv: *mut Raw) -> Raw {
+    guard(ctx, || request_read(ctx, this, argc, argv, false))
+}
+
+unsafe extern "C" fn request_json(ctx: RawCtx, this: Raw, argc: c_int, argv: *mut Raw) -> Raw {
+    guard(ctx, || request_read(ctx, this, argc, argv, true))
+}
+
+/// `setRequestBodyReads()`: takes prelude.js's `text` and `json` off Request.prototype as the fallbacks,
+/// and puts the fast ones in their place.
+unsafe extern "C" fn request_body_reads(ctx: RawCtx, _this: Raw, _argc: c_int, _argv: *mut Raw) -> Raw {
+    guard(ctx, || {
+        let classes = classes(ctx);
+        let proto = classes.request_proto;
+        for (slot, name, f) in [
+            (&mut classes.request_text, c"text", request_text as Native),
+            (&mut classes.request_json, c"json", request_json as Native),
+        ] {
+            let current = qjs::JS_GetPropertyStr(ctx, proto, name.as_ptr());
+            if is_exception(current) {
+                return current;
+            }
+            qjs::JS_FreeValue(ctx, *slot);
+            *slot = current;
+            if method(ctx, proto, name, f, 0).is_err() {
+                return qjs::JS_EXCEPTION;
+            }
+        }
+        qjs::JS_UNDEFINED
+    })
 }
 
 /// `requestState(request)`: its state array (made now for one Portico made); a TypeError for anything that
@@ -744,6 +868,8 @@ pub fn install(ctx: &Ctx<'_>) -> Result<Installed, String> {
             request_ctor: qjs::JS_UNDEFINED,
             request_init: qjs::JS_UNDEFINED,
             request_incoming: qjs::JS_UNDEFINED,
+            request_text: qjs::JS_UNDEFINED,
+            request_json: qjs::JS_UNDEFINED,
             response,
             response_proto: qjs::JS_UNDEFINED,
             response_ctor: qjs::JS_UNDEFINED,
@@ -778,7 +904,8 @@ pub fn install(ctx: &Ctx<'_>) -> Result<Installed, String> {
             return Err(failed());
         }
         let flags = qjs::JS_PROP_C_W_E as c_int;
-        let entries: [(&CStr, Raw); 10] = [
+        let entries: [(&CStr, Raw); 11] = [
+            (c"setRequestBodyReads", function(raw, request_body_reads, c"setRequestBodyReads", 0, false)),
             (c"Request", qjs::JS_DupValue(raw, c.request_ctor)),
             (c"requestState", function(raw, request_state, c"requestState", 1, false)),
             (c"makeRequest", function(raw, request_make, c"makeRequest", 1, false)),

@@ -1075,6 +1075,8 @@
     Object.defineProperty(Request.prototype, key, { ...member, configurable: true, enumerable: false });
   }
   installBody(Request.prototype, requestState);
+  // text() and json() of the request Portico made read its bytes natively; these stay for the rest.
+  classes.setRequestBodyReads();
 
   const checkStatus = (given) => {
     const status = Number(given);
