@@ -143,6 +143,8 @@ struct Schedule {
     wanted: bool,
     /// When the last fetch started.
     last_attempt: Option<Instant>,
+    /// A fetch is under way.
+    in_flight: bool,
     /// Every filter using the source is gone: the thread ends.
     stopped: bool,
 }
@@ -217,11 +219,15 @@ impl JwksSource {
     /// receiver that changes when the fetch is done.
     pub fn want_refresh(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         let mut schedule = locked(&self.shared.schedule);
+        // Subscribed under the lock: the attempt under way (or asked for) is published after this.
+        let receiver = self.shared.attempts.subscribe();
+        if schedule.in_flight {
+            return Some(receiver);
+        }
         let recent = schedule.last_attempt.is_some_and(|t| t.elapsed() < self.settings.unknown_kid_interval);
         if recent && !schedule.wanted {
             return None;
         }
-        let receiver = self.shared.attempts.subscribe();
         schedule.wanted = true;
         drop(schedule);
         self.shared.wake.notify_all();
@@ -233,9 +239,10 @@ impl JwksSource {
         self.settings.timeout + Duration::from_millis(500)
     }
 
-    /// Whether the first fetch has not been tried yet (requests wait for it rather than fail).
+    /// Whether the first fetch has not ended yet (requests wait for it rather than fail).
     pub fn never_tried(&self) -> bool {
-        locked(&self.shared.schedule).last_attempt.is_none()
+        let schedule = locked(&self.shared.schedule);
+        schedule.last_attempt.is_none() || (schedule.in_flight && *self.shared.attempts.borrow() == 0)
     }
 }
 
@@ -300,6 +307,7 @@ fn fetch_loop(shared: &Shared, agent: &ureq::Agent, url: &str, refresh: Duration
                 return;
             }
             schedule.wanted = false;
+            schedule.in_flight = true;
             schedule.last_attempt = Some(Instant::now());
         }
         match fetch(agent, url) {
@@ -313,8 +321,9 @@ fn fetch_loop(shared: &Shared, agent: &ureq::Agent, url: &str, refresh: Duration
                 tracing::warn!(url, kept, "cannot fetch the JWKS ({e}); the keys fetched before stay in use");
             }
         }
-        shared.attempts.send_modify(|n| *n += 1);
         let mut schedule = locked(&shared.schedule);
+        schedule.in_flight = false;
+        shared.attempts.send_modify(|n| *n += 1);
         let due = Instant::now() + refresh;
         while !schedule.stopped && !schedule.wanted {
             let left = due.saturating_duration_since(Instant::now());
