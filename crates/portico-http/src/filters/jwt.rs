@@ -11,9 +11,10 @@
 //! without a required claim value is `403 insufficient_scope`.
 //!
 //! A token that verified is remembered per worker thread (a least-recently-used set of
-//! `VERIFIED_PER_WORKER`, keyed by the SHA-256 of this filter instance and the token) until its `exp` (plus
-//! the leeway) passes or the JWKS it was verified with changes, so a client's next requests with the same token
-//! cost a hash and a lookup instead of a signature check. A reload makes a new instance (and so a new set):
+//! `VERIFIED_PER_WORKER`, found by a 128-bit hash of the token seeded per filter instance, and the token itself
+//! compared in full, so no other token can pass for it) until its `exp` (plus the leeway) passes or the JWKS it
+//! was verified with changes, so a client's next requests with the same token cost a hash, a lookup and a
+//! comparison instead of a signature check. Tokens over `MAX_REMEMBERED_TOKEN` bytes are not remembered. A reload makes a new instance (and so a new set):
 //! a changed revocation list applies to every token at once.
 //!
 //! A token whose `kid` no key has, with a JWKS URL configured, asks the JWKS thread for a fetch (at most one
@@ -38,6 +39,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Verified tokens remembered per worker thread, across every `jwt` filter.
 const VERIFIED_PER_WORKER: usize = 4096;
+/// The longest token remembered: the set holds at most `VERIFIED_PER_WORKER` of these per worker.
+const MAX_REMEMBERED_TOKEN: usize = 4096;
 
 /// Every algorithm, in the order of `Validation`s kept per filter.
 const ALGORITHMS: [Algorithm; 12] = [
@@ -55,7 +58,8 @@ const ALGORITHMS: [Algorithm; 12] = [
     Algorithm::EdDSA,
 ];
 
-/// Numbers filter instances, so the verified set of one never answers for another (or a reloaded one).
+/// Numbers filter instances, so the verified set of one never answers for another (or a reloaded one): the
+/// number is mixed into the seed of the set's hashes.
 static INSTANCES: AtomicU64 = AtomicU64::new(0);
 
 /// What a verified token gives the request.
@@ -66,8 +70,9 @@ struct Accepted {
     claims: Arc<Map<String, Value>>,
 }
 
-#[derive(Clone)]
 struct Remembered {
+    /// The token, compared in full on a hit.
+    token: Box<[u8]>,
     /// Seconds since the epoch after which the token is no longer taken (its `exp` plus the leeway).
     until: Option<u64>,
     /// The JWKS generation it was verified with (0: a configured key).
@@ -76,7 +81,7 @@ struct Remembered {
 }
 
 thread_local! {
-    static VERIFIED: RefCell<lru::LruCache<[u8; 32], Remembered>> =
+    static VERIFIED: RefCell<lru::LruCache<u128, Remembered>> =
         RefCell::new(lru::LruCache::new(NonZeroUsize::new(VERIFIED_PER_WORKER).unwrap_or(NonZeroUsize::MIN)));
 }
 
@@ -141,7 +146,8 @@ enum Outcome {
 
 #[derive(Debug)]
 struct Inner {
-    instance: u64,
+    /// The seed of the remembered tokens' hashes: new for every filter instance (and so every reload).
+    seed: u64,
     keys: KeySet,
     jwks: Option<Arc<JwksSource>>,
     /// One per entry of `ALGORITHMS`.
@@ -257,7 +263,7 @@ impl Jwt {
             None => "Bearer".to_string(),
         };
         Ok(Jwt(Arc::new(Inner {
-            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            seed: INSTANCES.fetch_add(1, Ordering::Relaxed) ^ fastrand::u64(..),
             keys: KeySet { keys, generation: 0 },
             jwks,
             validations,
@@ -280,7 +286,7 @@ impl Jwt {
 
 /// The token of `Authorization: Bearer ...`: `Err(true)` when there is none (or another scheme), `Err(false)`
 /// when the header cannot be read as a bearer token (RFC 6750's `b64token`).
-fn bearer(head: &RequestHead) -> Result<String, bool> {
+fn bearer(head: &RequestHead) -> Result<&[u8], bool> {
     let mut values = head.values("authorization");
     let value = crate::codec::trim(values.next().ok_or(true)?);
     if values.next().is_some() {
@@ -296,7 +302,7 @@ fn bearer(head: &RequestHead) -> Result<String, bool> {
     if token.is_empty() || !token.iter().all(b64token) {
         return Err(false);
     }
-    String::from_utf8(token.to_vec()).map_err(|_| false)
+    Ok(token)
 }
 
 fn now_secs() -> u64 {
@@ -338,28 +344,37 @@ fn claim_matches(name: &str, claim: &Value, wanted: &Value) -> bool {
 }
 
 impl Inner {
-    fn cache_key(&self, token: &str) -> [u8; 32] {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        h.update(self.instance.to_le_bytes());
-        h.update(token.as_bytes());
-        h.finalize().into()
+    fn cache_key(&self, token: &[u8]) -> u128 {
+        xxhash_rust::xxh3::xxh3_128_with_seed(token, self.seed)
     }
 
     fn generation(&self) -> u64 {
         self.jwks.as_ref().map_or(0, |j| j.keys().generation)
     }
 
-    /// Checks `token`; `may_fetch`: an unknown `kid` may ask the JWKS for a fetch.
-    fn check(&self, token: &str, key: &[u8; 32], may_fetch: bool) -> Outcome {
-        let generation = self.generation();
-        let remembered = VERIFIED.with(|v| v.borrow_mut().get(key).cloned());
-        if let Some(r) = remembered {
-            if r.until.is_none_or(|until| now_secs() <= until) && (r.generation == 0 || r.generation == generation) {
-                return Outcome::Accepted(r.accepted);
+    /// The token's outcome if this worker verified it before and it still holds.
+    fn remembered(&self, token: &[u8], key: u128) -> Option<Arc<Accepted>> {
+        VERIFIED.with(|v| {
+            let mut v = v.borrow_mut();
+            let r = v.get(&key)?;
+            if &*r.token != token {
+                return None;
             }
-            VERIFIED.with(|v| v.borrow_mut().pop(key));
+            let current = r.generation == 0 || r.generation == self.generation();
+            if r.until.is_none_or(|until| now_secs() <= until) && current {
+                return Some(r.accepted.clone());
+            }
+            v.pop(&key);
+            None
+        })
+    }
+
+    /// Checks `token`; `may_fetch`: an unknown `kid` may ask the JWKS for a fetch.
+    fn check(&self, token: &str, key: u128, may_fetch: bool) -> Outcome {
+        if let Some(accepted) = self.remembered(token.as_bytes(), key) {
+            return Outcome::Accepted(accepted);
         }
+        let generation = self.generation();
         let Ok(header) = jsonwebtoken::decode_header(token) else {
             return Outcome::Refused(Refusal::Malformed, None);
         };
@@ -388,7 +403,7 @@ impl Inner {
         let mut refusal = Refusal::Signature;
         for (candidate, generation) in candidates {
             match jsonwebtoken::decode::<Map<String, Value>>(token, &candidate.key, &self.validations[at]) {
-                Ok(data) => return self.accept(data.claims, key, generation),
+                Ok(data) => return self.accept(token, data.claims, key, generation),
                 Err(e) => {
                     refusal = match e.kind() {
                         ErrorKind::InvalidSignature
@@ -414,7 +429,7 @@ impl Inner {
 
     /// The claims of a token whose signature, times, issuer and audience are good: revocation, required
     /// claims and values, then what goes upstream.
-    fn accept(&self, claims: Map<String, Value>, key: &[u8; 32], generation: u64) -> Outcome {
+    fn accept(&self, token: &str, claims: Map<String, Value>, key: u128, generation: u64) -> Outcome {
         let identity = claims.get(&self.identity_claim).and_then(|v| match v {
             Value::String(s) => Some(Arc::from(s.as_str())),
             Value::Number(n) => Some(Arc::from(n.to_string())),
@@ -445,8 +460,11 @@ impl Inner {
         let until =
             claims.get("exp").and_then(Value::as_f64).map(|exp| (exp.max(0.0) as u64).saturating_add(self.leeway));
         let accepted = Arc::new(Accepted { identity, headers, claims: Arc::new(claims) });
-        let remembered = Remembered { until, generation, accepted: accepted.clone() };
-        VERIFIED.with(|v| v.borrow_mut().put(*key, remembered));
+        if token.len() <= MAX_REMEMBERED_TOKEN {
+            let remembered =
+                Remembered { token: token.as_bytes().into(), until, generation, accepted: accepted.clone() };
+            VERIFIED.with(|v| v.borrow_mut().put(key, remembered));
+        }
         Outcome::Accepted(accepted)
     }
 
@@ -485,10 +503,10 @@ impl Inner {
         head: &mut RequestHead,
         cx: &RequestCx<'_>,
         token: String,
-        key: [u8; 32],
+        key: u128,
         may_fetch: bool,
     ) -> Step {
-        match self.check(&token, &key, may_fetch) {
+        match self.check(&token, key, may_fetch) {
             Outcome::Accepted(accepted) => self.pass(head, &accepted),
             Outcome::Refused(refusal, who) => self.refuse(refusal, who.as_deref(), cx),
             Outcome::NeedKeys(source) => {
@@ -511,8 +529,12 @@ impl Inner {
 
 impl Filter for Jwt {
     fn on_request(&self, head: &mut RequestHead, cx: &RequestCx<'_>) -> Step {
-        let found = bearer(head);
         let this = &self.0;
+        // A token this worker verified before is found without copying it.
+        let found = bearer(head).map(|token| {
+            let key = this.cache_key(token);
+            (key, this.remembered(token, key).ok_or_else(|| String::from_utf8_lossy(token).into_owned()))
+        });
         let edits = head.edits_mut();
         for (_, header) in &this.forward {
             edits.headers.remove(header.clone());
@@ -520,13 +542,12 @@ impl Filter for Jwt {
         if !this.forward_authorization {
             edits.headers.remove("authorization");
         }
-        let token = match found {
-            Ok(token) => token,
-            Err(true) => return this.refuse(Refusal::Missing, None, cx),
-            Err(false) => return this.refuse(Refusal::BadRequest, None, cx),
-        };
-        let key = this.cache_key(&token);
-        this.decide(head, cx, token, key, true)
+        match found {
+            Ok((_, Ok(accepted))) => this.pass(head, &accepted),
+            Ok((key, Err(token))) => this.decide(head, cx, token, key, true),
+            Err(true) => this.refuse(Refusal::Missing, None, cx),
+            Err(false) => this.refuse(Refusal::BadRequest, None, cx),
+        }
     }
 }
 
@@ -568,8 +589,8 @@ mod tests {
 
     #[test]
     fn bearer_tokens_are_read_as_rfc_6750_says() {
-        assert_eq!(bearer(&head("authorization: Bearer abc.DEF-_~+/=\r\n")), Ok("abc.DEF-_~+/=".into()));
-        assert_eq!(bearer(&head("authorization: bearer   abc \r\n")), Ok("abc".into()));
+        assert_eq!(bearer(&head("authorization: Bearer abc.DEF-_~+/=\r\n")), Ok(&b"abc.DEF-_~+/="[..]));
+        assert_eq!(bearer(&head("authorization: bearer   abc \r\n")), Ok(&b"abc"[..]));
         assert_eq!(bearer(&head("")), Err(true));
         assert_eq!(bearer(&head("authorization: Basic YTpi\r\n")), Err(true));
         assert_eq!(bearer(&head("authorization: Bearer\r\n")), Err(false));

@@ -34,9 +34,10 @@ pub struct RateLimit {
     fallback_seed: u64,
     interval_ns: u64,
     burst: u64,
-    name: Arc<str>,
     /// `RateLimit-Policy`'s value.
     policy: Arc<str>,
+    /// The start of `RateLimit`'s value: `"name";r=`.
+    limit_prefix: Box<str>,
     headers: bool,
     shadow: bool,
 }
@@ -77,7 +78,7 @@ impl RateLimit {
             interval_ns: config.rate.interval_ns(),
             burst: config.burst(),
             policy: Arc::from(format!("\"{name}\";q={q};w={w}")),
-            name,
+            limit_prefix: format!("\"{name}\";r=").into(),
             headers: config.headers,
             shadow: config.shadow,
         })
@@ -117,10 +118,38 @@ impl RateLimit {
         })
     }
 
-    /// `RateLimit`'s value: what is left, and in how many seconds the bucket is full again.
-    fn limit_value(&self, remaining: u64, full_in_ns: u64) -> String {
-        format!("\"{}\";r={remaining};t={}", self.name, full_in_ns.div_ceil(NS))
+    /// `RateLimit`'s value: what is left, and in how many seconds the bucket is full again. Written by hand
+    /// into a buffer on the stack: `format!` cost three times as much, on every response that passes.
+    fn limit_value(&self, remaining: u64, full_in_ns: u64) -> Arc<str> {
+        let mut buf = [0u8; 256];
+        let prefix = self.limit_prefix.as_bytes();
+        if prefix.len() > buf.len() - 48 {
+            return Arc::from(format!("{}{remaining};t={}", self.limit_prefix, full_in_ns.div_ceil(NS)));
+        }
+        buf[..prefix.len()].copy_from_slice(prefix);
+        let mut at = prefix.len();
+        at += write_u64(&mut buf[at..], remaining);
+        buf[at..at + 3].copy_from_slice(b";t=");
+        at += 3;
+        at += write_u64(&mut buf[at..], full_in_ns.div_ceil(NS));
+        Arc::from(std::str::from_utf8(&buf[..at]).unwrap_or_default())
     }
+}
+
+/// Writes `n` in decimal at the start of `out` (which has room for 20 digits); returns how many bytes.
+fn write_u64(out: &mut [u8], mut n: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut len = 0;
+    loop {
+        digits[19 - len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out[..len].copy_from_slice(&digits[20 - len..]);
+    len
 }
 
 impl Filter for RateLimit {
@@ -132,8 +161,9 @@ impl Filter for RateLimit {
                 let value = self.limit_value(decision.remaining, decision.full_in_ns);
                 let edits = head.edits_mut();
                 let (policy, limit) = NAMES.with(|n| n.clone());
+                edits.response_headers.reserve_exact(2);
                 edits.response_headers.push((policy, self.policy.clone()));
-                edits.response_headers.push((limit, Arc::from(value)));
+                edits.response_headers.push((limit, value));
             }
             return Step::Continue;
         }
@@ -146,7 +176,7 @@ impl Filter for RateLimit {
         let retry_after = decision.retry_after_ns.div_ceil(NS).max(1);
         answer.headers.push(("retry-after".into(), retry_after.to_string().into()));
         answer.headers.push((RATELIMIT_POLICY.into(), (*self.policy).into()));
-        answer.headers.push((RATELIMIT.into(), self.limit_value(0, decision.full_in_ns).into()));
+        answer.headers.push((RATELIMIT.into(), (*self.limit_value(0, decision.full_in_ns)).into()));
         Step::Respond(answer)
     }
 }
@@ -268,6 +298,19 @@ mod tests {
             assert!(h.edits.as_ref().is_none_or(|e| e.response_headers.is_empty()));
         }
         assert_eq!((denials.count(Denial::RateLimited, true), denials.count(Denial::RateLimited, false)), (2, 0));
+    }
+
+    #[test]
+    fn the_limit_field_is_written_by_hand_as_format_would() {
+        let f = RateLimit::new(&config("1/h", 1, RateKey::Ip), Some("p")).unwrap();
+        for (r, t) in [(0, 0), (7, 1), (u64::MAX, u64::MAX), (1_000_000, 999_999_999_999)] {
+            let expected = format!("{}{r};t={}", f.limit_prefix, t.div_ceil(NS));
+            assert_eq!(&*f.limit_value(r, t), expected);
+        }
+        let mut long = config("1/h", 1, RateKey::Ip);
+        long.name = Some("n".repeat(300));
+        let f = RateLimit::new(&long, None).unwrap();
+        assert_eq!(&*f.limit_value(3, 2 * NS), format!("\"{}\";r=3;t=2", "n".repeat(300)));
     }
 
     #[test]
