@@ -15,12 +15,24 @@ same way (one worker, upstream keep-alive), in the same run. `--admin` gives Por
 dashboard's sampler then runs, once a second), and `--sse-clients N` keeps N dashboard pages' live updates
 (`/admin/events`) open and read for the whole run: what open dashboards cost per request.
 
+`--gateway jwt` puts a `jwt` filter on the route (ES256: a key and tokens made with PyJWT from
+target/test-tools/venv, `.ci/install-test-deps` installs it; issuer, audience, `exp` and the subject forwarded
+upstream) and HAProxy does the same with `jwt_verify` and `jwt_payload_query` (nginx OSS has no JWT module):
+every request carries the same token, unless `--distinct-tokens` (HTTP/1.1 only), where a Python client sends
+each request with a token of its own, so nothing can be remembered. `--gateway rate_limit` puts a `rate_limit`
+per client address on the route (a limit never reached), nginx's `limit_req` and HAProxy's stick table
+`http_req_rate` beside it; `--gateway rate_limit-noheaders` the same without the RateLimit fields.
+
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
     python3 bench/instructions.py --protocol h2 --binary portico=target/release/portico --peers nginx,haproxy
     python3 bench/instructions.py --protocol h1 --pipeline-depth 16 --pipelined 8 --binary after=target/release/portico
     python3 bench/instructions.py --protocol h1 --admin --sse-clients 10 --binary portico=target/release/portico
+    python3 bench/instructions.py --protocol h1 --gateway jwt --binary portico=target/release/portico --peers haproxy
+    python3 bench/instructions.py --protocol h1 --gateway jwt --distinct-tokens --binary portico=target/release/portico --peers haproxy
+    python3 bench/instructions.py --protocol h1 --gateway rate_limit --binary portico=target/release/portico --peers nginx,haproxy
 """
 import argparse
+import http.client
 import os
 import re
 import shutil
@@ -31,7 +43,8 @@ import sys
 import tempfile
 import time
 
-# PORTICO_BENCH_PORT_BASE moves every port (two runs on one machine must not share them).
+# Ports: --port-base (or PORTICO_BENCH_PORT_BASE) moves them all, for two runs on one machine: the backend, the
+# proxy on the next one, a second backend on the one after, the admin address after that.
 BACKEND_PORT = int(os.environ.get("PORTICO_BENCH_PORT_BASE", "18280"))
 PROXY_PORT = BACKEND_PORT + 1
 ADMIN_PORT = BACKEND_PORT + 3
@@ -69,6 +82,22 @@ http {{ access_log off; keepalive_requests 10000000; client_max_body_size 0; cli
 
 
 BODY = None  # with --body-size: the file h2load POSTs with every request
+HEADERS = []  # with --gateway jwt: the header every request carries
+TOKENS = None  # with --distinct-tokens: a token per request
+
+
+def load_distinct(requests):
+    """Sends `requests` GETs over 8 keep-alive HTTP/1.1 connections, in turn, each with a token of its own."""
+    conns = [http.client.HTTPConnection("127.0.0.1", PROXY_PORT, timeout=60) for _ in range(8)]
+    for i in range(requests):
+        conn = conns[i % 8]
+        conn.request("GET", "/small", headers={"authorization": f"Bearer {TOKENS[i % len(TOKENS)]}"})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            raise SystemExit(f"request {i} answered {resp.status}")
+    for conn in conns:
+        conn.close()
 
 
 def load(requests, protocol, pipelined=1):
@@ -76,7 +105,11 @@ def load(requests, protocol, pipelined=1):
     flight on each (POSTs of BODY when set)."""
     if not requests:
         return
+    if TOKENS:
+        return load_distinct(requests)
     args = ["h2load", "-n", str(requests), "-c", "8", "-m", str(pipelined)]
+    for header in HEADERS:
+        args += ["-H", header]
     if BODY:
         args += ["-d", BODY]
     if protocol == "h1":
@@ -168,18 +201,84 @@ clusters:
     raise SystemExit("no totals in the callgrind output")
 
 
+GATEWAY = None  # --gateway: jwt, rate_limit or rate_limit-noheaders
+
+
+def gateway_route(work):
+    """The route's filters for Portico under --gateway."""
+    if GATEWAY == "jwt":
+        return f"""    filters:
+      - jwt:
+          keys: [ {{ algorithm: ES256, public_key_file: "{work}/es256.pub" }} ]
+          issuer: https://idp.example
+          audience: orders
+          forward_claims: {{ sub: x-user-id }}"""
+    if GATEWAY in ("rate_limit", "rate_limit-noheaders"):
+        headers = "false" if GATEWAY.endswith("noheaders") else "true"
+        return f"""    filters:
+      - rate_limit: {{ rate: 1000000/s, burst: 1000000, headers: {headers} }}"""
+    return ""
+
+
+def peer_gateway(peer, work):
+    """What a peer does for --gateway: (nginx http-level lines, nginx location lines, HAProxy frontend lines)."""
+    if GATEWAY == "jwt" and peer == "haproxy":
+        return "", "", f"""  http-request set-var(txn.bearer) http_auth_bearer
+  http-request set-var(txn.jwt_alg) var(txn.bearer),jwt_header_query('$.alg')
+  http-request deny deny_status 401 unless {{ var(txn.jwt_alg) -m str ES256 }}
+  http-request deny deny_status 401 unless {{ var(txn.bearer),jwt_payload_query('$.iss') -m str https://idp.example }}
+  http-request deny deny_status 401 unless {{ var(txn.bearer),jwt_payload_query('$.aud') -m str orders }}
+  http-request set-var(txn.now) date()
+  http-request deny deny_status 401 unless {{ var(txn.bearer),jwt_payload_query('$.exp','int'),sub(txn.now) -m int gt 0 }}
+  http-request deny deny_status 401 unless {{ var(txn.bearer),jwt_verify(txn.jwt_alg,"{work}/es256.pub") -m int 1 }}
+  http-request set-header x-user-id %[var(txn.bearer),jwt_payload_query('$.sub')]
+"""
+    if GATEWAY == "jwt":
+        raise SystemExit(f"{peer} has no JWT verification here (nginx OSS has no auth_jwt): use --peers haproxy")
+    if GATEWAY and GATEWAY.startswith("rate_limit"):
+        return ("limit_req_zone $binary_remote_addr zone=perip:16m rate=1000000r/s;",
+                "limit_req zone=perip burst=1000000 nodelay;",
+                """  stick-table type ip size 1m expire 60s store http_req_rate(1s)
+  http-request track-sc0 src
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 1000000 }
+""")
+    return "", "", ""
+
+
+def make_tokens(work, distinct):
+    """An ES256 key (es256.pub in `work`) and tokens signed with PyJWT: one, or `distinct` different ones."""
+    python = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../target/test-tools/venv/bin/python")
+    script = f"""
+import jwt, time, sys
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+k = ec.generate_private_key(ec.SECP256R1())
+open("{work}/es256.pub", "wb").write(k.public_key().public_bytes(serialization.Encoding.PEM,
+    serialization.PublicFormat.SubjectPublicKeyInfo))
+exp = int(time.time()) + 86400
+for i in range({max(distinct, 1)}):
+    print(jwt.encode({{"iss": "https://idp.example", "aud": "orders", "sub": f"user-{{i}}", "exp": exp, "jti": str(i)}},
+                     k, algorithm="ES256", headers={{"kid": "k1"}}))
+"""
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"PyJWT is needed in target/test-tools/venv (bash .ci/install-test-deps):\n{done.stderr}")
+    return done.stdout.split()
+
+
 def peer_command(peer, protocol, work):
     """The command line of a peer proxy (`nginx` or `haproxy`) set up as Portico is: one worker, the same
     backend, upstream keep-alive, HTTP/2 by prior knowledge for `--protocol h2`; and the signal that stops it
     gracefully (so that callgrind writes its totals)."""
+    http_extra, location_extra, frontend_extra = peer_gateway(peer, work)
     if peer == "nginx":
         h2 = " http2" if protocol == "h2" else ""
         conf = f"""worker_processes 1; daemon off; master_process off; pid {work}/peer.pid; error_log stderr error;
 events {{ worker_connections 1024; }}
-http {{ access_log off; keepalive_requests 10000000;
+http {{ access_log off; keepalive_requests 10000000; {http_extra}
   upstream be {{ server 127.0.0.1:{BACKEND_PORT}; keepalive 64; }}
   server {{ listen 127.0.0.1:{PROXY_PORT}{h2};
-    location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
+    location / {{ {location_extra} proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
 """
         with open(f"{work}/peer-nginx.conf", "w") as f:
             f.write(conf)
@@ -195,7 +294,7 @@ defaults
   timeout server 30s
 frontend fe
   bind 127.0.0.1:{PROXY_PORT}{h2}
-  default_backend be
+{frontend_extra}  default_backend be
 backend be
   http-reuse always
   server s1 127.0.0.1:{BACKEND_PORT}
@@ -236,6 +335,12 @@ def main():
     ap.add_argument("--body-size", type=int, default=0, help="POST a body of this many bytes with every request")
     ap.add_argument("--route-extra", default="", help="YAML lines added under the route (indented 4 spaces)")
     ap.add_argument("--pipeline-depth", type=int, default=0, help="the cluster's pool.pipeline_depth (0: unset)")
+    ap.add_argument("--port-base", type=int, default=BACKEND_PORT,
+                    help="the backend's port; the proxy listens on the next one, a second backend on the one after")
+    ap.add_argument("--gateway", choices=["jwt", "rate_limit", "rate_limit-noheaders"],
+                    help="an API gateway filter on the route, and the peers' equivalent")
+    ap.add_argument("--distinct-tokens", action="store_true",
+                    help="with --gateway jwt: a token of its own for every request (HTTP/1.1, a Python client)")
     ap.add_argument("--pipelined", type=int, default=1,
                     help="requests each connection pipelines (h2load -m; HTTP/2: concurrent streams)")
     ap.add_argument("--admin", action="store_true", help="give Portico an admin address (the dashboard's sampler runs)")
@@ -255,17 +360,30 @@ def main():
         BODY = f"{work}/body"
         with open(BODY, "wb") as f:
             f.write(b"b" * a.body_size)
+    global GATEWAY, HEADERS, TOKENS, BACKEND_PORT, PROXY_PORT, ADMIN_PORT
+    BACKEND_PORT, PROXY_PORT, ADMIN_PORT = a.port_base, a.port_base + 1, a.port_base + 3
+    GATEWAY = a.gateway
+    if a.gateway == "jwt":
+        if a.distinct_tokens and a.protocol != "h1":
+            raise SystemExit("--distinct-tokens sends HTTP/1.1 only")
+        tokens = make_tokens(work, n2 if a.distinct_tokens else 1)
+        if a.distinct_tokens:
+            TOKENS = tokens
+        else:
+            HEADERS = [f"authorization: Bearer {tokens[0]}"]
+    route_extra = "\n".join(filter(None, [a.route_extra, gateway_route(work)]))
     backend = start_backend(work)
     try:
+        gateway = f", {a.gateway}" + (" with a token per request" if a.distinct_tokens else "") if a.gateway else ""
         print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections, "
               f"{a.pipelined} in flight on each, pipeline_depth {a.pipeline_depth}"
               f"{', admin address' if ADMIN else ''}{f', {SSE_CLIENTS} live dashboard pages' if SSE_CLIENTS else ''}"
-              f"{f', POSTs of {a.body_size} bytes' if a.body_size else ''}) |")
+              f"{f', POSTs of {a.body_size} bytes' if a.body_size else ''}{gateway}) |")
         print("|---|---|---|")
         for spec in a.binary:
             name, path = spec.split("=", 1)
-            low = count(path, n1, a.protocol, a.route_extra, work, a.pipeline_depth, a.pipelined)
-            high = count(path, n2, a.protocol, a.route_extra, work, a.pipeline_depth, a.pipelined)
+            low = count(path, n1, a.protocol, route_extra, work, a.pipeline_depth, a.pipelined)
+            high = count(path, n2, a.protocol, route_extra, work, a.pipeline_depth, a.pipelined)
             print(f"| {name} | {a.protocol} | {(high - low) / (n2 - n1):,.0f} |", flush=True)
         for peer in filter(None, a.peers.split(",")):
             low = count_peer(peer, n1, a.protocol, work)

@@ -5,7 +5,9 @@ mod access;
 mod diff;
 mod fields;
 mod function;
+mod jwt;
 mod mqtt;
+mod rate_limit;
 mod read;
 mod route;
 mod schema;
@@ -17,6 +19,8 @@ pub use access::{parse_cidr, ApiKey, ApiKeyFilter, AuthBasicFilter, IpFilter, DE
 pub use diff::{diff, Change};
 pub use fields::OWNED_HEADERS;
 pub use function::{Function, FunctionLimits, SecretSource};
+pub use jwt::{ClaimValue, JwksSource, JwtFilter, JwtKey, JWT_ALGORITHMS};
+pub use rate_limit::{parse_rate, Rate, RateKey, RateLimitFilter, RateLimits};
 pub use read::LeftOut;
 pub use route::*;
 pub use schema::*;

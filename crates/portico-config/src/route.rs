@@ -305,6 +305,10 @@ pub enum Filter {
     ApiKey(crate::access::ApiKeyFilter),
     /// Allow and deny lists of the client's address.
     Ip(crate::access::IpFilter),
+    /// Bearer tokens (JWT) verified against keys or a JWKS.
+    Jwt(Box<crate::jwt::JwtFilter>),
+    /// Token buckets counted across the node's workers.
+    RateLimit(crate::rate_limit::RateLimitFilter),
     /// A JavaScript function of `functions:` whose `onRequest` hook runs before the target: it may answer
     /// early or change the request.
     Function(String),
@@ -322,6 +326,8 @@ struct FilterKey {
     auth_basic: Option<crate::access::AuthBasicFilter>,
     api_key: Option<crate::access::ApiKeyFilter>,
     ip: Option<crate::access::IpFilter>,
+    jwt: Option<Box<crate::jwt::JwtFilter>>,
+    rate_limit: Option<crate::rate_limit::RateLimitFilter>,
     function: Option<String>,
 }
 
@@ -336,6 +342,8 @@ impl TryFrom<FilterKey> for Filter {
             key.auth_basic.map(Filter::AuthBasic),
             key.api_key.map(Filter::ApiKey),
             key.ip.map(Filter::Ip),
+            key.jwt.map(Filter::Jwt),
+            key.rate_limit.map(Filter::RateLimit),
             key.function.map(Filter::Function),
         ]
         .into_iter()
@@ -343,7 +351,7 @@ impl TryFrom<FilterKey> for Filter {
         match (kinds.next(), kinds.next()) {
             (Some(filter), None) => Ok(filter),
             (None, _) => Err(
-                "a filter needs its kind: `headers`, `rewrite`, `cors`, `compress`, `auth_basic`, `api_key`, `ip` or `function`"
+                "a filter needs its kind: `headers`, `rewrite`, `cors`, `compress`, `auth_basic`, `api_key`, `ip`, `jwt`, `rate_limit` or `function`"
                     .into(),
             ),
             (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
@@ -361,6 +369,8 @@ impl Filter {
             Filter::AuthBasic(_) => "auth_basic",
             Filter::ApiKey(_) => "api_key",
             Filter::Ip(_) => "ip",
+            Filter::Jwt(_) => "jwt",
+            Filter::RateLimit(_) => "rate_limit",
             Filter::Function(_) => "function",
         }
     }
@@ -575,6 +585,8 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
         Filter::AuthBasic(a) => crate::access::validate_auth_basic(a, base, err),
         Filter::ApiKey(k) => crate::access::validate_api_key(k, base, err),
         Filter::Ip(f) => crate::access::validate_ip(f, base, err),
+        Filter::Jwt(j) => crate::jwt::validate_jwt(j, base, err),
+        Filter::RateLimit(r) => crate::rate_limit::validate_rate_limit(r, base, err),
         Filter::Compress(c) => {
             if !(1..=9).contains(&c.level) {
                 err(&format!("{base}.compress.level"), format!("level {} is not from 1 to 9", c.level), None);

@@ -46,6 +46,9 @@ pub struct Config {
     /// The MQTT broker that serves the listeners with `protocol: mqtt` (docs/mqtt.md).
     #[serde(default)]
     pub mqtt: Mqtt,
+    /// The node's table of `rate_limit` buckets, shared by every worker (docs/filters.md#rate_limit).
+    #[serde(default)]
+    pub rate_limits: crate::rate_limit::RateLimits,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -294,6 +294,7 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
 
     crate::mqtt::validate(cfg, left_out, &mut err);
     crate::mqtt::validate_routes(loaded, left_out, &mut err);
+    crate::rate_limit::validate_rate_limits(&cfg.rate_limits, &mut err);
 
     for (j, f) in cfg.filters.iter().enumerate() {
         crate::route::validate_filter(f, &format!("filters[{j}]"), None, &mut err);

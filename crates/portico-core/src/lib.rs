@@ -14,6 +14,7 @@ pub mod password;
 pub mod process_setup;
 pub mod processes;
 pub mod prometheus;
+pub mod rate_table;
 pub mod shared;
 pub mod stats;
 pub mod supervisor;

@@ -22,6 +22,8 @@ fn combine(family: &str) -> fn(f64, f64) -> f64 {
         "portico_endpoint_healthy" => f64::min,
         // Ejected when any worker process has ejected it.
         "portico_endpoint_ejected" => f64::max,
+        // One table, shared by every worker process: each reports the same figures.
+        "portico_rate_limit_evictions_total" | "portico_rate_limit_table_keys" => f64::max,
         // Counters, histograms and in-flight gauges add up.
         _ => |a, b| a + b,
     }

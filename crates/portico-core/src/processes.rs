@@ -381,9 +381,12 @@ impl Master {
         let mut passed: Vec<RawFd> = sockets.iter().map(|l| l.socket.as_raw_fd()).collect();
         passed.push(theirs.as_raw_fd());
         passed.push(config.as_raw_fd());
+        // The rate-limit table every worker process maps (made before the first worker started).
+        let table = crate::rate_table::made().map(|t| t.fd());
+        passed.extend(table);
         // Above every descriptor being passed, so placing one never overwrites another not yet placed.
         let first = passed.iter().copied().max().map_or(FIRST_FD, |m| (m + 1).max(FIRST_FD));
-        let listeners = passed.len() - 2;
+        let listeners = passed.len() - 2 - usize::from(table.is_some());
         let master = std::process::id();
         let mut command = Command::new("/proc/self/exe");
         // `ps` shows the command line Portico was started with; the process name says which worker it is.
@@ -398,6 +401,7 @@ impl Master {
             .env(CONTROL_FD_ENV, (first + listeners as RawFd).to_string())
             .env(CONFIG_FD_ENV, (first + listeners as RawFd + 1).to_string())
             .env(CONFIG_NAME_ENV, &running.file)
+            .env(crate::rate_table::TABLE_FD_ENV, (first + listeners as RawFd + 2).to_string())
             .env(LISTENERS_ENV, sockets.iter().map(|l| &*l.name).collect::<Vec<_>>().join(","))
             .env_remove("LISTEN_PID")
             .env_remove("NOTIFY_SOCKET")

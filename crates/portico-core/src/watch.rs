@@ -12,7 +12,7 @@ fn file_stamp(path: &Path) -> Option<(u64, SystemTime)> {
 
 /// What `watch: true` watches: the configuration file and every certificate, key and CA file it names, so a
 /// renewed certificate is served without a signal, and the password and key files of `auth_basic` and
-/// `api_key` filters.
+/// `api_key` filters, and the key, JWKS and revocation files of `jwt` filters.
 pub fn watched_stamps(config: &Path, loaded: &LoadedConfig) -> Vec<Option<(u64, SystemTime)>> {
     let mut stamps = vec![file_stamp(config)];
     for tls in loaded.config.listeners.iter().filter_map(|l| l.tls.as_ref()) {
@@ -24,6 +24,12 @@ pub fn watched_stamps(config: &Path, loaded: &LoadedConfig) -> Vec<Option<(u64, 
         let file = match f {
             portico_config::Filter::AuthBasic(a) => Some(&a.users_file),
             portico_config::Filter::ApiKey(k) => k.keys_file.as_ref(),
+            portico_config::Filter::Jwt(j) => {
+                let keys = j.keys.iter().flat_map(|k| [&k.secret_file, &k.public_key_file]).flatten();
+                let files = keys.chain(&j.jwks_file).chain(&j.revoked_file);
+                stamps.extend(files.map(|f| file_stamp(&loaded.resolve(f))));
+                None
+            }
             _ => None,
         };
         stamps.extend(file.map(|f| file_stamp(&loaded.resolve(f))));

@@ -31,9 +31,15 @@ pub struct HeadEdits {
     /// The new origin-form target (path and query) and where its path ends.
     pub target: Option<(Vec<u8>, usize)>,
     pub headers: HeaderEdits,
-    /// Who an authentication filter found the client to be (`auth_basic`'s user, `api_key`'s key name), for
-    /// the access log.
+    /// Who an authentication filter found the client to be (`auth_basic`'s user, `api_key`'s key name, `jwt`'s
+    /// subject), for the access log.
     pub identity: Option<Arc<str>>,
+    /// The name of the key an `api_key` filter accepted (what `rate_limit` may count by).
+    pub key_name: Option<Arc<str>>,
+    /// The claims of the token a `jwt` filter verified (what `rate_limit` may count by).
+    pub claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// Headers a request hook adds to the response (`rate_limit`'s `RateLimit`), after every response hook.
+    pub response_headers: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// Changes to a response head, gathered by the response filters and applied as the head is written.

@@ -72,6 +72,18 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         }
     }
 
+    if let Some(table) = portico_core::rate_table::made() {
+        header(
+            out,
+            "portico_rate_limit_evictions_total",
+            "counter",
+            "Rate-limit buckets forgotten while their key was still limited, because the node's table was full.",
+        );
+        let _ = writeln!(out, "portico_rate_limit_evictions_total {}", table.evictions());
+        header(out, "portico_rate_limit_table_keys", "gauge", "Keys the node's rate-limit table holds.");
+        let _ = writeln!(out, "portico_rate_limit_table_keys {}", table.slots());
+    }
+
     let endpoints: Vec<_> = registry
         .all_endpoints()
         .into_iter()

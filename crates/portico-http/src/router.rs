@@ -202,7 +202,7 @@ impl Router {
         }
         let mut global = Filters::default();
         for (j, f) in cfg.filters.iter().enumerate() {
-            global.add(f, &[], (&functions, loaded), &format!("filters[{j}]"), problems);
+            global.add(f, &[], None, (&functions, loaded), &format!("filters[{j}]"), problems);
         }
         let mut compiled = Vec::with_capacity(cfg.routes.len());
         let names = portico_config::route_names(&cfg.routes);
@@ -332,7 +332,7 @@ fn compile_route(
     };
     let mut filters = global.clone();
     for (j, f) in r.filters.iter().enumerate() {
-        filters.add(f, &names, (targets.functions, loaded), &format!("{base}.filters[{j}]"), problems);
+        filters.add(f, &names, Some(&name), (targets.functions, loaded), &format!("{base}.filters[{j}]"), problems);
     }
     let Filters { chain, gates } = filters;
     Some(CompiledRoute {
@@ -379,6 +379,7 @@ impl Filters {
         &mut self,
         f: &portico_config::Filter,
         names: &[String],
+        site: Option<&str>,
         (functions, loaded): (&HashMap<String, CompiledFunction>, &LoadedConfig),
         base: &str,
         problems: &mut Vec<RouteProblem>,
@@ -397,7 +398,7 @@ impl Filters {
             self.chain.extend(function.response.clone());
             return;
         }
-        match filters::compile(f, names, loaded) {
+        match filters::compile(f, names, site, loaded) {
             Ok(f) => self.chain.push(f),
             Err((key, message)) => problems.push((format!("{base}.{key}"), message, None)),
         }

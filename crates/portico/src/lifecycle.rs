@@ -239,6 +239,7 @@ impl Reloader {
                     ("log", old.log.level != new.log.level || old.log.format != new.log.format),
                     ("user", old.user != new.user || old.group != new.group),
                     ("process_model", old.process_model != new.process_model),
+                    ("rate_limits", old.rate_limits != new.rate_limits),
                 ];
                 for (key, changed) in startup_only {
                     if changed {
@@ -325,6 +326,10 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         portico_core::processes::become_worker(identity);
     }
     let master = worker_process.is_none() && loaded.config.process_model == portico_config::ProcessModel::MultiProcess;
+    // The rate-limit table, before any worker and before the snapshot's filters look for it: made here, or in
+    // a worker process mapped from the master's.
+    portico_core::rate_table::init(worker_process.is_some(), loaded.config.rate_limits.max_keys)
+        .context("cannot make the rate-limit table")?;
     // Limits and statistics are divided among all workers, whichever process runs them.
     let workers = worker_process.map_or_else(|| loaded.config.workers.resolve(), |w| w.count);
     let registry = Arc::new(Registry::new(workers));

@@ -76,7 +76,7 @@ fn the_gateway_example_answers_on_its_routes_and_admin_api() {
     let dir = temp_dir();
     let file = dir.join("gateway.yaml");
     std::fs::write(&file, yaml).unwrap();
-    for named in ["gateway.htpasswd", "gateway-keys.txt"] {
+    for named in ["gateway.htpasswd", "gateway-keys.txt", "gateway-jwt.pem", "gateway-revoked.txt"] {
         std::fs::copy(format!("{}/../../examples/{named}", env!("CARGO_MANIFEST_DIR")), dir.join(named)).unwrap();
     }
     let listen = moved["0.0.0.0:8080"];
@@ -108,6 +108,21 @@ fn the_gateway_example_answers_on_its_routes_and_admin_api() {
         assert_eq!(r.status, 200, "{key}: {}", r.text());
         assert!(r.text().contains(&format!("x-api-key-name: {name}\n")) && !r.text().contains(key), "{}", r.text());
     }
+    // Behind jwt (the demo tokens of gateway-tokens.txt) and a rate limit per verified subject.
+    let tokens =
+        std::fs::read_to_string(format!("{}/../../examples/gateway-tokens.txt", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let tokens: Vec<&str> = tokens.lines().filter(|l| !l.starts_with('#')).collect();
+    let (demo_user, revoked) = (format!("authorization: Bearer {}\r\n", tokens[0]), tokens[1]);
+    assert_eq!(Conn::open(listen).get("/orders/echo", "").status, 401);
+    let r = Conn::open(listen).get("/orders/echo", &format!("authorization: Bearer {revoked}\r\n"));
+    assert!(r.status == 401 && r.header("www-authenticate").unwrap().contains("revoked"), "{}", r.head);
+    let r = Conn::open(listen).get("/orders/echo", &demo_user);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("x-user-id: demo-user\n") && !r.text().contains("authorization"), "{}", r.text());
+    assert!(r.head.contains("\"per-user\";q=5;w=1") && r.head.contains("\"per-client\";q=100;w=1"), "{}", r.head);
+    let mut conn = Conn::open(listen);
+    let statuses: Vec<u16> = (0..12).map(|_| conn.get("/orders/echo", &demo_user).status).collect();
+    assert!(statuses.contains(&429), "bursts of 10, then 5 a second: {statuses:?}");
     let writes = Conn::open(listen).get("/api/users", "");
     assert!(writes.header("x-backend").unwrap().starts_with("api-"), "{}", writes.head);
     let admin = Conn::open(moved["127.0.0.1:9901"]).get("/admin/clusters", "");

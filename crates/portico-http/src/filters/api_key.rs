@@ -161,6 +161,7 @@ impl Filter for ApiKey {
                 let edits = head.edits_mut();
                 edits.headers.set(self.name_header.clone(), name.clone());
                 edits.identity = Some(name.clone());
+                edits.key_name = Some(name.clone());
                 return Step::Continue;
             }
             Some(None) => Denial::KeyInvalid,

@@ -24,16 +24,43 @@ pub enum Denial {
     IpDenied,
     /// `ip`: a trusted proxy's `x-forwarded-for` holds something that is not an address.
     IpUnknown,
+    /// `jwt`: no bearer token.
+    JwtMissing,
+    /// `jwt`: a token that is not a JWT, or an `Authorization` header that cannot be read.
+    JwtMalformed,
+    /// `jwt`: no key for the token's `kid` and algorithm, or a signature that does not verify.
+    JwtInvalid,
+    /// `jwt`: `exp` passed (beyond the leeway).
+    JwtExpired,
+    /// `jwt`: `nbf` not reached yet (beyond the leeway).
+    JwtNotYetValid,
+    /// `jwt`: a wrong or missing `iss` or `aud`, or a required claim missing.
+    JwtClaims,
+    /// `jwt`: a revoked `jti`.
+    JwtRevoked,
+    /// `jwt`: a required claim value that the token does not have (`403 insufficient_scope`).
+    JwtForbidden,
+    /// `rate_limit`: no token left in the key's bucket.
+    RateLimited,
 }
 
 impl Denial {
-    pub const ALL: [Denial; 6] = [
+    pub const ALL: [Denial; 15] = [
         Denial::BasicMissing,
         Denial::BasicInvalid,
         Denial::KeyMissing,
         Denial::KeyInvalid,
         Denial::IpDenied,
         Denial::IpUnknown,
+        Denial::JwtMissing,
+        Denial::JwtMalformed,
+        Denial::JwtInvalid,
+        Denial::JwtExpired,
+        Denial::JwtNotYetValid,
+        Denial::JwtClaims,
+        Denial::JwtRevoked,
+        Denial::JwtForbidden,
+        Denial::RateLimited,
     ];
 
     /// The `filter` and `reason` labels.
@@ -45,6 +72,15 @@ impl Denial {
             Denial::KeyInvalid => ("api_key", "invalid"),
             Denial::IpDenied => ("ip", "denied"),
             Denial::IpUnknown => ("ip", "unknown_client"),
+            Denial::JwtMissing => ("jwt", "missing"),
+            Denial::JwtMalformed => ("jwt", "malformed"),
+            Denial::JwtInvalid => ("jwt", "invalid"),
+            Denial::JwtExpired => ("jwt", "expired"),
+            Denial::JwtNotYetValid => ("jwt", "not_yet_valid"),
+            Denial::JwtClaims => ("jwt", "claims"),
+            Denial::JwtRevoked => ("jwt", "revoked"),
+            Denial::JwtForbidden => ("jwt", "insufficient_scope"),
+            Denial::RateLimited => ("rate_limit", "exceeded"),
         }
     }
 }

@@ -63,30 +63,37 @@ impl Ip {
     /// The client's address: the peer's, or what trusted proxies say it is; `None` when a trusted proxy's
     /// `x-forwarded-for` holds something that is not an address.
     pub(crate) fn client(&self, head: &RequestHead, peer: IpAddr) -> Option<IpAddr> {
-        let peer = peer.to_canonical();
-        if self.trusted.is_empty() || !contains(&self.trusted, peer) {
-            return Some(peer);
-        }
-        let values: Vec<&[u8]> = head.values("x-forwarded-for").collect();
-        let mut leftmost = peer;
-        for value in values.iter().rev() {
-            for text in value.rsplit(|&b| b == b',') {
-                if crate::codec::trim(text).is_empty() {
-                    continue;
-                }
-                let ip = hop(text)?;
-                if !contains(&self.trusted, ip) {
-                    return Some(ip);
-                }
-                leftmost = ip;
-            }
-        }
-        Some(leftmost)
+        client_address(&self.trusted, head, peer)
     }
 
     fn allows(&self, ip: IpAddr) -> bool {
         !contains(&self.deny, ip) && (self.allow.is_empty() || contains(&self.allow, ip))
     }
+}
+
+/// The client's address: `peer`, or, when `peer` is one of `trusted`, the rightmost address of
+/// `x-forwarded-for` that is not; `None` when a trusted proxy's `x-forwarded-for` holds something that is not
+/// an address.
+pub(crate) fn client_address(trusted: &[IpNet], head: &RequestHead, peer: IpAddr) -> Option<IpAddr> {
+    let peer = peer.to_canonical();
+    if trusted.is_empty() || !contains(trusted, peer) {
+        return Some(peer);
+    }
+    let values: Vec<&[u8]> = head.values("x-forwarded-for").collect();
+    let mut leftmost = peer;
+    for value in values.iter().rev() {
+        for text in value.rsplit(|&b| b == b',') {
+            if crate::codec::trim(text).is_empty() {
+                continue;
+            }
+            let ip = hop(text)?;
+            if !contains(trusted, ip) {
+                return Some(ip);
+            }
+            leftmost = ip;
+        }
+    }
+    Some(leftmost)
 }
 
 impl Filter for Ip {

@@ -19,6 +19,9 @@ mod denials;
 mod filter;
 mod headers;
 mod ip;
+mod jwks;
+mod jwt;
+mod rate_limit;
 mod rewrite;
 
 pub use denials::{Denial, Denials};
@@ -31,12 +34,14 @@ use crate::message::ResponseEdits;
 use portico_config::Filter as FilterConfig;
 use std::sync::Arc;
 
-/// Compiles a filter's configuration; `names` are the route pattern's parameters (none for global filters).
+/// Compiles a filter's configuration; `names` are the route pattern's parameters (none for global filters),
+/// `site` the route's name (`None` for global filters).
 /// Files a filter names (password and key files) are read here, relative to `loaded`'s directory: blocking,
 /// as building a snapshot is. An error is (the key below the filter, the message).
 pub fn compile(
     config: &FilterConfig,
     names: &[String],
+    site: Option<&str>,
     loaded: &portico_config::LoadedConfig,
 ) -> Result<Arc<dyn Filter>, (String, String)> {
     Ok(match config {
@@ -50,6 +55,8 @@ pub fn compile(
             Arc::new(api_key::ApiKey::new(k, file.as_deref())?)
         }
         FilterConfig::Ip(f) => Arc::new(ip::Ip::new(f)?),
+        FilterConfig::Jwt(j) => Arc::new(jwt::Jwt::new(j, loaded)?),
+        FilterConfig::RateLimit(r) => Arc::new(rate_limit::RateLimit::new(r, site)?),
         // A function filter is a `handler::Gate`, compiled with the functions (router.rs).
         FilterConfig::Function(_) => return Err(("function".into(), "a function filter is not compiled here".into())),
     })
@@ -60,6 +67,11 @@ pub fn response_edits(chain: &[Arc<dyn Filter>], head: &RequestHead, status: u16
     let mut edits = ResponseEdits::default();
     for f in chain.iter().filter(|f| f.has_response_hook()) {
         f.on_response(head, status, &mut edits);
+    }
+    if let Some(added) = head.edits.as_ref().map(|e| &e.response_headers).filter(|h| !h.is_empty()) {
+        for (name, value) in added {
+            edits.add(name.clone(), value.clone());
+        }
     }
     edits
 }
