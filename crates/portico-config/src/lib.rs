@@ -5,11 +5,13 @@ mod access;
 mod diff;
 mod fields;
 mod function;
+mod limits;
 mod mqtt;
 mod read;
 mod route;
 mod schema;
 mod spans;
+mod transform;
 mod units;
 mod validate;
 
@@ -17,10 +19,12 @@ pub use access::{parse_cidr, ApiKey, ApiKeyFilter, AuthBasicFilter, IpFilter, DE
 pub use diff::{diff, Change};
 pub use fields::OWNED_HEADERS;
 pub use function::{Function, FunctionLimits, SecretSource};
+pub use limits::LimitsFilter;
 pub use read::LeftOut;
 pub use route::*;
 pub use schema::*;
 pub use spans::{Position, SpanIndex};
+pub use transform::{Coding, DecompressFilter, QueryFilter};
 pub use units::{parse_size, ByteSize, HumanDuration};
 pub use validate::{parse_endpoint, parse_host_port, EndpointScheme, HostPort};
 

@@ -332,7 +332,7 @@ async fn stream_from_client(
     let body = PipeBody { reader, buf: bytes::BytesMut::new(), complete: complete.clone(), sent: Some(sent.clone()) };
     let req = Request::from_parts(parts, body.boxed_unsync());
     client.out.clear();
-    let (mut pace, send_timeout) = (settings.body_pace, cluster.settings.send_timeout);
+    let (mut pace, send_timeout) = (settings.body_pace.checked(head), cluster.settings.send_timeout);
     let pump = async {
         let relayed = relay_body(
             &mut client.io,

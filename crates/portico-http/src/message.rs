@@ -34,6 +34,8 @@ pub struct HeadEdits {
     /// Who an authentication filter found the client to be (`auth_basic`'s user, `api_key`'s key name), for
     /// the access log.
     pub identity: Option<Arc<str>>,
+    /// What a `limits` filter checks of the body as it is read (`body_check`).
+    pub body_check: Option<Arc<crate::body_check::BodyCheck>>,
 }
 
 /// Changes to a response head, gathered by the response filters and applied as the head is written.

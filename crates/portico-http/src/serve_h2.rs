@@ -157,8 +157,9 @@ async fn to_cluster(
     let taken = match Intake::of(head.body, buffering) {
         Ok(intake) => {
             let stats = slot(&settings.stats.slots, ctx.index);
-            let reading = (read_framing, settings.body_pace);
-            intake.take(&mut reader, &mut received, &mut head, reading, stats).await
+            let reading = (read_framing, settings.body_pace.checked(&head));
+            let taken = intake.take(&mut reader, &mut received, &mut head, reading, stats).await;
+            taken.and_then(|body| intake.check_whole(body, &head))
         }
         Err(fault) => Err(fault),
     };

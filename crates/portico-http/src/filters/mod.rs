@@ -13,16 +13,21 @@
 
 mod api_key;
 mod auth_basic;
+mod coding;
 mod compress;
 mod cors;
+mod decompress;
 mod denials;
 mod filter;
 mod headers;
 mod ip;
+mod limits;
+mod query;
 mod rewrite;
 
 pub use denials::{Denial, Denials};
 pub use filter::{Chain, Filter, RequestCx, ResponseView, Resume, Step, Wait};
+pub use limits::SlowCap;
 
 pub(crate) use rewrite::{after_prefix, trim_prefix};
 
@@ -50,6 +55,9 @@ pub fn compile(
             Arc::new(api_key::ApiKey::new(k, file.as_deref())?)
         }
         FilterConfig::Ip(f) => Arc::new(ip::Ip::new(f)?),
+        FilterConfig::Limits(l) => Arc::new(limits::Limits::new(l)),
+        FilterConfig::Decompress(d) => Arc::new(decompress::Decompress::new(d)),
+        FilterConfig::Query(q) => Arc::new(query::Query::new(q)),
         // A function filter is a `handler::Gate`, compiled with the functions (router.rs).
         FilterConfig::Function(_) => return Err(("function".into(), "a function filter is not compiled here".into())),
     })
