@@ -36,6 +36,8 @@ pub struct BodyCheck {
     client: IpAddr,
     /// Another filter's check of the same body (a global `limits` and the route's own).
     then: Option<std::sync::Arc<BodyCheck>>,
+    /// `buffer_json`: the body is read whole, up to this size, before the target sees any of it.
+    pub buffer: Option<u64>,
 }
 
 impl BodyCheck {
@@ -56,7 +58,22 @@ impl BodyCheck {
             denials,
             client,
             then: None,
+            buffer: None,
         }
+    }
+
+    /// The buffering a body must have when its check asks for it (`buffer_json`) and the route has none:
+    /// in memory, up to the JSON size limit.
+    pub fn buffering(
+        head: &crate::codec::RequestHead,
+        route: Option<&crate::request_buffer::BufferPolicy>,
+    ) -> Option<crate::request_buffer::BufferPolicy> {
+        if route.is_some() || head.body == crate::codec::BodyFraming::None {
+            return None;
+        }
+        let max = head.edits.as_ref()?.body_check.as_ref()?.buffer?;
+        let memory = usize::try_from(max).unwrap_or(usize::MAX);
+        Some(crate::request_buffer::BufferPolicy { memory, max_size: max, temp_dir: std::env::temp_dir() })
     }
 
     /// `check`, then `before` (an earlier filter's check of the same body).

@@ -387,6 +387,14 @@ async fn handle_request(
         BodyFraming::None => None, // most requests: nothing to look up
         _ => snapshot.router.get(route).and_then(|r| r.buffering.as_deref()).filter(|_| !cluster.settings.http2),
     };
+    let json_buffering: crate::request_buffer::BufferPolicy;
+    let buffering = match crate::body_check::BodyCheck::buffering(head, buffering) {
+        Some(policy) => {
+            json_buffering = policy;
+            Some(&json_buffering)
+        }
+        None => buffering,
+    };
     let stats = slot(&settings.stats.slots, ctx.index);
     let taken = match Intake::of(head.body, buffering) {
         Ok(intake) => match intake.in_hand(&mut client.buf, stats) {

@@ -51,6 +51,12 @@ pub(crate) async fn serve(
     };
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(&head, &conn.ctx);
+    // The filters see a body that streams without a length as one of unknown length (what it is taken as
+    // for an HTTP/1 cluster), so that a `limits` filter counts it; the target decides afterwards.
+    let unknown_length = head.body == BodyFraming::None && !body.is_end_stream();
+    if unknown_length {
+        head.body = BodyFraming::Chunked;
+    }
     let front = match crate::phases::front(&mut head, &snapshot, settings, conn.facts.https, conn.peer.ip()) {
         Front::Gated { route, captured } => {
             let info = crate::handler::ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
@@ -60,6 +66,9 @@ pub(crate) async fn serve(
         }
         front => front,
     };
+    if unknown_length {
+        head.body = BodyFraming::None;
+    }
     let reply = Reply { snapshot: &snapshot, conn, started, interim };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
@@ -152,6 +161,14 @@ async fn to_cluster(
     let mut received = BytesMut::new();
     // Before the breaker counts the request: a body still arriving holds nothing of the cluster's.
     let buffering = snapshot.router.get(route).and_then(|r| r.buffering.as_deref());
+    let json_buffering: crate::request_buffer::BufferPolicy;
+    let buffering = match crate::body_check::BodyCheck::buffering(&head, buffering) {
+        Some(policy) => {
+            json_buffering = policy;
+            Some(&json_buffering)
+        }
+        None => buffering,
+    };
     // Frames end a body of unknown length.
     let read_framing = if head.body == BodyFraming::Chunked { BodyFraming::UntilClose } else { head.body };
     let taken = match Intake::of(head.body, buffering) {

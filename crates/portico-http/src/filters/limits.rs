@@ -23,6 +23,7 @@ pub struct Limits {
     max_json_size: Option<u64>,
     max_json_depth: Option<u32>,
     max_connections: Option<u32>,
+    buffer_json: bool,
     shadow: bool,
 }
 
@@ -63,6 +64,7 @@ impl Limits {
             max_json_size: c.max_json_size.map(|s| s.0),
             max_json_depth: c.max_json_depth,
             max_connections: c.max_connections_per_ip,
+            buffer_json: c.buffer_json,
             shadow: c.shadow,
         }
     }
@@ -122,7 +124,11 @@ impl Limits {
             return None;
         }
         let (max, json_size) = size.map_or((None, false), |(n, j)| (Some(n), j));
-        Some(BodyCheck::new((max, json_size), depth, self.shadow, (cx.denials.clone(), cx.peer)))
+        let mut check = BodyCheck::new((max, json_size), depth, self.shadow, (cx.denials.clone(), cx.peer));
+        if self.buffer_json && json {
+            check.buffer = self.max_json_size;
+        }
+        Some(check)
     }
 }
 
