@@ -38,6 +38,8 @@ pub struct BodyCheck {
     then: Option<std::sync::Arc<BodyCheck>>,
     /// `buffer_json`: the body is read whole, up to this size, before the target sees any of it.
     pub buffer: Option<u64>,
+    /// How the body was refused (not in shadow mode), for a reader that can only report a failure.
+    refused_with: std::sync::OnceLock<Refusal>,
 }
 
 impl BodyCheck {
@@ -59,6 +61,7 @@ impl BodyCheck {
             client,
             then: None,
             buffer: None,
+            refused_with: std::sync::OnceLock::new(),
         }
     }
 
@@ -130,13 +133,18 @@ impl BodyCheck {
         if self.shadow {
             Ok(())
         } else {
-            Err(refusal)
+            Err(*self.refused_with.get_or_init(|| refusal))
         }
     }
 
     /// The body read so far was refused (and not in shadow mode).
     pub fn refused(&self) -> bool {
         !self.shadow && self.tripped.load(Ordering::Relaxed)
+    }
+
+    /// How the body was refused, by this check or the one before it.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refused_with.get().copied().or_else(|| self.then.as_ref()?.refusal())
     }
 }
 

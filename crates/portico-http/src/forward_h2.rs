@@ -503,6 +503,12 @@ pub(crate) async fn from_http1(
     let answered = match forwarded {
         Ok(answered) => answered,
         Err(failed) if failed.client_gone => {
+            // A body a `limits` filter refused as it went upstream: the client is still there to be told.
+            if let Some(r) = crate::body_check::BodyCheck::of(head).and_then(|c| c.refusal()) {
+                let mut outcome = answer(client, head, r.status, r.reason, false).await;
+                outcome.upstream = failed.upstream;
+                return outcome;
+            }
             return Outcome {
                 upstream: failed.upstream,
                 retries: failed.retries,

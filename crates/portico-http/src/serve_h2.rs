@@ -76,9 +76,18 @@ pub(crate) async fn serve(
                 Ok(parts) => parts,
                 Err(reason) => return reply.local(Some(route), &head, &LocalResponse::text(400, reason), |_| {}),
             };
-            let req = Request::from_parts(parts, body);
+            let check = crate::body_check::BodyCheck::of(&head);
+            let refused_head = check.as_ref().map(|_| head.clone());
+            let req = Request::from_parts(parts, body.checked(&head));
             // Boxed: this rarer path's future would otherwise make every stream's future larger.
-            Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await
+            let answer = Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await;
+            // A body a `limits` filter refused on its way: the client is told why, not how the upstream took it.
+            match (check.and_then(|c| c.refusal()), refused_head) {
+                (Some(r), Some(head)) => {
+                    reply.local(Some(route), &head, &LocalResponse::text(r.status, r.reason), |_| {})
+                }
+                _ => answer,
+            }
         }
         Front::Cluster { route, cluster } => to_cluster(body, head, route, cluster, settings, &reply).await,
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),

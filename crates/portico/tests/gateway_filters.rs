@@ -604,3 +604,74 @@ fn limits_cap_slow_connections_per_address() {
             == 1.0
     });
 }
+
+#[test]
+fn limits_on_bodies_a_function_or_an_h2_cluster_reads() {
+    let backend = portico_testkit::Backend::start_h2("h2app").unwrap();
+    let dir = temp_dir();
+    // A function that reads the whole body before it answers.
+    std::fs::write(
+        dir.join("size.js"),
+        "export default { async fetch(request) { const t = await request.text(); return new Response(`read ${t.length}`); } };\n",
+    )
+    .unwrap();
+    let limits = "filters: [ { limits: { max_body_size: 1KiB, max_json_depth: 3 } } ]";
+    let yaml = config(
+        "",
+        &format!(
+            "functions:
+  size: {{ source: size.js }}
+routes:
+  - match: {{ path_prefix: /fn }}
+    function: size
+    {limits}
+  - match: {{ path_prefix: /echo }}
+    handler: echo
+    {limits}
+  - match: {{ path_prefix: /h2 }}
+    cluster: h2app
+    filters: [ {{ rewrite: {{ strip_prefix: /h2 }} }}, {{ limits: {{ max_body_size: 1KiB, max_json_depth: 3 }} }} ]
+clusters:
+  h2app:
+    protocol: h2
+    endpoints: [ {{ address: \"{}\" }} ]
+",
+            backend.addr
+        ),
+    );
+    let p = Portico::start_in(&dir, &yaml);
+    let kib = [b'x'; 512];
+    let json = ("content-type", "application/json");
+    // A function reads the body: within the limit it sees all of it; past it the client gets 413, or 400 for
+    // a JSON body nesting too deep (HTTP/1.1 chunked, HTTP/2 without a length).
+    let r = chunked(p.addr, "/fn/a", "", &[&kib, &kib]);
+    assert_eq!((r.status, r.text().as_str()), (200, "read 1024"));
+    let r = chunked(p.addr, "/fn/a", "", &[&kib, &kib, b"!"]);
+    assert_eq!(r.status, 413, "{}", r.text());
+    // Over HTTP/2 with a declared length (a function reads no body that streams without one: see the report
+    // of this branch), the depth is found as the function reads.
+    let (status, body) =
+        h2_streamed(p.addr, "/fn/a", &[json, ("content-length", "8")], vec![b"[[[".to_vec(), b"[]]]]".to_vec()]);
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    let (status, body) =
+        h2_streamed(p.addr, "/fn/a", &[json, ("content-length", "6")], vec![b"[[[".to_vec(), b"]]]".to_vec()]);
+    assert_eq!((status, &body[..]), (200, &b"read 6"[..]));
+    let r = request(p.addr, Proto::H1, "POST", "t", "/fn/a", &[json], b"[[[[]]]]");
+    assert_eq!(r.status, 400, "{}", r.text());
+    // `echo` answers before it reads: a body refused later cuts its answer off (no complete 200).
+    let (status, _) = h2_streamed(p.addr, "/echo/a", &[], vec![kib.to_vec(), kib.to_vec()]);
+    assert_eq!(status, 200);
+    let (_, body) = h2_streamed(p.addr, "/echo/a", &[], vec![kib.to_vec(), kib.to_vec(), b"!".to_vec()]);
+    assert!(body.len() < 1025, "the whole body was echoed");
+    // An HTTP/2 cluster, from HTTP/2 clients (the stream's body goes straight upstream) and HTTP/1.1 ones.
+    let (status, body) = h2_streamed(p.addr, "/h2/echo", &[], vec![kib.to_vec(), kib.to_vec()]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (status, body) = h2_streamed(p.addr, "/h2/echo", &[], vec![kib.to_vec(), kib.to_vec(), b"!".to_vec()]);
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
+    let (status, _) = h2_streamed(p.addr, "/h2/echo", &[json], vec![b"[[[".to_vec(), b"[]]]]".to_vec()]);
+    assert_eq!(status, 400);
+    let r = chunked(p.addr, "/h2/echo", "", &[&kib, &kib, b"!"]);
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = chunked(p.addr, "/h2/echo", "", &[&kib]);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
