@@ -13,9 +13,17 @@ sets the cluster's `pool.pipeline_depth`, and `--pipelined M` has each HTTP/1.1 
 to a temporary file). `--peers nginx,haproxy` counts the peers set up the
 same way (one worker, upstream keep-alive), in the same run.
 
+Compression: `--json-response N` has the backend answer N bytes of JSON (`application/json`, with its length)
+instead of 100 B, `--accept-encoding VALUE` sends that `Accept-Encoding` with every request, and `--gzip-level L`
+turns nginx's `gzip` on at level L for JSON (`gzip_proxied any`, the same 1 KiB minimum as Portico's
+`compress`); Portico's filter comes with `--route-extra`.
+
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
     python3 bench/instructions.py --protocol h2 --binary portico=target/release/portico --peers nginx,haproxy
     python3 bench/instructions.py --protocol h1 --pipeline-depth 16 --pipelined 8 --binary after=target/release/portico
+    python3 bench/instructions.py --protocol h1 --requests 100,600 --json-response 65536 --accept-encoding gzip \
+        --gzip-level 5 --peers nginx --binary portico=target/release/portico \
+        --route-extra '    filters: [ { compress: { encodings: [gzip], level: 5 } } ]'
 """
 import argparse
 import os
@@ -47,6 +55,8 @@ def start_backend(work):
     # With request bodies, nginx's `return` would answer before reading the body (and read it after): a
     # real upstream reads it first. So bodies go through a second nginx server, whose proxying reads them whole.
     answer = f'return 200 "{"x" * 100}";'
+    if JSON_RESPONSE:
+        answer = f"root {work}; default_type application/json; try_files /response.json =404;"
     reads_body = f"proxy_pass http://127.0.0.1:{BACKEND_PORT + 2};" if BODY else answer
     conf = f"""worker_processes 1; daemon off; pid {work}/nginx.pid; error_log stderr error;
 events {{ worker_connections 1024; }}
@@ -62,6 +72,9 @@ http {{ access_log off; keepalive_requests 10000000; client_max_body_size 0; cli
 
 
 BODY = None  # with --body-size: the file h2load POSTs with every request
+JSON_RESPONSE = False  # with --json-response: the backend answers response.json
+ACCEPT_ENCODING = None  # with --accept-encoding: sent with every request
+GZIP_LEVEL = 0  # with --gzip-level: nginx compresses JSON at this level
 
 
 def load(requests, protocol, pipelined=1):
@@ -72,6 +85,8 @@ def load(requests, protocol, pipelined=1):
     args = ["h2load", "-n", str(requests), "-c", "8", "-m", str(pipelined)]
     if BODY:
         args += ["-d", BODY]
+    if ACCEPT_ENCODING:
+        args += ["-H", f"accept-encoding: {ACCEPT_ENCODING}"]
     if protocol == "h1":
         args.append("--h1")
     args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
@@ -120,9 +135,11 @@ def peer_command(peer, protocol, work):
     gracefully (so that callgrind writes its totals)."""
     if peer == "nginx":
         h2 = " http2" if protocol == "h2" else ""
+        gzip = (f"gzip on; gzip_comp_level {GZIP_LEVEL}; gzip_types application/json; gzip_proxied any; "
+                f"gzip_min_length 1024; gzip_vary on;" if GZIP_LEVEL else "")
         conf = f"""worker_processes 1; daemon off; master_process off; pid {work}/peer.pid; error_log stderr error;
 events {{ worker_connections 1024; }}
-http {{ access_log off; keepalive_requests 10000000;
+http {{ access_log off; keepalive_requests 10000000; {gzip}
   upstream be {{ server 127.0.0.1:{BACKEND_PORT}; keepalive 64; }}
   server {{ listen 127.0.0.1:{PROXY_PORT}{h2};
     location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
@@ -173,6 +190,24 @@ def count_peer(peer, requests, protocol, work):
     raise SystemExit(f"no totals in {peer}'s callgrind output")
 
 
+def json_document(size):
+    """`size` bytes of JSON like an API's list answer: records with ids, names, flags and timestamps."""
+    out, i = ["["], 0
+    length = 1
+    while True:
+        item = (f'{{"id":{i},"name":"user {i * 7919 % 10007}","email":"user{i * 31 % 997}@example.com",'
+                f'"active":{str(i % 3 != 0).lower()},"score":{i * 37 % 1000 / 10},"created":"2026-11-{1 + i % 28:02d}T'
+                f'{i % 24:02d}:{i * 7 % 60:02d}:00Z"}}')
+        if length + len(item) + 2 > size:
+            break
+        out.append(("," if i else "") + item)
+        length += len(item) + (1 if i else 0)
+        i += 1
+    out.append("]")
+    text = "".join(out)
+    return (text + " " * (size - len(text))).encode()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", action="append", default=[], help="NAME=PATH of a portico binary")
@@ -182,6 +217,9 @@ def main():
     ap.add_argument("--body-size", type=int, default=0, help="POST a body of this many bytes with every request")
     ap.add_argument("--route-extra", default="", help="YAML lines added under the route (indented 4 spaces)")
     ap.add_argument("--pipeline-depth", type=int, default=0, help="the cluster's pool.pipeline_depth (0: unset)")
+    ap.add_argument("--json-response", type=int, default=0, help="the backend answers this many bytes of JSON")
+    ap.add_argument("--accept-encoding", default="", help="the Accept-Encoding every request sends")
+    ap.add_argument("--gzip-level", type=int, default=0, help="nginx's gzip_comp_level (0: gzip off)")
     ap.add_argument("--pipelined", type=int, default=1,
                     help="requests each connection pipelines (h2load -m; HTTP/2: concurrent streams)")
     a = ap.parse_args()
@@ -195,6 +233,12 @@ def main():
         BODY = f"{work}/body"
         with open(BODY, "wb") as f:
             f.write(b"b" * a.body_size)
+    global JSON_RESPONSE, ACCEPT_ENCODING, GZIP_LEVEL
+    ACCEPT_ENCODING, GZIP_LEVEL = a.accept_encoding or None, a.gzip_level
+    if a.json_response:
+        JSON_RESPONSE = True
+        with open(f"{work}/response.json", "wb") as f:
+            f.write(json_document(a.json_response))
     backend = start_backend(work)
     try:
         print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections, "
