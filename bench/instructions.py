@@ -239,6 +239,9 @@ def main():
         JSON_RESPONSE = True
         with open(f"{work}/response.json", "wb") as f:
             f.write(json_document(a.json_response))
+        # nginx's workers run unprivileged: they must be able to read it.
+        os.chmod(work, 0o755)
+        os.chmod(f"{work}/response.json", 0o644)
     backend = start_backend(work)
     try:
         print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections, "
