@@ -218,7 +218,7 @@ impl Write for Sink {
 
 /// A decoder of one of the codings, bounded by `max` decoded bytes.
 pub(crate) enum Decoder {
-    Gzip(flate2::write::MultiGzDecoder<Sink>),
+    Gzip(Box<flate2::write::MultiGzDecoder<Sink>>),
     Brotli(Box<brotli::DecompressorWriter<Sink>>),
     Zstd(zstd::stream::write::Decoder<'static, Sink>),
 }
@@ -227,7 +227,7 @@ impl Decoder {
     pub fn new(coding: Coding, max: u64) -> io::Result<Decoder> {
         let sink = Sink { buf: Vec::with_capacity(OUTPUT_CHUNK), total: 0, max };
         Ok(match coding {
-            Coding::Gzip => Decoder::Gzip(flate2::write::MultiGzDecoder::new(sink)),
+            Coding::Gzip => Decoder::Gzip(Box::new(flate2::write::MultiGzDecoder::new(sink))),
             Coding::Brotli => Decoder::Brotli(Box::new(brotli::DecompressorWriter::new(sink, 4096))),
             Coding::Zstd => {
                 let mut decoder = zstd::stream::write::Decoder::new(sink)?;
