@@ -17,6 +17,10 @@ measured from /proc: CPU per request (user + system of all its threads), request
 
     python3 bench/functions.py --portico /path/to/portico --requests 30000 --runs 3
     python3 bench/functions.py --cold-start 10 --idle-memory 1,10,50 --scenarios none
+    python3 bench/functions.py --callgrind --requests 2000 --runs 2 --scenarios static,hello,parse,fetch
+
+--callgrind: Portico alone under `valgrind --tool=callgrind`, user-space instructions per request (repeatable
+where CPU time is not); --keep-profile DIR keeps each scenario's profile for callgrind_annotate.
 
 --cold-start N: Portico's first request after a reload, N times (the function's file rewritten, SIGHUP, 300 ms, then
 the first request timed on a new connection, and the next one as the warm reference), and N times racing the reload
@@ -60,12 +64,16 @@ def free_port():
 PORTS = {name: free_port() for name in ("portico", "deno", "bun", "workerd")}
 BACKEND_PORT, COLD_PORT, MEM_PORT = free_port(), free_port(), free_port()
 SCENARIOS = {
+    "static": dict(file="static.js", path="/static", static=True,
+                   desc="GET, a fixed text (Portico: a `static:` route, no JavaScript): the HTTP path alone"),
     "hello": dict(file="hello.js", path="/hello?name=bench", desc="GET, `Response.json` from the URL's query"),
     "parse": dict(file="parse.js", path="/order", post=True, desc="POST of a 4 KiB JSON body, parsed and summed"),
     "fetch": dict(file="fetch.js", path="/products", backend=True,
                   desc="GET, fetch of a 1.5 KiB JSON list from nginx, filtered and reshaped"),
 }
 CPU_SERVER, CPU_LOAD = "0", "1"
+# Under callgrind the function's top-level code runs some 50 times slower than its default 1 s allows.
+STARTUP = ""
 
 
 # ---------------------------------------------------------------------------------------------------- runtimes
@@ -150,14 +158,16 @@ http {{
 # ---------------------------------------------------------------------------------------------- servers
 def portico_config(work, scenario, handler):
     conf = os.path.join(work, f"portico-{scenario}.yaml")
+    target = ('static: { body: "hello\\n", headers: { content-type: text/plain } }'
+              if SCENARIOS[scenario].get("static") else "function: bench")
     with open(conf, "w") as f:
         f.write(f"""workers: 1
 log: {{ level: error }}
 listeners: [ {{ name: web, address: "127.0.0.1:{PORTS['portico']}" }} ]
 functions:
-  bench: {{ source: "{handler}", env: {{ GREETING: Hello, API: "http://api" }} }}
+  bench: {{ source: "{handler}", env: {{ GREETING: Hello, API: "http://api" }}{STARTUP} }}
 routes:
-  - {{ function: bench }}
+  - {{ {target} }}
 clusters:
   api: {{ endpoints: [ {{ address: "127.0.0.1:{BACKEND_PORT}" }} ] }}
 """)
@@ -269,7 +279,7 @@ def check_answer(port, scenario, work):
     conn.close()
     if resp.status != 200:
         raise RuntimeError(f"{scenario}: {resp.status} {data[:300]!r}")
-    return json.loads(data)
+    return data.decode() if sc.get("static") else json.loads(data)
 
 
 def measure(a, work, proc, port, scenario):
@@ -285,6 +295,45 @@ def measure(a, work, proc, port, scenario):
     threads = sum(len(os.listdir(f"/proc/{p}/task")) for p in pids if os.path.exists(f"/proc/{p}/task"))
     return {"rps": a.requests / seconds, "cpu_us": cpu_us, "user_us": user_us, "p50_ms": p50, "p99_ms": p99,
             "rss_mib": run.Bench.rss_kib(pids) / 1024, "threads": threads}
+
+
+# ------------------------------------------------------------------------------------------- callgrind
+def callgrind_total(out):
+    """The instructions of the last dump of `out` (callgrind_control -d writes OUT.1, OUT.2, ...)."""
+    d, base = os.path.dirname(out), os.path.basename(out)
+    dumps = sorted((f for f in os.listdir(d) if f.startswith(base + ".")), key=lambda f: int(f.rsplit(".", 1)[1]))
+    with open(os.path.join(d, dumps[-1])) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dumps[-1]}")
+
+
+def callgrind(a, work, scenario, run_number):
+    """User-space instructions per request of Portico (one worker) under callgrind: warmed up with 300 requests,
+    counters zeroed, --requests requests over 4 connections, dumped; the dump's total divided by the requests.
+    Repeatable to well under 1% where CPU time on a shared machine swings 5-20%."""
+    handler = os.path.join(HANDLERS, SCENARIOS[scenario]["file"])
+    out = os.path.join(work, f"callgrind-{scenario}-{run_number}.out")
+    # (Instrumented only once it serves: start-up under full instrumentation is some 50 times slower.)
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", a.portico, "run",
+           "-c", portico_config(work, scenario, handler)]
+    errors = os.path.join(work, f"callgrind-{scenario}.err")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(errors, "w"))
+    try:
+        try:
+            run.wait_port(PORTS["portico"], timeout=120)
+        except RuntimeError:
+            raise SystemExit("portico under callgrind did not start:\n" + open(errors).read()[-3000:])
+        check_answer(PORTS["portico"], scenario, work)
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        load(a, work, PORTS["portico"], scenario, 300, 4)
+        subprocess.run(["callgrind_control", "-z", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        load(a, work, PORTS["portico"], scenario, a.requests, 4)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        return callgrind_total(out) / a.requests, out
+    finally:
+        stop(proc)
 
 
 # ------------------------------------------------------------------------------------ cold start, memory
@@ -456,6 +505,10 @@ def main():
     ap.add_argument("--cold-start", type=int, default=0, metavar="N", help="Portico: N reloads, first request timed")
     ap.add_argument("--idle-memory", default="", metavar="N,N,...", help="Portico: RSS with N functions called once")
     ap.add_argument("--json", help="write the raw numbers here")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="Portico only: user-space instructions per request under callgrind (--requests of them, "
+                         "e.g. 2000), --runs times; the last run's profile is kept in --keep-profile")
+    ap.add_argument("--keep-profile", metavar="DIR", help="with --callgrind: copy each scenario's last dump here")
     a = ap.parse_args()
     if not shutil.which("h2load"):
         raise SystemExit("needs h2load (apt-get install nghttp2-client)")
@@ -473,6 +526,28 @@ def main():
            "memory_workerd": None}
     results = {(sc, s): [] for sc in scenarios for s in servers}
     backend = start_backend(work, a.pin) if any(SCENARIOS[s].get("backend") for s in scenarios) else None
+    if a.callgrind:
+        global STARTUP
+        STARTUP = ", limits: { startup: 120s }"
+        try:
+            print("| scenario | instructions per request (each run) | median |\n|---|---|---|")
+            for sc in scenarios:
+                counts = []
+                for r in range(a.runs):
+                    n, out = callgrind(a, work, sc, r)
+                    counts.append(n)
+                    if a.keep_profile and r == a.runs - 1:
+                        os.makedirs(a.keep_profile, exist_ok=True)
+                        last = max((f for f in os.listdir(work) if f.startswith(os.path.basename(out) + ".")),
+                                   key=lambda f: int(f.rsplit(".", 1)[1]))
+                        shutil.copy(os.path.join(work, last), os.path.join(a.keep_profile, f"callgrind-{sc}.out"))
+                print(f"| {sc} | {', '.join(f'{c:,.0f}' for c in counts)} | {statistics.median(counts):,.0f} |",
+                      flush=True)
+        finally:
+            if backend:
+                stop(backend)
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         for r in range(a.runs if scenarios else 0):
             for sc in scenarios:

@@ -11,7 +11,9 @@ sets the cluster's `pool.pipeline_depth`, and `--pipelined M` has each HTTP/1.1 
 (h2load `-m`; with `--protocol h2`, M concurrent streams). `--body-size N` POSTs N bytes with every request
 (with Content-Length; past 64 KiB Portico's request buffering and nginx's `client_body_buffer_size` write it
 to a temporary file). `--peers nginx,haproxy` counts the peers set up the
-same way (one worker, upstream keep-alive), in the same run.
+same way (one worker, upstream keep-alive), in the same run. `--admin` gives Portico its admin address (the
+dashboard's sampler then runs, once a second), and `--sse-clients N` keeps N dashboard pages' live updates
+(`/admin/events`) open and read for the whole run: what open dashboards cost per request.
 
 Compression: `--json-response N` has the backend answer N bytes of JSON (`application/json`, with its length)
 instead of 100 B, `--accept-encoding VALUE` sends that `Accept-Encoding` with every request, and `--gzip-level L`
@@ -21,6 +23,7 @@ turns nginx's `gzip` on at level L for JSON (`gzip_proxied any`, the same 1 KiB 
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
     python3 bench/instructions.py --protocol h2 --binary portico=target/release/portico --peers nginx,haproxy
     python3 bench/instructions.py --protocol h1 --pipeline-depth 16 --pipelined 8 --binary after=target/release/portico
+    python3 bench/instructions.py --protocol h1 --admin --sse-clients 10 --binary portico=target/release/portico
     python3 bench/instructions.py --protocol h1 --requests 100,600 --json-response 65536 --accept-encoding gzip \
         --gzip-level 5 --peers nginx --binary portico=target/release/portico \
         --route-extra '    filters: [ { compress: { encodings: [gzip], level: 5 } } ]'
@@ -36,8 +39,12 @@ import sys
 import tempfile
 import time
 
-BACKEND_PORT = 18280
-PROXY_PORT = 18281
+# PORTICO_BENCH_PORT_BASE moves every port (two runs on one machine must not share them).
+BACKEND_PORT = int(os.environ.get("PORTICO_BENCH_PORT_BASE", "18280"))
+PROXY_PORT = BACKEND_PORT + 1
+ADMIN_PORT = BACKEND_PORT + 3
+ADMIN = False
+SSE_CLIENTS = 0
 
 
 def wait_port(port, timeout=60.0):
@@ -96,11 +103,45 @@ def load(requests, protocol, pipelined=1):
         raise SystemExit(f"h2load did not complete every request:\n{done.stdout}")
 
 
+class LivePages:
+    """`n` dashboard pages' live updates: connections to /admin/events, read until stopped. Returns the updates
+    (server-sent events) they received."""
+
+    def __init__(self, n):
+        import threading
+        self.stop = threading.Event()
+        self.events = [0] * n
+        self.threads = [threading.Thread(target=self.follow, args=(i,), daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def follow(self, i):
+        s = socket.create_connection(("127.0.0.1", ADMIN_PORT), timeout=60)
+        s.sendall(b"GET /admin/events HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
+        s.settimeout(0.5)
+        while not self.stop.is_set():
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            self.events[i] += data.count(b"data: ")
+        s.close()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        return sum(self.events)
+
+
 def count(binary, requests, protocol, route_extra, work, pipeline_depth=0, pipelined=1):
     """Total instructions (Ir) of a Portico run that served `requests` requests."""
     pool = f", pool: {{ pipeline_depth: {pipeline_depth} }}" if pipeline_depth else ""
+    admin = f'admin: {{ address: "127.0.0.1:{ADMIN_PORT}" }}\n' if ADMIN else ""
     conf = f"""workers: 1
-log: {{ level: error }}
+{admin}log: {{ level: error }}
 listeners: [ {{ name: web, address: "127.0.0.1:{PROXY_PORT}" }} ]
 routes:
   - cluster: be
@@ -116,10 +157,23 @@ clusters:
         os.remove(out)
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "run", "-c", path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pages = None
     try:
         wait_port(PROXY_PORT)
+        if ADMIN:
+            wait_port(ADMIN_PORT)
+        if SSE_CLIENTS:
+            pages = LivePages(SSE_CLIENTS)
+            time.sleep(3)  # the pages are following before the load starts
+        started = time.time()
         load(requests, protocol, pipelined)
+        if pages:
+            took = time.time() - started
+            print(f"  ({requests} requests in {took:.1f} s under callgrind; {SSE_CLIENTS} pages got "
+                  f"{pages.finish()} updates in all)", file=sys.stderr)
     finally:
+        if pages:
+            pages.finish()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     with open(out) as f:
@@ -222,7 +276,13 @@ def main():
     ap.add_argument("--gzip-level", type=int, default=0, help="nginx's gzip_comp_level (0: gzip off)")
     ap.add_argument("--pipelined", type=int, default=1,
                     help="requests each connection pipelines (h2load -m; HTTP/2: concurrent streams)")
+    ap.add_argument("--admin", action="store_true", help="give Portico an admin address (the dashboard's sampler runs)")
+    ap.add_argument("--sse-clients", type=int, default=0,
+                    help="dashboard pages following /admin/events during the run (implies --admin)")
     a = ap.parse_args()
+    global ADMIN, SSE_CLIENTS
+    SSE_CLIENTS = a.sse_clients
+    ADMIN = a.admin or a.sse_clients > 0
     for tool in ("valgrind", "nginx", "h2load") + (("haproxy",) if "haproxy" in a.peers else ()):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is needed (apt-get install valgrind nginx nghttp2-client haproxy)")
@@ -246,6 +306,7 @@ def main():
     try:
         print(f"| binary | protocol | instructions per request ({n1} and {n2} requests, 8 connections, "
               f"{a.pipelined} in flight on each, pipeline_depth {a.pipeline_depth}"
+              f"{', admin address' if ADMIN else ''}{f', {SSE_CLIENTS} live dashboard pages' if SSE_CLIENTS else ''}"
               f"{f', POSTs of {a.body_size} bytes' if a.body_size else ''}) |")
         print("|---|---|---|")
         for spec in a.binary:

@@ -20,7 +20,8 @@ Portico with one worker) are pinned to CPU 0 and the load generator to the other
 Reports per scenario and broker: delivered messages per second, broker CPU microseconds per delivered message
 (utime+stime of the broker's threads from /proc, read at the load generator's START and END lines), p50/p99
 end-to-end latency, and Portico/Mosquitto ratios. Medians of the runs, with the spread. Idle memory: RSS of the
-broker with N connected clients, each with one subscription, that do nothing.
+broker with N connected clients, each with one subscription, that do nothing, read `--idle-wait` seconds (15) after
+the last one subscribed.
 
 `--callgrind` runs each broker under `valgrind --tool=callgrind` and reports, instead of CPU time, the broker's
 user-space instructions per delivered message between the load generator's START and END lines (zeroed and
@@ -49,6 +50,7 @@ TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
 PORTICO = os.path.join(TARGET, "release", "portico")
 LOAD = os.path.join(TARGET, "release", "mqtt-load")
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+MQTT_EXTRA = ""
 TICK = os.sysconf("SC_CLK_TCK")
 
 # name: load generator arguments, description
@@ -115,8 +117,12 @@ def start_broker(name, work, port, pin):
             f.write(f"workers: {workers}\nlog: {{ level: error }}\n"
                     f'listeners:\n  - {{ name: mqtt, address: "127.0.0.1:{port}", protocol: mqtt, '
                     "limits: { max_connections: 30000 } }\n")
+            if name.endswith("+persist") or MQTT_EXTRA:
+                f.write("mqtt:\n")
             if name.endswith("+persist"):
-                f.write(f"mqtt:\n  persistence: {{ path: {d}/store, fsync: true }}\n")
+                f.write(f"  persistence: {{ path: {d}/store, fsync: true }}\n")
+            if MQTT_EXTRA:
+                f.write(f"  {MQTT_EXTRA}\n")
         args = [PORTICO, "run", "-c", conf]
     if CALLGRIND:
         args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/callgrind.out"] + args
@@ -197,7 +203,7 @@ def idle_memory(a, name, work, port, pin, load_pin):
         lp = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = lp.stdout.readline().split()
         connected = int(line[1]) if line and line[0] == "READY" else 0
-        time.sleep(2)
+        time.sleep(a.idle_wait)
         after = run.Bench.rss_kib(pids)
         lp.stdin.close()
         lp.wait(30)
@@ -228,6 +234,11 @@ def main():
     ap.add_argument("--warmup", type=float, default=2)
     ap.add_argument("--load-threads", type=int, default=1, help="tokio worker threads of the load generator")
     ap.add_argument("--idle", type=int, default=10000, help="idle clients for the memory test (0: skip it)")
+    ap.add_argument("--mqtt-extra", default="",
+                    help="a YAML line added under Portico's `mqtt:` section, e.g. 'limits: { park_after: 0s }'")
+    ap.add_argument("--idle-wait", type=float, default=15,
+                    help="seconds between the last SUBACK and reading the RSS (Portico parks a connection idle for "
+                         "mqtt.limits.park_after, 10 s by default; the same wait for every broker)")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--portico", help="the portico binary to run (default: $CARGO_TARGET_DIR/release/portico)")
     ap.add_argument("--load", help="the mqtt-load binary (default: $CARGO_TARGET_DIR/release/mqtt-load)")
@@ -237,9 +248,10 @@ def main():
     a = ap.parse_args()
     global CALLGRIND
     CALLGRIND = a.callgrind
-    global PORTICO, LOAD
+    global PORTICO, LOAD, MQTT_EXTRA
     PORTICO = a.portico or PORTICO
     LOAD = a.load or LOAD
+    MQTT_EXTRA = a.mqtt_extra
     if not a.no_build:
         build()
     run.raise_fd_limit()

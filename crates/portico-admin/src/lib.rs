@@ -1,19 +1,28 @@
-//! The admin server, on a thread of its own: `/metrics` (Prometheus), `/health` (liveness), `/ready`
-//! (readiness), `/admin/clusters`, `/admin/config`, `/admin/reload`, `/admin/process`, `/admin/upgrade`. Served
-//! with hyper; the proxy's own codec is for the data path only.
+//! The admin server, on a thread of its own: the dashboard (`/`, its files under `/dashboard/`, live over
+//! `/admin/events`), `/metrics` (Prometheus), `/health` (liveness), `/ready` (readiness), `/admin/clusters`,
+//! `/admin/config`, `/admin/reload`, `/admin/process`, `/admin/upgrade` and the rest of the JSON API. Served with
+//! hyper; the proxy's own codec is for the data path only.
 
+mod assets;
+pub mod auth;
+mod dashboard;
+pub mod history;
 mod metrics;
+pub mod series;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use portico_core::stats::Global;
-use portico_core::view::PlaneView;
+use portico_core::view::{ActionError, PlaneView};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+pub use dashboard::Dashboard;
+pub use history::Attempt;
 
 pub use metrics::render as render_metrics;
 pub use portico_core::metrics_merge::merge_metrics;
@@ -38,6 +47,10 @@ pub struct AdminState {
     pub workers: Option<GatherFn>,
     /// The release and the commit this binary was built from, for `GET /admin/process`.
     pub version: &'static str,
+    /// The admin token state-changing requests must carry (`admin.token`), and the refusals so far.
+    pub guard: auth::Guard,
+    /// The dashboard's charts, reload history and live pages.
+    pub dashboard: Dashboard,
 }
 
 pub use portico_core::processes::GatherFn;
@@ -57,6 +70,17 @@ impl AdminState {
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         *status = ReloadStatus { at_ms: Some(now), ok: result.is_ok(), error: result.as_ref().err().cloned() };
+    }
+
+    /// Records a reload attempt with what it changed, for `/admin/reload`, the metrics and the reload history.
+    pub fn record_reload_attempt(&self, attempt: Attempt) {
+        let result = match &attempt.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        };
+        self.record_reload(&result);
+        let at_ms = self.last_reload.lock().unwrap_or_else(|p| p.into_inner()).at_ms.unwrap_or(0);
+        self.dashboard.history.lock().unwrap_or_else(|p| p.into_inner()).add(at_ms, attempt);
     }
 
     fn reload_ok(&self) -> bool {
@@ -80,9 +104,10 @@ pub fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io
         };
         runtime.block_on(async move {
             let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+            tokio::spawn(dashboard::sample_every_second(state.clone()));
             loop {
-                let stream = match listener.accept().await {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off instead of spinning.
                         tracing::warn!("admin accept failed: {e}");
@@ -92,7 +117,7 @@ pub fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io
                 };
                 let state = state.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(req, state.clone()));
+                    let svc = hyper::service::service_fn(move |req| handle(req, state.clone(), peer));
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
                 });
@@ -101,8 +126,11 @@ pub fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io
     })
 }
 
-fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(body.into()));
+/// A response's body: whole, or the live updates of `/admin/events`.
+type Body = Either<Full<Bytes>, dashboard::LiveBody>;
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Either::Left(Full::new(body.into())));
     *r.status_mut() = status;
     if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
         r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
@@ -110,13 +138,79 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
     r
 }
 
-fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
+fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
     reply(status, "application/json", format!("{v:#}\n"))
 }
 
-async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// What every answer of the admin server carries: nothing of it may be framed or run scripts from elsewhere.
+const SECURITY_HEADERS: [(&str, &str); 5] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+         font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("cross-origin-resource-policy", "same-origin"),
+];
+
+async fn handle(
+    req: Request<Incoming>,
+    state: Arc<AdminState>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, Infallible> {
+    let mut response = route(req, state, peer).await;
+    let headers = response.headers_mut();
+    for (name, value) in SECURITY_HEADERS {
+        headers.insert(name, hyper::header::HeaderValue::from_static(value));
+    }
+    if !headers.contains_key(hyper::header::CACHE_CONTROL) {
+        headers.insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
+    }
+    Ok(response)
+}
+
+/// The JSON body of a POST, at most 64 KiB; an empty body is `{}`.
+async fn json_body(req: Request<Incoming>) -> Result<serde_json::Value, Response<Body>> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(req.into_body(), 64 * 1024);
+    let bytes = match limited.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return Err(json(StatusCode::BAD_REQUEST, serde_json::json!({ "ok": false, "error": e.to_string() })))
+        }
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::json!({}));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        json(StatusCode::BAD_REQUEST, serde_json::json!({ "ok": false, "error": format!("the body is not JSON: {e}") }))
+    })
+}
+
+async fn route(req: Request<Incoming>, state: Arc<AdminState>, peer: SocketAddr) -> Response<Body> {
     let path = req.uri().path().to_string();
-    let response = match (req.method(), path.as_str()) {
+    if req.method() == Method::POST {
+        if let Err(refusal) = state.guard.check(req.headers(), peer, &path) {
+            let mut r = json(StatusCode::UNAUTHORIZED, serde_json::json!({ "ok": false, "error": refusal.message() }));
+            if refusal == auth::Refusal::Origin {
+                *r.status_mut() = StatusCode::FORBIDDEN;
+            } else {
+                r.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    hyper::header::HeaderValue::from_static("Bearer realm=\"portico admin\""),
+                );
+            }
+            return r;
+        }
+    }
+    if req.method() == Method::GET || req.method() == Method::HEAD {
+        if let Some(asset) = assets::find(&path) {
+            return reply(StatusCode::OK, asset.content_type, Bytes::from_static(asset.body));
+        }
+    }
+    match (req.method(), path.as_str()) {
         (&Method::GET, "/health") => reply(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/ready") => {
             if state.ready.load(Ordering::SeqCst) {
@@ -127,6 +221,7 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         }
         (&Method::GET, "/metrics") => {
             let mut text = metrics::render(&state.planes, &state.global, state.reload_ok());
+            state.guard.render(&mut text);
             if let Some(gather) = state.workers.clone() {
                 // The worker processes answer over blocking sockets: off the admin runtime.
                 let theirs = tokio::task::spawn_blocking(move || gather("metrics")).await.unwrap_or_default();
@@ -134,17 +229,50 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
             }
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
-        (&Method::GET, "/admin/clusters") => {
-            let first = match state.workers.clone() {
-                Some(gather) => tokio::task::spawn_blocking(move || gather("clusters"))
-                    .await
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find_map(|answer| serde_json::from_str(&answer).ok()),
-                None => None,
+        (&Method::GET, "/admin/clusters") => json(StatusCode::OK, dashboard::clusters(&state).await),
+        (&Method::GET, "/admin/errors") => json(StatusCode::OK, dashboard::errors(&state).await),
+        (&Method::GET, "/admin/listeners" | "/admin/functions") => {
+            let name = &path["/admin/".len()..];
+            match state.planes.iter().find_map(|p| p.admin_view(name)) {
+                Some(view) => json(StatusCode::OK, view),
+                None => {
+                    json(StatusCode::NOT_FOUND, serde_json::json!({ "error": format!("no {name} in this process") }))
+                }
+            }
+        }
+        (&Method::GET, "/admin/overview") => json(StatusCode::OK, dashboard::overview(&state).await),
+        (&Method::GET, "/admin/series") => {
+            // Compact: 15 minutes of every series is large enough as it is.
+            let series = state.dashboard.series.lock().unwrap_or_else(|p| p.into_inner()).to_json();
+            reply(StatusCode::OK, "application/json", format!("{series}\n"))
+        }
+        (&Method::GET, "/admin/reloads") => {
+            let history = state.dashboard.history.lock().unwrap_or_else(|p| p.into_inner()).to_json();
+            json(StatusCode::OK, history)
+        }
+        (&Method::GET, "/admin/events") => dashboard::events(&state).await,
+        (&Method::POST, "/admin/endpoints/drain" | "/admin/endpoints/enable") => {
+            let args = match json_body(req).await {
+                Ok(args) => args,
+                Err(refused) => return refused,
             };
-            let own = || state.planes.iter().find_map(|p| p.admin_view("clusters"));
-            json(StatusCode::OK, first.or_else(own).unwrap_or_else(|| serde_json::json!({ "clusters": [] })))
+            let name = &path["/admin/".len()..];
+            if state.workers.is_some() {
+                return json(
+                    StatusCode::CONFLICT,
+                    serde_json::json!({ "ok": false, "error": "draining endpoints is not available with worker processes (process_model: multi_process)" }),
+                );
+            }
+            match state.planes.iter().find_map(|p| p.act(name, &args)) {
+                Some(Ok(done)) => json(StatusCode::OK, serde_json::json!({ "ok": true, "endpoint": done })),
+                Some(Err(ActionError::Invalid(e))) => {
+                    json(StatusCode::BAD_REQUEST, serde_json::json!({ "ok": false, "error": e }))
+                }
+                Some(Err(ActionError::NotFound(e))) => {
+                    json(StatusCode::NOT_FOUND, serde_json::json!({ "ok": false, "error": e }))
+                }
+                None => json(StatusCode::NOT_FOUND, serde_json::json!({ "ok": false, "error": "no HTTP plane" })),
+            }
         }
         // The broker's state: connections, sessions, subscriptions, retained messages, its store.
         (&Method::GET, "/admin/mqtt") => match state.planes.iter().find_map(|p| p.admin_view("mqtt")) {
@@ -194,17 +322,37 @@ async fn handle(req: Request<Incoming>, state: Arc<AdminState>) -> Result<Respon
         },
         (
             _,
-            "/health" | "/ready" | "/metrics" | "/admin/clusters" | "/admin/mqtt" | "/admin/config" | "/admin/reload"
-            | "/admin/process" | "/admin/upgrade",
+            "/health"
+            | "/ready"
+            | "/metrics"
+            | "/admin/clusters"
+            | "/admin/mqtt"
+            | "/admin/config"
+            | "/admin/reload"
+            | "/admin/process"
+            | "/admin/upgrade"
+            | "/admin/listeners"
+            | "/admin/errors"
+            | "/admin/functions"
+            | "/admin/overview"
+            | "/admin/series"
+            | "/admin/reloads"
+            | "/admin/events"
+            | "/admin/endpoints/drain"
+            | "/admin/endpoints/enable",
         ) => reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
+        _ if assets::find(&path).is_some() => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n")
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /health, /ready, /admin/clusters, /admin/mqtt, /admin/config, \
-             /admin/reload, /admin/process, POST /admin/reload, POST /admin/upgrade\n",
+            "not found; try / (the dashboard), /metrics, /health, /ready, /admin/clusters, /admin/listeners, \
+             /admin/errors, /admin/overview, /admin/series, /admin/events, /admin/reloads, /admin/functions, \
+             /admin/mqtt, /admin/config, /admin/reload, /admin/process, POST /admin/reload, POST /admin/upgrade, \
+             POST /admin/endpoints/drain, POST /admin/endpoints/enable\n",
         ),
-    };
-    Ok(response)
+    }
 }
 
 const SECRET_KEYS: [&str; 6] = ["password", "secret", "token", "api_key", "private_key", "passphrase"];

@@ -66,6 +66,8 @@ pub struct FunctionLimits {
     pub max_response: ByteSize,
     /// Largest request body a handler is given; past it: 413.
     pub max_request: ByteSize,
+    /// How long the file's top-level code may run when the configuration loads; past it the load fails.
+    pub startup: HumanDuration,
 }
 
 impl Default for FunctionLimits {
@@ -77,6 +79,7 @@ impl Default for FunctionLimits {
             memory: ByteSize(32 << 20),
             max_response: ByteSize(16 << 20),
             max_request: ByteSize(16 << 20),
+            startup: HumanDuration(std::time::Duration::from_secs(1)),
         }
     }
 }

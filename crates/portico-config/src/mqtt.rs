@@ -9,17 +9,6 @@ use std::time::Duration;
 const MQTT_MAX_PACKET: u64 = 268_435_460;
 
 pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&str, String, Option<&str>)) {
-    if cfg.process_model == ProcessModel::MultiProcess && !left_out.setting("process_model") {
-        for (i, l) in cfg.listeners.iter().enumerate() {
-            if l.protocol == ListenerProtocol::Mqtt {
-                err(
-                    &format!("listeners[{i}].protocol"),
-                    "MQTT listeners are served by one process's broker: not with `process_model: multi_process`".into(),
-                    Some("use `process_model: threads` (the default) for a configuration with MQTT listeners"),
-                );
-            }
-        }
-    }
     if left_out.setting("mqtt") {
         return;
     }
@@ -55,6 +44,7 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
         ("receive_maximum", l.receive_maximum, 1),
         ("max_inflight", l.max_inflight, 1),
         ("topic_alias_maximum", l.topic_alias_maximum, 0),
+        ("topic_aliases_to_clients", l.topic_aliases_to_clients, 0),
     ] {
         if value < min || value > u32::from(u16::MAX) {
             err(
@@ -91,6 +81,22 @@ pub(crate) fn validate(cfg: &Config, left_out: &LeftOut, err: &mut impl FnMut(&s
     }
     if l.connect_timeout.0.is_zero() {
         err("mqtt.limits.connect_timeout", "connect_timeout must be above 0".into(), Some("the default is 10s"));
+    }
+    if l.park_after.0 > Duration::from_secs(24 * 3600) {
+        err(
+            "mqtt.limits.park_after",
+            format!("park_after must be at most 1d, got {}", l.park_after),
+            Some("the default is 10s; 0s never parks"),
+        );
+    }
+    if let Some(info) = &mqtt.response_information {
+        if info.is_empty() || info.len() > 1024 || info.contains(['+', '#', '\0']) {
+            err(
+                "mqtt.response_information",
+                format!("response_information must be 1 to 1024 bytes without `+`, `#` or NUL, got {info:?}"),
+                Some("it is the base of the client's response topics, e.g. \"responses/%c\""),
+            );
+        }
     }
     let sys = mqtt.sys_interval.0;
     if sys.subsec_nanos() != 0 || sys.as_secs() > 24 * 3600 {
@@ -148,8 +154,10 @@ pub(crate) fn validate_routes(
         if multi_process {
             err(
                 &format!("routes[{i}].mqtt"),
-                "`mqtt: websocket` is served by one process's broker: not with `process_model: multi_process`".into(),
-                Some("use `process_model: threads` (the default) for a configuration with an MQTT broker"),
+                "`mqtt: websocket` is served by one process's broker: not with `process_model: multi_process` (its HTTP \
+                 listeners are served by every worker process, the broker runs in the first)"
+                    .into(),
+                Some("use `process_model: threads` (the default), or a `protocol: mqtt` listener"),
             );
         } else if !configured {
             err(
@@ -287,12 +295,11 @@ mod tests {
     }
 
     #[test]
-    fn mqtt_listeners_need_one_process_and_speak_no_http_alpn() {
+    fn mqtt_listeners_work_with_worker_processes_and_speak_no_http_alpn() {
         let p = problems(
             "process_model: multi_process\nlisteners:\n  - name: m\n    address: 127.0.0.1:8883\n    protocol: mqtt\n    tls: { certificates: [ { cert: a.pem, key: a.key } ], alpn: [mqtt, h2] }\n",
         );
-        assert_eq!(p.len(), 2, "{p:#?}");
-        assert!(p[0].starts_with("5:15 MQTT listeners are served by one process"), "{p:#?}");
-        assert!(p[1].contains("ALPN protocol \"h2\" on an MQTT listener"), "{p:#?}");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].contains("ALPN protocol \"h2\" on an MQTT listener"), "{p:#?}");
     }
 }

@@ -61,6 +61,36 @@ pub enum ProcessModel {
 pub struct Admin {
     /// `IP:PORT`, for example `127.0.0.1:9901`. Keep it on loopback or a private network: it can reload.
     pub address: String,
+    /// The bearer token every admin request that changes state must carry (`Authorization: Bearer TOKEN`):
+    /// reloads, upgrades, draining endpoints. Without one (and without `token_file`), they need none.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// A file holding the token (relative to the configuration file; one trailing newline is dropped).
+    #[serde(default)]
+    pub token_file: Option<String>,
+}
+
+impl Admin {
+    /// The token state-changing requests must carry, read now (`token`, or `token_file`'s content); `Ok(None)`
+    /// when none is configured.
+    pub fn read_token(&self, loaded: &crate::LoadedConfig) -> Result<Option<String>, String> {
+        match (&self.token, &self.token_file) {
+            (Some(_), Some(_)) => Err("give `token` or `token_file`, not both".into()),
+            (Some(token), None) if token.trim().is_empty() => Err("the admin token is empty".into()),
+            (Some(token), None) => Ok(Some(token.clone())),
+            (None, Some(file)) => {
+                let text = std::fs::read_to_string(loaded.resolve(file))
+                    .map_err(|e| format!("cannot read the admin token file {file}: {e}"))?;
+                let token = text.strip_suffix('\n').unwrap_or(&text);
+                let token = token.strip_suffix('\r').unwrap_or(token);
+                if token.trim().is_empty() {
+                    return Err(format!("the admin token file {file} is empty"));
+                }
+                Ok(Some(token.to_string()))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -175,6 +205,10 @@ pub struct Mqtt {
     /// How often the broker publishes its figures under `$SYS/broker/...` (Mosquitto's `sys_interval`); `0s`:
     /// never. Whole seconds.
     pub sys_interval: HumanDuration,
+    /// The Response Information a v5 client that sets Request Response Information in CONNECT gets in
+    /// CONNACK: the base of its response topics. `%c` is replaced by the client id, `%u` by the user name.
+    /// Unset (the default): none is sent.
+    pub response_information: Option<String>,
 }
 
 impl Default for Mqtt {
@@ -185,6 +219,7 @@ impl Default for Mqtt {
             auth: MqttAuth::default(),
             acl: Vec::new(),
             sys_interval: HumanDuration::secs(10),
+            response_information: None,
         }
     }
 }
@@ -291,8 +326,14 @@ pub struct MqttLimits {
     pub max_session_expiry: HumanDuration,
     /// Topic aliases a v5 client may define towards the broker.
     pub topic_alias_maximum: u32,
+    /// Topic aliases the broker defines towards a v5 client at most (also capped by the client's Topic Alias
+    /// Maximum); `0`: the broker always sends topic names.
+    pub topic_aliases_to_clients: u32,
     /// CONNECT must arrive within this long after the connection opens (after the TLS handshake).
     pub connect_timeout: HumanDuration,
+    /// A plain-TCP connection with nothing in progress for this long gives up its task and its registration
+    /// with the runtime (it is parked, and woken by its next packet or message). `0s`: never.
+    pub park_after: HumanDuration,
 }
 
 impl Default for MqttLimits {
@@ -306,7 +347,9 @@ impl Default for MqttLimits {
             max_keepalive: HumanDuration::secs(60),
             max_session_expiry: HumanDuration::secs(7 * 24 * 3600),
             topic_alias_maximum: 32,
+            topic_aliases_to_clients: 32,
             connect_timeout: HumanDuration::secs(10),
+            park_after: HumanDuration::secs(10),
         }
     }
 }

@@ -461,6 +461,9 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
         if f.limits.memory.0 < 1 << 20 {
             err(&format!("{base}.limits.memory"), "memory must be at least 1MiB".into(), Some("for example 32MiB"));
         }
+        if f.limits.startup.0 < std::time::Duration::from_millis(10) {
+            err(&format!("{base}.limits.startup"), "startup must be at least 10ms".into(), Some("for example 1s"));
+        }
     }
 
     for (name, c) in &cfg.clusters {
@@ -661,6 +664,11 @@ pub(crate) fn validate(loaded: &LoadedConfig, left_out: &crate::LeftOut) -> Vec<
                 "the admin address is also a listener's".into(),
                 Some("give the admin server its own port"),
             );
+        }
+        if let Err(message) = admin.read_token(loaded) {
+            let key =
+                if admin.token_file.is_some() && admin.token.is_none() { "admin.token_file" } else { "admin.token" };
+            err(key, message, Some("a long random string, for example from `openssl rand -hex 32`"));
         }
     }
     if let Some(log) = &cfg.access_log {

@@ -838,9 +838,10 @@ fn passed_listeners(body: &str, fds: &mut VecDeque<OwnedFd>) -> Result<(Vec<Boun
 }
 
 /// In a worker process, once it serves: tells the master so, then answers its questions until the master goes
-/// (then this process drains, as on SIGTERM). `view` answers `metrics` and `clusters` (the plane's exposition and
-/// view); `apply` applies a configuration text for a reload; `listen` starts
-/// accepting on the sockets passed (by listener) and stops the ones named (by listener and address).
+/// (then this process drains, as on SIGTERM). `view` answers `metrics`, `clusters`, `sample` and `errors` (the
+/// plane's exposition and view, the dashboard's counters and recent errors); `apply` applies a configuration text
+/// for a reload; `listen` starts accepting on the sockets passed (by listener) and stops the ones named (by
+/// listener and address).
 pub fn serve_control(
     view: impl Fn(&str) -> String + Send + 'static,
     apply: impl Fn(&str) -> Result<(), String> + Send + 'static,
@@ -870,7 +871,7 @@ pub fn serve_control(
                 break;
             }
             let answer = match verb {
-                "metrics" | "clusters" => view(verb),
+                "metrics" | "clusters" | "sample" | "errors" => view(verb),
                 "reload" => match apply(&String::from_utf8_lossy(&body)) {
                     Ok(()) => "ok".to_string(),
                     Err(e) => e,

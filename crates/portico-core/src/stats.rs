@@ -57,6 +57,13 @@ impl Histogram {
         self.buckets[i].inc();
         self.sum_micros.add(d.as_micros() as u64);
     }
+
+    /// Adds this histogram's counts, bucket by bucket (not cumulative, the last being +Inf), to `counts`.
+    pub fn add_counts_to(&self, counts: &mut [u64; BUCKETS.len() + 1]) {
+        for (c, b) in counts.iter_mut().zip(&self.buckets) {
+            *c += b.get();
+        }
+    }
 }
 
 /// Summed histogram for rendering.

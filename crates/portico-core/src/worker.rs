@@ -93,6 +93,14 @@ impl WorkerCore {
     pub fn open_connections(&self) -> usize {
         self.open_connections.get()
     }
+
+    /// Counts one more connection open on this worker until the guard is dropped: for a plane that keeps a
+    /// connection past the task the accept loop gave it (the MQTT plane's parked idle connections). The
+    /// connection limit and the drain at shutdown count it like any.
+    pub fn hold_connection(self: &Rc<Self>) -> ConnectionGuard {
+        self.open_connections.set(self.open_connections.get() + 1);
+        ConnectionGuard(self.clone())
+    }
 }
 
 /// A plane (HTTP; later MQTT): what serves the connections of the listeners with its `protocol`.
@@ -275,8 +283,7 @@ async fn accept_loop(
         };
         match accepted {
             Ok((io, peer)) => {
-                core.open_connections.set(core.open_connections.get() + 1);
-                let guard = ConnectionGuard(core.clone());
+                let guard = core.hold_connection();
                 let plane = plane.clone();
                 let name = name.clone();
                 tokio::task::spawn_local(async move {
@@ -302,7 +309,7 @@ async fn accept_loop(
 }
 
 /// Counts a connection closed even when its task ends by panic or cancellation.
-struct ConnectionGuard(Rc<WorkerCore>);
+pub struct ConnectionGuard(Rc<WorkerCore>);
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {

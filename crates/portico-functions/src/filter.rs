@@ -7,7 +7,6 @@ use crate::event_loop::CallError;
 use crate::function::{input_of, run, slot_for, AnswerBody, Compiled};
 use crate::instance::Hook;
 use crate::stats::Ending;
-use bytes::Bytes;
 use portico_http::codec::RequestHead;
 use portico_http::filters::Filter;
 use portico_http::handler::Upstreams;
@@ -48,7 +47,7 @@ impl Gate for FunctionGate {
                     .map(|(k, v)| (k.to_ascii_lowercase().into_boxed_str(), v.into_boxed_str()))
                     .collect();
                 let body = match out.body {
-                    AnswerBody::Whole(bytes) => Bytes::from(bytes),
+                    AnswerBody::Whole(bytes) => bytes,
                     // A filter's answer is made whole (`LocalResponse`): a streamed one is refused.
                     AnswerBody::Streamed(_) => {
                         let reason =

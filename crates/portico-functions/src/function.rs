@@ -5,6 +5,7 @@ use crate::event_loop::{CallError, Map};
 use crate::instance::{CallInput, CallOutput, Hook, Instance, Shape};
 use crate::stats::{Ending, FunctionStats};
 use crate::streaming::CallBody;
+use bytes::Bytes;
 use portico_http::codec::RequestHead;
 use portico_http::handler::RequestBody;
 use portico_http::handler::Upstreams;
@@ -36,6 +37,8 @@ pub struct Compiled {
     pub(crate) stats: Arc<FunctionStats>,
     /// How long a runtime made again may spend on the file's top-level code.
     pub(crate) top_level: Duration,
+    /// How long the top-level code may run when the configuration loads (`limits.startup`).
+    pub(crate) startup: Duration,
 }
 
 /// Shown without `env`, which holds the secrets.
@@ -50,9 +53,6 @@ impl std::fmt::Debug for Compiled {
 }
 
 static VERSIONS: AtomicU64 = AtomicU64::new(1);
-
-/// The longest a function file's top-level code may run when the configuration loads.
-const LOAD_LIMIT: Duration = Duration::from_secs(1);
 
 impl Compiled {
     /// Checks that the code loads (by loading it in a runtime of its own), and which entry points it has
@@ -78,15 +78,16 @@ impl Compiled {
             max_request: function.limits.max_request.as_usize(),
             max_response: function.limits.max_response.as_usize(),
             stats: crate::stats::stats_for(name),
-            top_level: LOAD_LIMIT,
+            top_level: function.limits.startup.0,
+            startup: function.limits.startup.0,
         };
         let started = std::time::Instant::now();
-        let instance = compiled.instance(LOAD_LIMIT)?;
+        let instance = compiled.instance(compiled.startup)?;
         // A runtime made again later (after one hit a limit) may spend on the file's top-level code what the
-        // first one did, with room, but not the whole second a load may take: hostile code that retires its
-        // runtime on purpose would otherwise cost the worker a second per request.
-        let floor = compiled.cpu.max(Duration::from_millis(20)).min(LOAD_LIMIT);
-        let top_level = (started.elapsed() * 4).clamp(floor, LOAD_LIMIT);
+        // first one did, with room, but not the whole time a load may take: hostile code that retires its
+        // runtime on purpose would otherwise cost the worker that much per request.
+        let floor = compiled.cpu.max(Duration::from_millis(20)).min(compiled.startup);
+        let top_level = (started.elapsed() * 4).clamp(floor, compiled.startup);
         let compiled = Compiled { top_level, ..compiled };
         Ok((compiled, [Hook::Fetch, Hook::OnRequest, Hook::OnResponse].map(|hook| instance.has(hook))))
     }
@@ -152,7 +153,7 @@ pub struct Answer<'a> {
 }
 
 pub enum AnswerBody<'a> {
-    Whole(Vec<u8>),
+    Whole(Bytes),
     Streamed(CallBody<'a>),
 }
 

@@ -56,7 +56,7 @@ impl Handler for FunctionHandler {
             Ok(match run(&compiled, input, upstreams, Hook::Fetch, body).await {
                 Ok(answer) => {
                     let body = match answer.body {
-                        AnswerBody::Whole(bytes) => full(Bytes::from(bytes)),
+                        AnswerBody::Whole(bytes) => full(bytes),
                         AnswerBody::Streamed(stream) => boxed(stream),
                     };
                     let mut response = hyper::Response::new(body);

@@ -65,7 +65,7 @@ pub enum Streamed {
 pub struct CallOutput {
     pub status: u16,
     pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub body: Bytes,
     /// The origin-form target (path and query) of a request an `onRequest` hook let go on.
     pub next: Option<String>,
     /// The body is streamed, not in `body`.
@@ -98,6 +98,8 @@ impl Hook {
 
 pub struct Instance {
     // Field order: what lives in the runtime goes before it.
+    /// The native classes' state (native.rs), freed before the context.
+    _classes: crate::native::Installed,
     /// The `fetch` handler (or a script's `handler`), if there is one.
     handler: Option<Persistent<Function<'static>>>,
     /// The `onRequest` hook of a function used as a filter, if there is one.
@@ -106,9 +108,7 @@ pub struct Instance {
     on_response: Option<Persistent<Function<'static>>>,
     target: Persistent<Value<'static>>,
     env: Persistent<Object<'static>>,
-    /// `__portico_request`, `__portico_filter` and `__portico_response`, looked up once, and the handlers'
-    /// third argument (`ctx`).
-    make_request: Persistent<Function<'static>>,
+    /// `__portico_filter` and `__portico_response`, looked up once, and the handlers' third argument (`ctx`).
     call_context: Persistent<Object<'static>>,
     call_filter: Persistent<Function<'static>>,
     take_response: Persistent<Function<'static>>,
@@ -164,6 +164,7 @@ impl Instance {
         deadline.set(Some(Instant::now() + top_level));
         let loaded = context.with(|ctx| -> Result<_, String> {
             install_natives(&ctx, &host, &this).map_err(|e| describe(&ctx, e))?;
+            let classes = crate::native::install(&ctx)?;
             scripts::evaluate(&ctx, &scripts::PRELUDE).map_err(|e| format!("prelude: {}", describe(&ctx, e)))?;
             crate::webapi::install(&ctx)?;
             type Entry<'js> = Option<Function<'js>>;
@@ -216,10 +217,11 @@ impl Instance {
                 Ok(Persistent::save(&ctx, f))
             };
             Ok((
+                classes,
                 Persistent::save(&ctx, target),
                 [fetch, on_request, on_response].map(|f| f.map(|f| Persistent::save(&ctx, f))),
                 Persistent::save(&ctx, env_object),
-                [internal("__portico_request")?, internal("__portico_filter")?, internal("__portico_response")?],
+                [internal("__portico_filter")?, internal("__portico_response")?],
                 {
                     let context: Object = globals.get("__portico_call_context").map_err(|e| describe(&ctx, e))?;
                     Persistent::save(&ctx, context)
@@ -227,7 +229,7 @@ impl Instance {
             ))
         });
         deadline.set(None);
-        let (target, [handler, on_request, on_response], env, [make_request, call_filter, take_response], call_context) =
+        let (classes, target, [handler, on_request, on_response], env, [call_filter, take_response], call_context) =
             loaded.map_err(|e| {
                 if interrupted.get() {
                     format!("{file}: its top-level code ran for more than {top_level:?}")
@@ -236,12 +238,12 @@ impl Instance {
                 }
             })?;
         let instance = Rc::new(Instance {
+            _classes: classes,
             handler,
             on_request,
             on_response,
             target,
             env,
-            make_request,
             call_context,
             call_filter,
             take_response,
@@ -441,15 +443,16 @@ impl Instance {
         &self.host
     }
 
-    /// The JavaScript `Request` for `input` (`__portico_request`): its body in hand, streamed (`true`), or none.
+    /// The JavaScript `Request` for `input` (native.rs): its body in hand, streamed, or none.
     fn request_of<'js>(&self, ctx: &Ctx<'js>, input: CallInput) -> rquickjs::Result<Value<'js>> {
-        let body: Value = match (input.streamed, input.body.is_empty()) {
-            (true, _) => Value::new_bool(ctx.clone(), true),
-            (false, true) => Value::new_null(ctx.clone()),
-            (false, false) => ArrayBuffer::new(ctx.clone(), input.body)?.into_value(),
+        use crate::native::{Incoming, IncomingBody};
+        let body = match (input.streamed, input.body.is_empty()) {
+            (true, _) => IncomingBody::Streamed,
+            (false, true) => IncomingBody::None,
+            (false, false) => IncomingBody::Whole(input.body),
         };
-        let make = self.make_request.clone().restore(ctx)?;
-        make.call((input.method, input.url, input.headers, body))
+        let incoming = Incoming { method: input.method, url: input.url, headers: input.headers, body };
+        crate::native::incoming_request(ctx, incoming)
     }
 
     /// An error thrown into Portico's own code in a slice of `call` (a timer's callback, a fetch settling):
@@ -532,6 +535,14 @@ impl Instance {
 
     /// Turns what the handler gave into status, headers and body.
     fn output<'js>(&self, ctx: &Ctx<'js>, value: Value<'js>) -> Result<CallOutput, CallError> {
+        // A response made on a fast path (`Response.json(data)`, `new Response(text)`) is read natively.
+        if let Some(fast) = crate::native::fast_response(ctx, &value) {
+            let headers = match fast.content_type {
+                Some(content_type) => vec![("content-type".to_string(), content_type.to_string())],
+                None => Vec::new(),
+            };
+            return Ok(CallOutput { status: 200, headers, body: fast.body, next: None, stream: None });
+        }
         let exception = |e: rquickjs::Error| self.classify(ctx, e);
         let take = self.take_response.clone().restore(ctx).map_err(exception)?;
         let parts: rquickjs::Array = take.call((value,)).map_err(exception)?;
@@ -549,10 +560,10 @@ impl Instance {
             }
         };
         let body = match (body.as_string(), ArrayBuffer::from_value(body.clone())) {
-            (Some(text), _) => text.to_string().map_err(exception)?.into_bytes(),
+            (Some(text), _) => Bytes::from(text.to_string().map_err(exception)?.into_bytes()),
             // SAFETY: the bytes are copied at once; no JavaScript runs while the slice is borrowed.
-            (None, Some(buffer)) => unsafe { buffer.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default(),
-            (None, None) => Vec::new(),
+            (None, Some(buffer)) => unsafe { buffer.as_bytes() }.map(Bytes::copy_from_slice).unwrap_or_default(),
+            (None, None) => Bytes::new(),
         };
         let headers = match headers {
             Some(list) => {

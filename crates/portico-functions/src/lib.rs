@@ -19,6 +19,7 @@ mod function;
 mod handler;
 mod instance;
 mod json;
+mod native;
 mod scripts;
 mod stats;
 mod streaming;

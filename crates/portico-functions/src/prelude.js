@@ -4,6 +4,9 @@
 // responses out; `__portico_log` is native.
 (() => {
   "use strict";
+  // The classes native.rs makes, and what they are built on (taken out of the handler's reach).
+  const classes = globalThis.__portico_classes;
+  delete globalThis.__portico_classes;
   const TRUSTED = Symbol("trusted by Portico");
   const define = (name, value) =>
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
@@ -679,9 +682,6 @@
   // The body's part of the state, first in both: [source, bytes, used, ...]. A body is kept as it was given
   // (a string stays a string, a stream a stream), its bytes made when asked.
   const NO_INIT = Object.freeze({});
-  // Portico's own requests and responses are made with `PORTICO` as their init and their state in `portico`.
-  const PORTICO = Object.freeze({});
-  let portico = null;
   const TEXT_TYPE = "text/plain;charset=UTF-8";
   const FORM_TYPE = "application/x-www-form-urlencoded;charset=UTF-8";
   const JSON_TYPE = "application/json";
@@ -961,115 +961,118 @@
     return href;
   };
 
-  let requestState, responseState;
-  class Request {
-    // [source, bytes, used, method, url, headers (made on first use), Portico's header list until then,
-    // options (see DEFAULT_OPTIONS; undefined for the defaults)]
-    #s;
-    constructor(input, init = NO_INIT) {
-      if (init === PORTICO) {
-        // Portico's request: the URL is absolute and normalised, the headers are made on first use.
-        this.#s = portico;
-        return;
-      }
-      // All that can fail is checked before the input request's body is taken.
-      const from = input instanceof Request ? input.#s : null;
-      const url = from !== null ? from[4] : requestUrl(input);
-      if (init === NO_INIT || init === null) {
-        // No init (what fetch(url) makes): a GET request, or a copy of the input request that takes its body.
-        if (from === null) {
-          this.#s = [null, undefined, false, "GET", url, new Headers(), null, undefined];
-          return;
-        }
-        let source = null;
-        if (from[0] !== null) {
-          if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
-          source = handOver(from);
-        }
-        const headers = from[5] === undefined ? undefined : new Headers(from[5]);
-        this.#s = [source, undefined, false, from[3], url, headers, headers === undefined ? from[6] : null, from[7]];
-        return;
-      }
-      if (typeof init !== "object" && typeof init !== "function") throw new TypeError("Request: the init is not an object");
-      if (init.window !== undefined && init.window !== null) throw new TypeError("Request: the window can only be null");
-      const options = optionsOf(from, init);
-      const method = init.method !== undefined ? normalizeMethod(init.method) : from ? from[3] : "GET";
-      if (options[2] === "no-cors" && method !== "GET" && method !== "HEAD" && method !== "POST") {
-        throw new TypeError(`Request: the mode no-cors allows GET, HEAD and POST, not ${method}`);
-      }
-      const initBody = init.body;
-      const hasInitBody = initBody !== undefined && initBody !== null;
-      const inputBody = from !== null ? from[0] : null;
-      if ((hasInitBody || inputBody !== null) && (method === "GET" || method === "HEAD")) {
-        throw new TypeError(`Request: a ${method} request has no body`);
-      }
-      const duplex = init.duplex;
-      if (duplex !== undefined && String(duplex) !== "half") throw new TypeError("Request: the duplex can only be half");
-      let headers, raw = null;
-      if (init.headers !== undefined) headers = new Headers(init.headers);
-      else if (from === null) headers = new Headers();
-      else if (from[5] === undefined) raw = from[6]; // Portico's own list, still unsplit
-      else headers = new Headers(from[5]);
-      let source;
-      if (hasInitBody) {
-        source = sourceOf(initBody);
-        const type = bodyType;
-        if (!inHand(source) && duplex === undefined) throw new TypeError("Request: a stream body needs duplex: \"half\"");
-        if (!inHand(source) && options[7]) throw new TypeError("Request: a keepalive request cannot have a stream body");
-        if (type !== null) {
-          if (headers === undefined) {
-            trustedList = raw === "" ? [] : raw.split("\0");
-            headers = new Headers(TRUSTED_LIST);
-            raw = null;
-          }
-          if (!headers.has("content-type")) headers.append("content-type", type);
-        }
-        if (inputBody !== null) from[2] = true; // (the input request's body is used even so)
-      } else if (inputBody !== null) {
+  let responseState;
+  // Request is a class of Portico's (native.rs): the request a handler gets is made there without
+  // JavaScript, and `method` and `url` read there; the rest of the standard is here, on the state array
+  // `requestState` gives (made the first time it is needed; a TypeError for anything that is not a Request).
+  // A state: [source, bytes, used, method, url, headers (made on first use), Portico's header list until
+  // then, options (see DEFAULT_OPTIONS; undefined for the defaults)].
+  const { Request, requestState, makeRequest, isRequest } = classes;
+  // `new Request(input, init)`'s state.
+  const requestInit = (input, init) => {
+    if (init === undefined) init = NO_INIT;
+    // All that can fail is checked before the input request's body is taken.
+    const from = isRequest(input) ? requestState(input) : null;
+    const url = from !== null ? from[4] : requestUrl(input);
+    if (init === NO_INIT || init === null) {
+      // No init (what fetch(url) makes): a GET request, or a copy of the input request that takes its body.
+      if (from === null) return [null, undefined, false, "GET", url, new Headers(), null, undefined];
+      let source = null;
+      if (from[0] !== null) {
         if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
         source = handOver(from);
-      } else source = null;
-      this.#s = [source, undefined, false, method, url, headers, raw, options === DEFAULT_OPTIONS ? undefined : options];
+      }
+      const headers = from[5] === undefined ? undefined : new Headers(from[5]);
+      return [source, undefined, false, from[3], url, headers, headers === undefined ? from[6] : null, from[7]];
     }
-    get method() { return this.#s[3]; }
-    get url() { return this.#s[4]; }
-    get headers() {
-      const s = this.#s;
+    if (typeof init !== "object" && typeof init !== "function") throw new TypeError("Request: the init is not an object");
+    if (init.window !== undefined && init.window !== null) throw new TypeError("Request: the window can only be null");
+    const options = optionsOf(from, init);
+    const method = init.method !== undefined ? normalizeMethod(init.method) : from ? from[3] : "GET";
+    if (options[2] === "no-cors" && method !== "GET" && method !== "HEAD" && method !== "POST") {
+      throw new TypeError(`Request: the mode no-cors allows GET, HEAD and POST, not ${method}`);
+    }
+    const initBody = init.body;
+    const hasInitBody = initBody !== undefined && initBody !== null;
+    const inputBody = from !== null ? from[0] : null;
+    if ((hasInitBody || inputBody !== null) && (method === "GET" || method === "HEAD")) {
+      throw new TypeError(`Request: a ${method} request has no body`);
+    }
+    const duplex = init.duplex;
+    if (duplex !== undefined && String(duplex) !== "half") throw new TypeError("Request: the duplex can only be half");
+    let headers, raw = null;
+    if (init.headers !== undefined) headers = new Headers(init.headers);
+    else if (from === null) headers = new Headers();
+    else if (from[5] === undefined) raw = from[6]; // Portico's own list, still unsplit
+    else headers = new Headers(from[5]);
+    let source;
+    if (hasInitBody) {
+      source = sourceOf(initBody);
+      const type = bodyType;
+      if (!inHand(source) && duplex === undefined) throw new TypeError("Request: a stream body needs duplex: \"half\"");
+      if (!inHand(source) && options[7]) throw new TypeError("Request: a keepalive request cannot have a stream body");
+      if (type !== null) {
+        if (headers === undefined) {
+          trustedList = raw === "" ? [] : raw.split("\0");
+          headers = new Headers(TRUSTED_LIST);
+          raw = null;
+        }
+        if (!headers.has("content-type")) headers.append("content-type", type);
+      }
+      if (inputBody !== null) from[2] = true; // (the input request's body is used even so)
+    } else if (inputBody !== null) {
+      if (unusable(from)) throw new TypeError("Request: the input request's body is already used");
+      source = handOver(from);
+    } else source = null;
+    return [source, undefined, false, method, url, headers, raw, options === DEFAULT_OPTIONS ? undefined : options];
+  };
+  // The state of a request Portico made: its URL is absolute and already normalised (not parsed again);
+  // `raw` is the header fields as one string, "name\0value\0name\0value" (names lowercase), split only if the
+  // handler looks at them; `body` its bytes (an ArrayBuffer), `true` when it is pulled as the handler reads,
+  // or null.
+  classes.setRequestHelpers(requestInit, (method, url, raw, body) => {
+    const source = method === "GET" || method === "HEAD" || body === null ? null
+      : body === true ? new NativeBody() : new Uint8Array(body);
+    return [source, undefined, false, method, url, undefined, raw];
+  });
+  const option = (r, i) => (requestState(r)[7] || DEFAULT_OPTIONS)[i];
+  const requestMembers = {
+    headers: { get() {
+      const s = requestState(this);
       if (s[5] === undefined) {
         trustedList = s[6] === "" ? [] : s[6].split("\0");
         s[5] = new Headers(TRUSTED_LIST);
         s[6] = null;
       }
       return s[5];
-    }
-    get destination() { return ""; }
-    get referrer() {
-      const referrer = (this.#s[7] || DEFAULT_OPTIONS)[0];
+    } },
+    destination: { get() { requestState(this); return ""; } },
+    referrer: { get() {
+      const referrer = option(this, 0);
       return referrer === "client" ? "about:client" : referrer;
-    }
-    get referrerPolicy() { return (this.#s[7] || DEFAULT_OPTIONS)[1]; }
-    get mode() { return (this.#s[7] || DEFAULT_OPTIONS)[2]; }
-    get credentials() { return (this.#s[7] || DEFAULT_OPTIONS)[3]; }
-    get cache() { return (this.#s[7] || DEFAULT_OPTIONS)[4]; }
-    get redirect() { return (this.#s[7] || DEFAULT_OPTIONS)[5]; }
-    get integrity() { return (this.#s[7] || DEFAULT_OPTIONS)[6]; }
-    get keepalive() { return (this.#s[7] || DEFAULT_OPTIONS)[7]; }
-    get isReloadNavigation() { return false; }
-    get isHistoryNavigation() { return false; }
-    get duplex() { return "half"; }
-    clone() {
-      const s = this.#s;
+    } },
+    referrerPolicy: { get() { return option(this, 1); } },
+    mode: { get() { return option(this, 2); } },
+    credentials: { get() { return option(this, 3); } },
+    cache: { get() { return option(this, 4); } },
+    redirect: { get() { return option(this, 5); } },
+    integrity: { get() { return option(this, 6); } },
+    keepalive: { get() { return option(this, 7); } },
+    isReloadNavigation: { get() { requestState(this); return false; } },
+    isHistoryNavigation: { get() { requestState(this); return false; } },
+    duplex: { get() { requestState(this); return "half"; } },
+    clone: { value: function clone() {
+      const s = requestState(this);
       const source = tee(s);
       const headers = s[5] === undefined ? undefined : new Headers(s[5]);
-      portico = [source, undefined, false, s[3], s[4], headers, headers === undefined ? s[6] : null, s[7]];
-      try {
-        return new Request(null, PORTICO);
-      } finally {
-        portico = null;
-      }
-    }
-    get [Symbol.toStringTag]() { return "Request"; }
-    static { requestState = (r) => r.#s; }
+      return makeRequest([source, undefined, false, s[3], s[4], headers, headers === undefined ? s[6] : null, s[7]]);
+    } },
+    [Symbol.toStringTag]: { get() { return "Request"; } },
+  };
+  for (const key of Reflect.ownKeys(requestMembers)) {
+    const member = requestMembers[key];
+    if (member.value) member.writable = true;
+    Object.defineProperty(Request.prototype, key, { ...member, configurable: true, enumerable: false });
   }
   installBody(Request.prototype, requestState);
 
@@ -1107,62 +1110,61 @@
     if (type !== null && !headers.has("content-type")) headers.append("content-type", type);
     return [source, undefined, false, status, statusText, headers, null, ""];
   };
-  const madeBy = (state) => {
-    portico = state;
-    try {
-      return new Response(null, PORTICO);
-    } finally {
-      portico = null;
-    }
-  };
-  class Response {
-    #s;
-    constructor(body = null, init = NO_INIT) {
-      this.#s = init === PORTICO ? portico : responseOf(body, init);
-    }
-    get status() { return this.#s[3]; }
-    get statusText() { return this.#s[4]; }
-    get ok() { return this.#s[3] >= 200 && this.#s[3] < 300; }
-    get headers() {
-      const s = this.#s;
+  // Response is a class of Portico's (native.rs): `new Response(text)` and `Response.json(data)` without an
+  // init are made there without JavaScript, and `status` and `ok` read there; the rest of the standard is
+  // here, on the state array `responseState` gives (made the first time it is needed; a TypeError for
+  // anything that is not a Response). `setResponseHelpers` hands native.rs the constructor and
+  // `Response.json` off their fast paths.
+  const { Response, responseState: stateOfResponse, makeResponse: madeBy } = classes;
+  responseState = stateOfResponse;
+  classes.setResponseHelpers(
+    (body, init) => responseOf(body === undefined ? null : body, init === undefined ? NO_INIT : init),
+    (data, init) => {
+      const text = stringifyJson(data);
+      if (text === undefined) throw new TypeError("Response.json: the data has no JSON form");
+      return init === undefined ? [text, undefined, false, 200, "", null, JSON_TYPE, ""] : responseOf(text, init, JSON_TYPE);
+    },
+  );
+  const responseMembers = {
+    statusText: { get() { return responseState(this)[4]; } },
+    headers: { get() {
+      const s = responseState(this);
       if (s[5] === null) {
         s[5] = new Headers();
         if (s[6] !== null) s[5].append("content-type", s[6]);
       }
       return s[5];
-    }
-    get redirected() { return this.#s[8] === true; }
-    get url() { return this.#s[7]; }
+    } },
+    redirected: { get() { return responseState(this)[8] === true; } },
+    url: { get() { return responseState(this)[7]; } },
     // (Only Response.error() has the status 0.)
-    get type() { return this.#s[3] === 0 ? "error" : "default"; }
-    clone() {
-      const s = this.#s;
+    type: { get() { return responseState(this)[3] === 0 ? "error" : "default"; } },
+    clone: { value: function clone() {
+      const s = responseState(this);
       const source = tee(s);
       return madeBy([source, undefined, false, s[3], s[4], s[5] === null ? null : new Headers(s[5]), s[6], s[7]]);
-    }
-    static json(data, init = NO_INIT) {
-      const text = stringifyJson(data);
-      if (text === undefined) throw new TypeError("Response.json: the data has no JSON form");
-      // (Without an init, the state at once: the body is a string.)
-      portico = init === NO_INIT ? [text, undefined, false, 200, "", null, JSON_TYPE, ""] : responseOf(text, init, JSON_TYPE);
-      try {
-        return new Response(null, PORTICO);
-      } finally {
-        portico = null;
-      }
-    }
-    static redirect(url, status = 302) {
+    } },
+    [Symbol.toStringTag]: { get() { return "Response"; } },
+  };
+  for (const key of Reflect.ownKeys(responseMembers)) {
+    const member = responseMembers[key];
+    if (member.value) member.writable = true;
+    Object.defineProperty(Response.prototype, key, { ...member, configurable: true, enumerable: false });
+  }
+  const responseStatics = {
+    redirect(url, status = 302) {
       const location = URL.parse(String(url));
       if (location === null) throw new TypeError(`Response.redirect: ${JSON.stringify(String(url))} is not an absolute URL`);
       status = Number(status);
       if (![301, 302, 303, 307, 308].includes(status)) throw new RangeError(`invalid redirect status ${status}`);
       trustedList = ["location", location.href];
       return madeBy([null, undefined, false, status, "", immutable(new Headers(TRUSTED_LIST)), null, ""]);
-    }
+    },
     // A network error.
-    static error() { return madeBy([null, undefined, false, 0, "", immutable(new Headers()), null, ""]); }
-    get [Symbol.toStringTag]() { return "Response"; }
-    static { responseState = (r) => r.#s; }
+    error() { return madeBy([null, undefined, false, 0, "", immutable(new Headers()), null, ""]); },
+  };
+  for (const key of Object.keys(responseStatics)) {
+    Object.defineProperty(Response, key, { value: responseStatics[key], writable: true, configurable: true, enumerable: false });
   }
   installBody(Response.prototype, responseState);
 
@@ -1363,18 +1365,7 @@
     return Promise.resolve(hook.call(target, response, request, env, callContext)).then(() => [headers.__flat(), removed]);
   });
 
-  // Portico's side: a request in, a response out.
-  // Portico's URL is absolute and already normalised: not parsed again.
-  // `raw`: the header fields as one string, "name\0value\0name\0value" (names lowercase), split only if the
-  // handler looks at them.
-  define("__portico_request", (method, url, raw, body) => {
-    const source = method === "GET" || method === "HEAD" || body === null ? null
-      : body === true ? new NativeBody() : new Uint8Array(body);
-    portico = [source, undefined, false, method, url, undefined, raw];
-    const request = new Request(url, PORTICO);
-    portico = null;
-    return request;
-  });
+  // Portico's side: a response out (native.rs makes the request).
   // Response bodies streamed from JavaScript: Portico asks for one chunk at a time, as the client takes them.
   const outgoing = new Map();
   define("__portico_stream_read", (id) => {

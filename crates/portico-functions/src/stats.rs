@@ -139,8 +139,52 @@ impl PlaneView for FunctionsView {
         }
     }
 
-    fn admin_view(&self, _name: &str) -> Option<serde_json::Value> {
-        None
+    /// `functions`: each function the running configuration has, with its calls, errors by kind, runtimes made
+    /// and CPU time so far.
+    fn admin_view(&self, name: &str) -> Option<serde_json::Value> {
+        if name != "functions" {
+            return None;
+        }
+        let config = self.running.running_config();
+        let all = ALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let list: Vec<serde_json::Value> = config
+            .config
+            .functions
+            .keys()
+            .map(|name| {
+                let s = all.get(name);
+                let load = |c: Option<&AtomicU64>| c.map_or(0, |c| c.load(Ordering::Relaxed));
+                let errors: serde_json::Map<String, serde_json::Value> = ERROR_KINDS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, kind)| (kind.to_string(), load(s.map(|s| &s.errors[i])).into()))
+                    .collect();
+                serde_json::json!({
+                    "name": name,
+                    "invocations": load(s.map(|s| &s.invocations)),
+                    "errors": errors,
+                    "runtimes_created": load(s.map(|s| &s.runtimes_created)),
+                    "cpu_seconds": load(s.map(|s| &s.run_nanos)) as f64 / 1e9,
+                })
+            })
+            .collect();
+        Some(serde_json::json!({ "functions": list }))
+    }
+
+    /// Calls (`requests`) and calls that gave no response (`errors`) of each running function.
+    fn sample(&self, out: &mut Vec<portico_core::view::SeriesSample>) {
+        let config = self.running.running_config();
+        let all = ALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for name in config.config.functions.keys() {
+            let Some(s) = all.get(name) else { continue };
+            out.push(portico_core::view::SeriesSample {
+                kind: "function",
+                name: name.clone(),
+                requests: s.invocations.load(Ordering::Relaxed),
+                errors: s.errors.iter().map(|e| e.load(Ordering::Relaxed)).sum(),
+                latency: None,
+            });
+        }
     }
 
     fn running_config(&self) -> Arc<portico_config::LoadedConfig> {

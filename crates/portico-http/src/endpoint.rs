@@ -18,6 +18,8 @@ pub struct EndpointHealth {
     ejected_until_ms: AtomicU64,
     /// Ejections so far; the next ejection lasts `base * 2^ejections`, capped.
     ejections: AtomicU32,
+    /// Drained by an operator (`POST /admin/endpoints/drain`): no new requests until enabled again.
+    drained: AtomicBool,
 }
 
 impl Default for EndpointHealth {
@@ -26,6 +28,7 @@ impl Default for EndpointHealth {
             active_healthy: AtomicBool::new(true),
             ejected_until_ms: AtomicU64::new(0),
             ejections: AtomicU32::new(0),
+            drained: AtomicBool::new(false),
         }
     }
 }
@@ -33,7 +36,17 @@ impl Default for EndpointHealth {
 impl EndpointHealth {
     /// Whether balancers may pick this endpoint now.
     pub fn is_available(&self, now: u64) -> bool {
-        self.active_healthy.load(Ordering::Relaxed) && self.ejected_until_ms.load(Ordering::Relaxed) <= now
+        self.active_healthy.load(Ordering::Relaxed)
+            && self.ejected_until_ms.load(Ordering::Relaxed) <= now
+            && !self.drained.load(Ordering::Relaxed)
+    }
+    pub fn drained(&self) -> bool {
+        self.drained.load(Ordering::Relaxed)
+    }
+    /// Drains the endpoint (`true`: balancers stop picking it; requests in flight finish) or enables it again;
+    /// returns true when that changed its state.
+    pub fn set_drained(&self, drained: bool) -> bool {
+        self.drained.swap(drained, Ordering::Relaxed) != drained
     }
     pub fn active_healthy(&self) -> bool {
         self.active_healthy.load(Ordering::Relaxed)

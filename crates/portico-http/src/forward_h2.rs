@@ -80,7 +80,7 @@ pub(crate) async fn forward(
     if counters.requests.get() >= cluster.settings.max_requests_per_worker {
         counters.breaker_rejections.inc();
         let reason = "too many requests in flight to the cluster (circuit breaker)";
-        let outcome = Outcome::local(Next::KeepAlive, 503, reason.len() as u64 + 1);
+        let outcome = Outcome { reason: Some(reason), ..Outcome::local(Next::KeepAlive, 503, reason.len() as u64 + 1) };
         record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
         return local(StatusCode::SERVICE_UNAVAILABLE, reason);
     }
@@ -125,6 +125,7 @@ pub(crate) async fn forward(
                 upstream: failed.upstream,
                 upstream_time: failed.upstream_time,
                 retries: failed.retries,
+                reason: Some(failed.reason),
                 ..Outcome::local(Next::KeepAlive, failed.status, failed.reason.len() as u64 + 1)
             };
             record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
@@ -520,6 +521,7 @@ pub(crate) async fn from_http1(
             outcome.upstream = failed.upstream;
             outcome.upstream_time = failed.upstream_time;
             outcome.retries = failed.retries;
+            outcome.reason = Some(failed.reason);
             return outcome;
         }
     };

@@ -37,6 +37,7 @@ mod pipeline;
 pub mod plane;
 pub mod pool;
 mod proxy;
+pub mod recent_errors;
 mod redirect;
 mod registry;
 mod relay;

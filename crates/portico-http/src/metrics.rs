@@ -133,6 +133,18 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
             );
         }
     }
+    header(out, "portico_endpoint_drained", "gauge", "1 while an operator keeps the endpoint drained.");
+    for c in &snapshot.clusters {
+        for e in &c.endpoints {
+            let _ = writeln!(
+                out,
+                "portico_endpoint_drained{{cluster=\"{}\",endpoint=\"{}\"}} {}",
+                escape(&c.name),
+                escape(&e.configured),
+                u8::from(e.health.drained())
+            );
+        }
+    }
     header(out, "portico_endpoint_ejected", "gauge", "1 while outlier detection keeps the endpoint out.");
     for c in &snapshot.clusters {
         for e in &c.endpoints {
@@ -268,6 +280,7 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
 /// `/admin/clusters`: every cluster with its endpoints' health, load and breaker state.
 pub fn clusters(snapshot: &Snapshot) -> serde_json::Value {
     let now = now_ms();
+    let config = &snapshot.source.config;
     let list: Vec<serde_json::Value> = snapshot
         .clusters
         .iter()
@@ -276,10 +289,11 @@ pub fn clusters(snapshot: &Snapshot) -> serde_json::Value {
                 .endpoints
                 .iter()
                 .map(|e| {
+                    let sum = |f: fn(&crate::stats::EndpointSlot) -> u64| -> u64 {
+                        e.stats.slots.iter().map(|s| f(&s.0)).sum()
+                    };
                     let idle: i64 = e.stats.slots.iter().map(|s| s.0.idle.get()).sum();
-                    let opened: u64 = e.stats.slots.iter().map(|s| s.0.connections_opened.get()).sum();
-                    let requests: u64 =
-                        e.stats.slots.iter().map(|s| s.0.by_class.iter().map(|c| c.get()).sum::<u64>()).sum();
+                    let requests = sum(|s| s.by_class.iter().map(|c| c.get()).sum::<u64>());
                     let ejected_for = e.health.ejected_until_ms().saturating_sub(now);
                     serde_json::json!({
                         "address": e.configured,
@@ -289,23 +303,176 @@ pub fn clusters(snapshot: &Snapshot) -> serde_json::Value {
                         "ejected": e.health.is_ejected(now),
                         "ejected_for_ms": ejected_for,
                         "ejections": e.health.ejections(),
+                        "drained": e.health.drained(),
                         "available": e.health.is_available(now),
                         "in_flight": e.inflight(),
                         "idle_connections": idle,
-                        "connections_opened": opened,
+                        "connections_opened": sum(|s| s.connections_opened.get()),
                         "requests": requests,
+                        "errors": sum(|s| s.by_class[4].get()),
+                        "failures": sum(|s| s.failures.get()),
                     })
                 })
                 .collect();
+            let at_limit = c.stats.slots.iter().any(|s| {
+                let s = &s.0;
+                s.requests.get() >= c.settings.max_requests_per_worker
+                    || s.pending.get() >= c.settings.max_pending_per_worker
+                    || s.connections.get() >= c.settings.max_connections_per_worker
+            });
+            let limits = config.clusters.get(&c.name).map(|cfg| {
+                serde_json::json!({
+                    "max_connections": cfg.circuit_breaker.max_connections,
+                    "max_pending": cfg.circuit_breaker.max_pending,
+                    "max_requests": cfg.circuit_breaker.max_requests,
+                })
+            });
             serde_json::json!({
                 "name": c.name,
                 "health_check": c.health_check.is_some(),
+                "health_check_interval_ms": c.health_check.as_ref().map(|h| h.interval.0.as_millis() as u64),
                 "panic_mode": c.settings.panic_mode,
                 "requests_active": c.stats.sum(|s| s.requests.get()),
+                "requests_pending": c.stats.sum(|s| s.pending.get()),
                 "connections_open": c.stats.sum(|s| s.connections.get()),
+                "breaker": if at_limit { "open" } else { "closed" },
+                "breaker_limits": limits,
+                "breaker_rejections": c.stats.sum(|s| s.breaker_rejections.get() as i64),
+                "no_healthy_endpoint": c.stats.sum(|s| s.no_healthy_endpoint.get() as i64),
+                "retries": c.stats.sum(|s| s.retries.get() as i64),
                 "endpoints": endpoints,
             })
         })
         .collect();
     serde_json::json!({ "clusters": list })
+}
+
+/// The dashboard's counters: every route, cluster and endpoint the running configuration has, cumulative.
+pub fn sample(snapshot: &Snapshot, out: &mut Vec<portico_core::view::SeriesSample>) {
+    use portico_core::view::SeriesSample;
+    let routes = snapshot.router.routes().iter().map(|r| &r.stats).chain([&snapshot.unrouted]);
+    for r in routes {
+        let requests: u64 = r.slots.iter().map(|s| s.0.by_class.iter().map(|c| c.get()).sum::<u64>()).sum();
+        if r.route == "none" && requests == 0 {
+            continue;
+        }
+        let mut latency = Box::new([0u64; portico_core::stats::BUCKETS.len() + 1]);
+        for s in r.slots.iter() {
+            s.0.duration.add_counts_to(&mut latency);
+        }
+        out.push(SeriesSample {
+            kind: "route",
+            name: r.route.clone(),
+            requests,
+            errors: r.slots.iter().map(|s| s.0.by_class[4].get()).sum(),
+            latency: Some(latency),
+        });
+    }
+    for c in &snapshot.clusters {
+        let (mut requests, mut errors) = (0, 0);
+        let mut cluster_latency = Box::new([0u64; portico_core::stats::BUCKETS.len() + 1]);
+        for e in &c.endpoints {
+            let mut latency = Box::new([0u64; portico_core::stats::BUCKETS.len() + 1]);
+            let (mut n, mut failed) = (0, 0);
+            for s in e.stats.slots.iter() {
+                n += s.0.by_class.iter().map(|c| c.get()).sum::<u64>();
+                failed += s.0.by_class[4].get() + s.0.failures.get();
+                s.0.duration.add_counts_to(&mut latency);
+            }
+            for (total, n) in cluster_latency.iter_mut().zip(latency.iter()) {
+                *total += n;
+            }
+            // A connection that failed before any response is a try with no status: count it as one.
+            let tries = n + e.stats.slots.iter().map(|s| s.0.failures.get()).sum::<u64>();
+            requests += tries;
+            errors += failed;
+            out.push(SeriesSample {
+                kind: "endpoint",
+                name: format!("{}/{}", c.name, e.configured),
+                requests: tries,
+                errors: failed,
+                latency: Some(latency),
+            });
+        }
+        let refused = c.stats.sum(|s| (s.breaker_rejections.get() + s.no_healthy_endpoint.get()) as i64) as u64;
+        out.push(SeriesSample {
+            kind: "cluster",
+            name: c.name.clone(),
+            requests: requests + refused,
+            errors: errors + refused,
+            latency: Some(cluster_latency),
+        });
+    }
+}
+
+/// `/admin/listeners`: each listener's address, protocol and connection-level counters.
+pub fn listeners(registry: &Registry, snapshot: &Snapshot) -> serde_json::Value {
+    let config = &snapshot.source.config;
+    let stats = registry.all_listeners();
+    let list: Vec<serde_json::Value> = config
+        .listeners
+        .iter()
+        .map(|l| {
+            let s = stats.iter().find(|s| s.listener == l.name);
+            let sum = |f: fn(&ListenerSlot) -> u64| -> u64 { s.map_or(0, |s| s.slots.iter().map(|x| f(&x.0)).sum()) };
+            serde_json::json!({
+                "name": l.name,
+                "address": l.address,
+                "protocol": format!("{:?}", l.protocol).to_ascii_lowercase(),
+                "tls": l.tls.is_some(),
+                "tls_handshakes": sum(|x| x.tls_handshakes.get()),
+                "tls_failures": sum(|x| x.tls_handshake_failures.get() + x.tls_handshake_timeouts.get()),
+                "evicted": sum(|x| x.evictions.get()),
+                "panics": sum(|x| x.panics.get()),
+            })
+        })
+        .collect();
+    serde_json::json!({ "listeners": list })
+}
+
+/// `/admin/errors`: the last server errors, newest first (sampled: `recent_errors`).
+pub fn errors() -> serde_json::Value {
+    let list: Vec<serde_json::Value> = crate::recent_errors::recent()
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "at_ms": e.at_ms,
+                "status": e.status,
+                "reason": e.reason,
+                "route": e.route,
+                "cluster": e.cluster,
+                "endpoint": e.endpoint.map(|a| a.to_string()),
+                "method": e.method,
+                "path": e.path,
+            })
+        })
+        .collect();
+    serde_json::json!({ "errors": list })
+}
+
+/// Drains (`drained: true`) or enables an endpoint named by `{"cluster": ..., "endpoint": ...}`.
+pub fn set_drained(
+    snapshot: &Snapshot,
+    args: &serde_json::Value,
+    drained: bool,
+) -> Result<serde_json::Value, portico_core::view::ActionError> {
+    use portico_core::view::ActionError;
+    let (Some(cluster), Some(endpoint)) = (args["cluster"].as_str(), args["endpoint"].as_str()) else {
+        return Err(ActionError::Invalid(
+            "give the endpoint as {\"cluster\": \"NAME\", \"endpoint\": \"ADDRESS\"}, as /admin/clusters names it"
+                .into(),
+        ));
+    };
+    let Some(c) = snapshot.clusters.iter().find(|c| c.name == cluster) else {
+        return Err(ActionError::NotFound(format!("no cluster {cluster:?} in the running configuration")));
+    };
+    let Some(e) = c.endpoints.iter().find(|e| e.configured == endpoint) else {
+        return Err(ActionError::NotFound(format!("cluster {cluster:?} has no endpoint {endpoint:?}")));
+    };
+    let changed = e.health.set_drained(drained);
+    if changed {
+        let what = if drained { "drained" } else { "enabled again" };
+        tracing::warn!(cluster, endpoint, "endpoint {what} through the admin API");
+    }
+    Ok(serde_json::json!({ "cluster": cluster, "endpoint": endpoint, "drained": drained, "changed": changed }))
 }

@@ -24,11 +24,13 @@ pub(crate) struct Outcome {
     pub upstream: Option<SocketAddr>,
     pub upstream_time: Option<Duration>,
     pub retries: u32,
+    /// Why Portico answered an error itself (`upstream refused the connection`), for the recent errors.
+    pub reason: Option<&'static str>,
 }
 
 impl Outcome {
     pub fn local(next: Next, status: u16, bytes: u64) -> Outcome {
-        Outcome { next, status, bytes, upstream: None, upstream_time: None, retries: 0 }
+        Outcome { next, status, bytes, upstream: None, upstream_time: None, retries: 0, reason: None }
     }
 }
 
@@ -46,6 +48,9 @@ pub(crate) fn record(
     let counters = slot(&stats.slots, ctx.index);
     counters.by_class[class_index(outcome.status)].inc();
     counters.duration.observe(elapsed);
+    if outcome.status >= 500 {
+        note_error(stats, head, outcome);
+    }
     if let Some(log) = &ctx.core.access_log {
         crate::access_log::record(
             log,
@@ -88,7 +93,40 @@ pub(crate) fn upstream_outcome(
     let endpoint_slot = slot(&endpoint.stats.slots, worker);
     endpoint_slot.by_class[class_index(status)].inc();
     endpoint_slot.duration.observe(upstream_time);
-    Outcome { next, status, bytes, upstream: Some(endpoint.addr), upstream_time: Some(upstream_time), retries }
+    Outcome {
+        next,
+        status,
+        bytes,
+        upstream: Some(endpoint.addr),
+        upstream_time: Some(upstream_time),
+        retries,
+        reason: None,
+    }
+}
+
+/// Samples a server error for the dashboard's recent errors (bounded: see `recent_errors`).
+#[cold]
+fn note_error(stats: &crate::stats::RouteStats, head: &RequestHead, outcome: &Outcome) {
+    let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    if !crate::recent_errors::may_sample(at_ms) {
+        return;
+    }
+    // The path without its query, which may hold a key (`api_key` filters read one from it).
+    let path = head.path();
+    crate::recent_errors::keep(crate::recent_errors::RecentError {
+        at_ms,
+        status: outcome.status,
+        reason: match (outcome.reason, outcome.upstream) {
+            (Some(reason), _) => reason,
+            (None, Some(_)) => crate::recent_errors::upstream_answered(outcome.status),
+            (None, None) => "answered by Portico (the error log says why)",
+        },
+        route: stats.route.clone(),
+        cluster: stats.cluster.clone(),
+        endpoint: outcome.upstream,
+        method: String::from_utf8_lossy(head.method()).into_owned(),
+        path: String::from_utf8_lossy(&path[..path.len().min(200)]).into_owned(),
+    });
 }
 
 /// Counts and logs a request refused before its head could be parsed.

@@ -95,10 +95,31 @@ impl PlaneView for HttpView {
     }
 
     fn admin_view(&self, name: &str) -> Option<serde_json::Value> {
-        (name == "clusters").then(|| crate::metrics::clusters(&self.snapshot.load()))
+        match name {
+            "clusters" => Some(crate::metrics::clusters(&self.snapshot.load())),
+            "listeners" => Some(crate::metrics::listeners(&self.registry, &self.snapshot.load())),
+            "errors" => Some(crate::metrics::errors()),
+            _ => None,
+        }
     }
 
     fn running_config(&self) -> Arc<LoadedConfig> {
         self.snapshot.load().source.clone()
+    }
+
+    fn sample(&self, out: &mut Vec<portico_core::view::SeriesSample>) {
+        crate::metrics::sample(&self.snapshot.load(), out);
+    }
+
+    fn act(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+    ) -> Option<Result<serde_json::Value, portico_core::view::ActionError>> {
+        match name {
+            "endpoints/drain" => Some(crate::metrics::set_drained(&self.snapshot.load(), args, true)),
+            "endpoints/enable" => Some(crate::metrics::set_drained(&self.snapshot.load(), args, false)),
+            _ => None,
+        }
     }
 }

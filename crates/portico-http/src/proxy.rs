@@ -414,8 +414,10 @@ async fn handle_request(
     if counters.requests.get() >= limits.max_requests_per_worker {
         counters.breaker_rejections.inc();
         let body_done = body.consumed(); // a body in hand has left the connection's buffer already
-        return answer(client, head, 503, "too many requests in flight to the cluster (circuit breaker)", body_done)
-            .await;
+        let reason = "too many requests in flight to the cluster (circuit breaker)";
+        let mut outcome = answer(client, head, 503, reason, body_done).await;
+        outcome.reason = Some(reason);
+        return outcome;
     }
     counters.requests.add(1);
     let _request = GaugeGuard(&counters.requests, 1);
@@ -450,6 +452,7 @@ async fn handle_request(
             outcome.upstream = failed.upstream;
             outcome.upstream_time = failed.upstream_time;
             outcome.retries = failed.retries;
+            outcome.reason = Some(failed.reason);
             return outcome;
         }
     };

@@ -199,8 +199,9 @@ async fn to_cluster(
     let counters = slot(&cluster.stats.slots, ctx.index);
     if counters.requests.get() >= cluster.settings.max_requests_per_worker {
         counters.breaker_rejections.inc();
-        let refused = LocalResponse::text(503, "too many requests in flight to the cluster (circuit breaker)");
-        return reply.local(Some(route), &head, &refused, |_| {});
+        let reason = "too many requests in flight to the cluster (circuit breaker)";
+        let refused = LocalResponse::text(503, reason);
+        return reply.local(Some(route), &head, &refused, |o| o.reason = Some(reason));
     }
     counters.requests.add(1);
     let mut out = Vec::new();
@@ -228,6 +229,7 @@ async fn to_cluster(
                 o.upstream = failed.upstream;
                 o.upstream_time = failed.upstream_time;
                 o.retries = failed.retries;
+                o.reason = Some(failed.reason);
             });
         }
     };

@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+/// How often a broker waiting for the store tries to open it, and how often it says it still waits.
+const STORE_RETRY: Duration = Duration::from_millis(50);
+const STORE_WAIT_WARNING: Duration = Duration::from_secs(10);
+
 use bytestring::ByteString;
 use tokio::sync::Notify;
 use tracing::{debug, info};
@@ -59,7 +63,11 @@ struct Inner {
     router: Router<SessionRef>,
     sessions: Mutex<HashSet<ByTableKey>>,
     retained: Retained,
-    store: Option<Store>,
+    /// Set at `open`, or later when the broker waits for another process to release the store.
+    store: OnceLock<Store>,
+    /// False while the broker waits for the store ([`Broker::ready`]).
+    ready: AtomicBool,
+    became_ready: Notify,
     timers: Timers<TimerEvent>,
     metrics: Metrics,
     next_key: AtomicU64,
@@ -151,12 +159,16 @@ pub struct Published {
 impl Broker {
     /// Opens the broker: the store if configured, with the sessions and retained messages it holds.
     pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
-        let (store, loaded) = match &config.persistence {
-            Some(persistence) => {
-                let (store, loaded) = Store::open(persistence)?;
-                (Some(store), Some(loaded))
-            }
-            None => (None, None),
+        let (store, loaded, waiting) = match &config.persistence {
+            Some(persistence) => match Store::open(persistence) {
+                Ok((store, loaded)) => (Some(store), Some(loaded), None),
+                Err(err) if persistence.wait_if_locked && err.is_locked() => {
+                    info!(path = %persistence.path.display(), "the MQTT store is held by the process being replaced; MQTT clients wait until it is released");
+                    (None, None, Some(persistence.clone()))
+                }
+                Err(err) => return Err(err.into()),
+            },
+            None => (None, None, None),
         };
         let slots = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         // The timer thread reaches the broker through a weak reference set once the broker exists.
@@ -174,7 +186,9 @@ impl Broker {
             router: Router::new(),
             sessions: Mutex::new(HashSet::new()),
             retained: Retained::new(),
-            store,
+            store: store.map(OnceLock::from).unwrap_or_default(),
+            ready: AtomicBool::new(waiting.is_none()),
+            became_ready: Notify::new(),
             timers,
             metrics: Metrics::new(slots),
             next_key: AtomicU64::new(1),
@@ -194,7 +208,77 @@ impl Broker {
             broker.restore(loaded);
         }
         broker.set_sys_interval(broker.inner.config.sys_interval);
+        if let Some(persistence) = waiting {
+            let waiter = broker.clone();
+            std::thread::Builder::new()
+                .name("portico-mqtt-store-wait".into())
+                .spawn(move || waiter.wait_for_store(&persistence))
+                .map_err(BrokerError::Thread)?;
+        }
         Ok(broker)
+    }
+
+    /// Opens the store once the process holding it lets it go, then restores what it holds and lets the
+    /// waiting connections in.
+    fn wait_for_store(&self, persistence: &crate::config::PersistenceConfig) {
+        let started = Instant::now();
+        let mut said = started;
+        loop {
+            std::thread::sleep(STORE_RETRY);
+            match Store::open(persistence) {
+                Ok((store, loaded)) => {
+                    let _ = self.inner.store.set(store);
+                    self.restore(loaded);
+                    self.inner.ready.store(true, Ordering::Release);
+                    self.inner.became_ready.notify_waiters();
+                    info!(
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "MQTT store opened: MQTT clients are served"
+                    );
+                    return;
+                }
+                Err(err) if err.is_locked() => {
+                    if said.elapsed() >= STORE_WAIT_WARNING {
+                        said = Instant::now();
+                        tracing::warn!(path = %persistence.path.display(), waited_s = started.elapsed().as_secs(), "the MQTT store is still held by another process; MQTT clients wait");
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(path = %persistence.path.display(), error = %err, "cannot open the MQTT store; MQTT clients are not served (restart to try again)");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether the broker serves: false only while it waits for another process to release the store.
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Acquire)
+    }
+
+    /// Completes once the broker serves (at once, unless it waits for the store).
+    pub async fn ready(&self) {
+        loop {
+            let notified = self.inner.became_ready.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_ready() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Closes the store (see [`Store::close`]) once no MQTT connection is left, or after `timeout`: for the
+    /// process an upgrade replaces, so that the new one opens the store while this one drains its HTTP
+    /// connections. Whether it closed.
+    pub fn close_store_when_drained(&self, timeout: Duration) -> bool {
+        let Some(store) = self.store() else { return false };
+        let deadline = Instant::now() + timeout;
+        while self.inner.metrics.get(Counter::Connections) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        store.close(deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)))
     }
 
     fn restore(&self, loaded: crate::store::Loaded) {
@@ -270,18 +354,18 @@ impl Broker {
     }
 
     pub fn store(&self) -> Option<&Store> {
-        self.inner.store.as_ref()
+        self.inner.store.get()
     }
 
     fn submit(&self, op: StoreOp) {
-        if let Some(store) = &self.inner.store {
+        if let Some(store) = self.inner.store.get() {
             store.submit(op);
         }
     }
 
     /// Completes when everything handed to the store so far is committed.
     pub fn sync(&self) -> Option<impl std::future::Future<Output = Result<(), Arc<StoreError>>> + Send + 'static> {
-        self.inner.store.as_ref().map(Store::sync)
+        self.inner.store.get().map(Store::sync)
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashSet<ByTableKey>> {
@@ -570,7 +654,7 @@ impl Broker {
     /// Routes `message` to every matching subscriber's session (and sets the topic's retained message when
     /// RETAIN is set). `worker` picks the metrics slot.
     pub fn publish(&self, message: Arc<Message>, worker: usize) -> Published {
-        let store = self.inner.store.as_ref();
+        let store = self.inner.store.get();
         let mut retained = false;
         if message.retain {
             self.inner.retained.set(message.clone(), store);
@@ -583,7 +667,7 @@ impl Broker {
 
     /// Delivers `message` to the session of every matching subscription.
     fn route(&self, message: Arc<Message>, worker: usize) -> Published {
-        let store = self.inner.store.as_ref();
+        let store = self.inner.store.get();
         let mut published = Published::default();
         let mut routes: Vec<Route<SessionRef>> = Vec::new();
         self.inner.router.route(&message.topic, message.publisher, &mut routes);
@@ -650,7 +734,7 @@ impl Broker {
         let mut state = session.lock();
         let existed = self.inner.router.subscribe(filter, session.clone(), options, id);
         state.subscriptions.insert(filter, SubscriptionRecord { options, id });
-        let persist = state.is_persistent() && self.inner.store.is_some();
+        let persist = state.is_persistent() && self.inner.store.get().is_some();
         if persist {
             self.submit(StoreOp::PutSession {
                 client_id: session.client_id().clone(),
@@ -665,7 +749,7 @@ impl Broker {
             RetainHandling::Never => false,
         };
         if send_retained && !parsed.is_shared() {
-            let store = self.inner.store.as_ref();
+            let store = self.inner.store.get();
             let sys = self.inner.sys_retained.matching(parsed.filter);
             for message in sys.into_iter().chain(self.inner.retained.matching(parsed.filter)) {
                 let out = Outgoing {
@@ -686,7 +770,7 @@ impl Broker {
         let mut state = session.lock();
         let existed = state.subscriptions.remove(filter).is_some();
         self.inner.router.unsubscribe(filter, session.key());
-        let persist = existed && state.is_persistent() && self.inner.store.is_some();
+        let persist = existed && state.is_persistent() && self.inner.store.get().is_some();
         if persist {
             self.submit(StoreOp::PutSession {
                 client_id: session.client_id().clone(),
@@ -716,6 +800,12 @@ impl Broker {
             "gauge",
             "MQTT connections past CONNECT.",
             &[("", m.get(Counter::Connections))],
+        );
+        line(
+            "portico_mqtt_connections_parked",
+            "gauge",
+            "MQTT connections parked while idle: no task, no registration with the runtime.",
+            &[("", m.get(Counter::Parked))],
         );
         line(
             "portico_mqtt_connect_refused_total",
@@ -813,7 +903,7 @@ impl Broker {
             &[("", inflight)],
         );
         line("portico_mqtt_queued_messages", "gauge", "Messages waiting in session queues.", &[("", queued)]);
-        if let Some(store) = &self.inner.store {
+        if let Some(store) = self.inner.store.get() {
             let s = store.stats();
             line(
                 "portico_mqtt_store_commits_total",

@@ -21,6 +21,10 @@ pub const DEFAULT_MAX_SESSION_EXPIRY: u32 = 7 * 24 * 3600;
 pub const DEFAULT_TOPIC_ALIAS_MAXIMUM: u16 = 32;
 /// A connection that has not sent CONNECT by then is closed (a slowloris guard).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// An idle plain-TCP connection gives up its task and its registration with the runtime after this long
+/// without traffic (see [`crate::park`]): longer than the pauses of a chatty client, short enough that a fleet of
+/// quiet devices costs little.
+pub const DEFAULT_PARK_AFTER: Duration = Duration::from_secs(10);
 /// Mosquitto's `sys_interval` default: `$SYS/broker/...` every 10 seconds.
 pub const DEFAULT_SYS_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -72,9 +76,18 @@ pub struct Limits {
     pub max_session_expiry: u32,
     /// Topic aliases a v5 client may define towards the broker (CONNACK's Topic Alias Maximum).
     pub topic_alias_maximum: u16,
+    /// Topic aliases the broker defines towards a v5 client at most, within the client's own Topic Alias
+    /// Maximum (see [`crate::alias`]); 0: none.
+    pub topic_aliases_to_clients: u16,
+    /// CONNACK's Response Information for a v5 client that requests it (`%c`: client id, `%u`: user name);
+    /// `None`: not sent.
+    pub response_information: Option<String>,
     /// Whether QoS 0 messages are queued for an offline session (Mosquitto's `queue_qos0_messages`).
     pub queue_qos0_offline: bool,
     pub connect_timeout: Duration,
+    /// A plain-TCP connection with nothing in progress for this long is parked (see [`crate::park`]);
+    /// zero: never.
+    pub park_after: Duration,
 }
 
 impl Default for Limits {
@@ -87,8 +100,11 @@ impl Default for Limits {
             max_keepalive: DEFAULT_MAX_KEEPALIVE,
             max_session_expiry: DEFAULT_MAX_SESSION_EXPIRY,
             topic_alias_maximum: DEFAULT_TOPIC_ALIAS_MAXIMUM,
+            topic_aliases_to_clients: DEFAULT_TOPIC_ALIAS_MAXIMUM,
+            response_information: None,
             queue_qos0_offline: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            park_after: DEFAULT_PARK_AFTER,
         }
     }
 }
@@ -107,6 +123,10 @@ pub struct PersistenceConfig {
     /// power loss, for far less latency.
     pub fsync: bool,
     pub on_corrupt: OnCorruptStore,
+    /// When another process holds the store (the process this one replaces in an upgrade), open the broker
+    /// without it and wait for the store: MQTT connections wait before CONNECT until it is open (see
+    /// [`crate::Broker::ready`]).
+    pub wait_if_locked: bool,
 }
 
 impl PersistenceConfig {
@@ -116,6 +136,7 @@ impl PersistenceConfig {
             commit_delay: Duration::ZERO,
             fsync: true,
             on_corrupt: OnCorruptStore::MoveAside,
+            wait_if_locked: false,
         }
     }
 }

@@ -29,6 +29,7 @@ use std::future::Future;
 use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -36,9 +37,11 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use bytestring::ByteString;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::Sleep;
 use tracing::debug;
 
+use crate::alias::{Alias, OutAliases};
 use crate::auth::Verdict;
 use crate::broker::{Attached, Broker, ConnectParams};
 use crate::codec::{
@@ -48,10 +51,14 @@ use crate::codec::{
 use crate::config::Limits;
 use crate::message::Message;
 use crate::metrics::Counter;
+use crate::park::Lot;
 use crate::router::FxHasher;
 use crate::session::Outbound;
 use crate::store::{StoreError, StoreOp};
 use crate::sys::is_sys_topic;
+
+/// How long a connection must be quiet to park the first time (then `limits.park_after`, if shorter this).
+pub const FIRST_PARK_AFTER: Duration = Duration::from_millis(20);
 
 /// How long a drain waits for the store to commit what the connection's pending acknowledgements depend on.
 pub const DRAIN_ACKS: Duration = Duration::from_secs(2);
@@ -189,28 +196,60 @@ where
         let Opened { mut io, mut conn, mut shutdown } = opening.await?;
         conn.broker.metrics().inc(conn.worker, Counter::Connections);
         conn.broker.metrics().inc(conn.worker, Counter::Connects);
-        let result = conn.run(&mut io, shutdown.as_mut()).await;
-        let (metrics, worker, version) = (conn.broker.metrics(), conn.worker, conn.version);
-        metrics.add(worker, Counter::Connections, -1);
-        // Anything but a DISCONNECT without 0x04 publishes the will [MQTT-3.1.2-8], [MQTT-3.14.4-3].
-        let will = match (&result, conn.will.take()) {
-            (Ok(true), _) | (_, None) => None,
-            (_, Some(will)) => {
-                let delay = will.properties.will_delay_interval.unwrap_or(0);
-                Some((Message::from_will(&will), delay))
-            }
+        let result = match conn.run(&mut io, shutdown.as_mut(), false).await {
+            Ran::Ended(result) => result,
+            // Not asked for: only `drive` parks.
+            Ran::Idle => Err(ConnectionError::ServerShutdown),
         };
-        conn.broker.disconnect(&conn.attached.session, conn.attached.connection, will);
-        match &result {
-            Err(ConnectionError::TakenOver) => metrics.inc(worker, Counter::TakenOver),
-            Err(ConnectionError::KeepAliveTimeout) => metrics.inc(worker, Counter::KeepAliveTimeouts),
-            Err(ConnectionError::Decode(_) | ConnectionError::Protocol { .. }) => {
-                metrics.inc(worker, Counter::ProtocolErrors)
-            }
-            _ => {}
-        }
-        debug!(peer = %conn.peer, client_id = %conn.attached.session.client_id(), %version, result = ?result.as_ref().err(), "MQTT connection ended");
-        result.map(|_| ())
+        conn.finish(result)
+    }
+}
+
+/// [`serve`] for a plain TCP connection that parks while idle: after `limits.park_after` with nothing in
+/// progress, the connection's task ends and the connection waits in `lot` (its worker's [`Lot`]), holding
+/// no task, future or registration with the runtime, until a packet, a message for its session or its
+/// keep-alive deadline brings it back on a task of its own. The drain comes through the broker.
+pub fn serve_parking<G: 'static>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: &Broker,
+    worker: usize,
+    lot: Rc<Lot<G>>,
+) -> impl Future<Output = ()> {
+    let io = Io { stream, rbuf: BytesMut::new(), wbuf: BytesMut::new() };
+    let opening = Box::pin(open(io, peer, None, broker.clone(), worker, Box::pin(std::future::pending::<()>())));
+    async move {
+        let Ok(Opened { io, conn, .. }) = opening.await else { return };
+        conn.broker.metrics().inc(conn.worker, Counter::Connections);
+        conn.broker.metrics().inc(conn.worker, Counter::Connects);
+        drive(io, Box::new(conn), lot).await
+    }
+}
+
+/// Serves an accepted connection until it ends or parks (again).
+pub(crate) async fn drive<G: 'static>(mut io: Io<TcpStream>, mut conn: Box<Conn>, lot: Rc<Lot<G>>) {
+    let mut park = !conn.limits.park_after.is_zero();
+    loop {
+        let ended = conn.run(&mut io, std::pin::pin!(std::future::pending::<()>()), park).await;
+        let result = match ended {
+            Ran::Ended(result) => result,
+            Ran::Idle => match lot.park(io.stream, conn) {
+                Ok(()) => return,
+                // The socket could not be parked (the poller refused it): served on without parking.
+                Err((Ok(stream), back)) => {
+                    io = Io { stream, rbuf: BytesMut::new(), wbuf: BytesMut::new() };
+                    conn = back;
+                    park = false;
+                    continue;
+                }
+                Err((Err(err), mut back)) => {
+                    let _ = back.finish(Err(err.into()));
+                    return;
+                }
+            },
+        };
+        let _ = conn.finish(result);
+        return;
     }
 }
 
@@ -236,6 +275,14 @@ where
     F: Future<Output = ()>,
 {
     broker.metrics().inc(worker, Counter::ConnectionsAccepted);
+    if !broker.is_ready() {
+        // The store is still held by the process this one replaces: the client waits (as for a slow CONNACK).
+        tokio::select! {
+            _ = broker.ready() => {}
+            _ = shutdown.as_mut() => return Err(ConnectionError::ServerShutdown),
+            _ = broker.drained() => return Err(ConnectionError::ServerShutdown),
+        }
+    }
     let limits = broker.limits();
     let mut received = 0;
     let connecting =
@@ -291,8 +338,8 @@ thread_local! {
 /// The stream and its buffers: `rbuf` holds only bytes not yet decoded (a partial packet), `wbuf` only
 /// what is being written (borrowed from [`WRITE_POOL`] by [`out`]); both are empty and unallocated while the
 /// connection is idle.
-struct Io<S> {
-    stream: S,
+pub(crate) struct Io<S> {
+    pub(crate) stream: S,
     rbuf: BytesMut,
     wbuf: BytesMut,
 }
@@ -310,6 +357,12 @@ fn out(wbuf: &mut BytesMut) -> &mut BytesMut {
 fn release_read(rbuf: &mut BytesMut) {
     if rbuf.is_empty() {
         *rbuf = BytesMut::new();
+    }
+}
+
+impl<S> Io<S> {
+    pub(crate) fn new(stream: S) -> Io<S> {
+        Io { stream, rbuf: BytesMut::new(), wbuf: BytesMut::new() }
     }
 }
 
@@ -546,6 +599,11 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             assigned_client_identifier: assigned,
             topic_alias_maximum: Some(limits.topic_alias_maximum),
             server_keep_alive: (keep_alive != connect.keep_alive).then_some(keep_alive),
+            response_information: match (&limits.response_information, connect.properties.request_response_information)
+            {
+                (Some(info), Some(true)) => Some(response_information(info, &attached, user.as_deref()).into()),
+                _ => None,
+            },
             ..ConnAckProperties::default()
         };
     }
@@ -563,9 +621,17 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         send_window: client_receive_maximum.min(limits.max_inflight),
         client_max_packet: connect.properties.maximum_packet_size.map_or(u32::MAX, |n| n.get()),
         keep_alive,
+        last_seen: Instant::now(),
+        parked_before: false,
         will: connect.will.clone().map(Box::new),
         session_expiry_was_zero: requested_expiry == 0,
         aliases: None,
+        aliases_out_max: if v5 {
+            connect.properties.topic_alias_maximum.unwrap_or(0).min(limits.topic_aliases_to_clients)
+        } else {
+            0
+        },
+        aliases_out: None,
         pending: Pending::default(),
         inbound_qos1: 0,
         attached,
@@ -574,15 +640,21 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     }))
 }
 
+/// CONNACK's Response Information: `template` with `%c` replaced by the client id, `%u` by the user name
+/// (empty for an anonymous client).
+fn response_information(template: &str, attached: &Attached, user: Option<&str>) -> String {
+    template.replace("%c", attached.session.client_id()).replace("%u", user.unwrap_or(""))
+}
+
 /// An accepted connection's state.
-struct Conn {
+pub(crate) struct Conn {
     broker: Broker,
     peer: SocketAddr,
     /// The authenticated user name (`None`: anonymous), for the ACL.
     user: Option<Box<str>>,
     worker: usize,
     version: ProtocolVersion,
-    attached: Attached,
+    pub(crate) attached: Attached,
     /// The broker's limits when the connection was accepted (a reload does not change what CONNACK said).
     limits: Arc<Limits>,
     /// QoS 1 and 2 messages the broker may have in flight to the client.
@@ -590,7 +662,11 @@ struct Conn {
     /// The client's Maximum Packet Size (v5).
     client_max_packet: u32,
     /// The Keep Alive in force, seconds (0: off); the client may be silent 1.5 times that [MQTT-3.1.2-24].
-    keep_alive: u16,
+    pub(crate) keep_alive: u16,
+    /// When the client last sent something (the keep-alive counts from it).
+    pub(crate) last_seen: Instant,
+    /// Whether the connection has been parked since it was accepted (see [`crate::park`]).
+    pub(crate) parked_before: bool,
     /// Boxed: most connections leave none, and the connection's future holds this for its whole life.
     will: Option<Box<Will>>,
     /// For [MQTT-3.14.2-2]: a DISCONNECT may not set a non-zero Session Expiry Interval then.
@@ -600,6 +676,11 @@ struct Conn {
     aliases: Option<Box<HashMap<u16, ByteString, BuildHasherDefault<FxHasher>>>>,
     /// Acknowledgements waiting for the store, or behind one that does (the others are written at once).
     pending: Pending,
+    /// Topic aliases towards the client at most: the client's Topic Alias Maximum within the broker's
+    /// `topic_aliases_to_clients` (0: topic names always).
+    aliases_out_max: u16,
+    /// The aliases defined towards the client (see [`crate::alias`]); boxed, made by the first PUBLISH sent.
+    aliases_out: Option<Box<OutAliases>>,
     /// QoS 1 PUBLISHes not yet PUBACKed (with the session's QoS 2 identifiers, the inbound window).
     inbound_qos1: u32,
 }
@@ -617,6 +698,23 @@ enum Event {
     Shutdown,
     /// The keep-alive timer fired; whether the client was silent for the whole period is checked then.
     KeepAlive,
+    /// Nothing in progress and nothing happened for `limits.park_after`: time to park.
+    Idle,
+}
+
+/// How [`Conn::run`] stopped.
+pub(crate) enum Ran {
+    /// The connection ended (and was closed): `Ok(true)` after a DISCONNECT that discards the will.
+    Ended(Result<bool, ConnectionError>),
+    /// Idle for `limits.park_after` (only when asked to park): nothing was closed.
+    Idle,
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// A server DISCONNECT, with a Reason String saying why (allowed whatever Request Problem Information says,
@@ -646,10 +744,20 @@ impl Conn {
         &'a mut self,
         io: &'a mut Io<S>,
         mut shutdown: Pin<&'a mut impl Future<Output = ()>>,
-    ) -> impl Future<Output = Result<bool, ConnectionError>> + 'a {
+        park: bool,
+    ) -> impl Future<Output = Ran> + 'a {
         async move {
-            let mut last_seen = Instant::now();
             let mut timer: Option<Pin<Box<Sleep>>> = None;
+            // Anything that happens (a packet, a delivery) puts parking off: a busy connection never parks.
+            let mut last_active = Instant::now();
+            // The first time, a connection parks after a short quiet moment: most clients that go quiet right
+            // after CONNECT (and their SUBSCRIBEs) are devices waiting for messages, and a client that goes on
+            // sending comes back once. So a crowd of clients connecting at once never holds a task each.
+            let park_after = match (park, self.parked_before) {
+                (false, _) => None,
+                (true, true) => Some(self.limits.park_after),
+                (true, false) => Some(self.limits.park_after.min(FIRST_PARK_AFTER)),
+            };
             // Packets that arrived in the same read as CONNECT (a client may send them without waiting for CONNACK)
             // are handled first: no further read may come to trigger them.
             let mut unread = !io.rbuf.is_empty();
@@ -670,7 +778,7 @@ impl Conn {
                     if std::mem::take(&mut unread) {
                         return Poll::Ready(Event::Unread);
                     }
-                    self.poll_event(cx, io, shutdown.as_mut(), &mut timer, last_seen)
+                    self.poll_event(cx, io, shutdown.as_mut(), &mut timer, last_active, park_after)
                 })
                 .await;
                 let outcome = match event {
@@ -684,14 +792,19 @@ impl Conn {
                     Event::Committed(Err(err)) => Err(ConnectionError::Store(err)),
                     Event::Read(Ok(0)) => Err(ConnectionError::Closed),
                     Event::Read(Ok(n)) => {
-                        last_seen = Instant::now();
+                        self.last_seen = Instant::now();
+                        last_active = self.last_seen;
                         self.broker.metrics().add(self.worker, Counter::BytesReceived, n as i64);
                         self.process(io)
                     }
                     Event::Read(Err(err)) => Err(err.into()),
-                    Event::Woken => Ok(None),
+                    Event::Woken => {
+                        last_active = Instant::now();
+                        Ok(None)
+                    }
                     Event::Shutdown => Err(ConnectionError::ServerShutdown),
                     Event::KeepAlive => Err(ConnectionError::KeepAliveTimeout),
+                    Event::Idle => return Ran::Idle,
                 };
                 match outcome {
                     Ok(None) => {}
@@ -699,20 +812,53 @@ impl Conn {
                     Err(err) => break Err(err),
                 }
             };
-            Box::pin(self.close(io, ended)).await
+            Ran::Ended(Box::pin(self.close(io, ended)).await)
         }
+    }
+
+    /// After the connection ended: counts it, publishes the will unless a DISCONNECT discarded it, detaches
+    /// the session. `result` is how it ended (`Ok(true)`: a DISCONNECT that discards the will).
+    pub(crate) fn finish(&mut self, result: Result<bool, ConnectionError>) -> Result<(), ConnectionError> {
+        let (metrics, worker, version) = (self.broker.metrics(), self.worker, self.version);
+        metrics.add(worker, Counter::Connections, -1);
+        // Anything but a DISCONNECT without 0x04 publishes the will [MQTT-3.1.2-8], [MQTT-3.14.4-3].
+        let will = match (&result, self.will.take()) {
+            (Ok(true), _) | (_, None) => None,
+            (_, Some(will)) => {
+                let delay = will.properties.will_delay_interval.unwrap_or(0);
+                Some((Message::from_will(&will), delay))
+            }
+        };
+        self.broker.disconnect(&self.attached.session, self.attached.connection, will);
+        match &result {
+            Err(ConnectionError::TakenOver) => metrics.inc(worker, Counter::TakenOver),
+            Err(ConnectionError::KeepAliveTimeout) => metrics.inc(worker, Counter::KeepAliveTimeouts),
+            Err(ConnectionError::Decode(_) | ConnectionError::Protocol { .. }) => {
+                metrics.inc(worker, Counter::ProtocolErrors)
+            }
+            _ => {}
+        }
+        debug!(peer = %self.peer, client_id = %self.attached.session.client_id(), %version, result = ?result.as_ref().err(), "MQTT connection ended");
+        result.map(|_| ())
+    }
+
+    /// Whether the connection has nothing in progress: no partial packet, no acknowledgement waiting.
+    fn is_quiet<S>(&self, io: &Io<S>) -> bool {
+        self.pending.is_empty() && io.rbuf.is_empty() && io.wbuf.is_empty()
     }
 
     /// What the connection waits for, in this order: the store's commit of the oldest pending
     /// acknowledgement, bytes from the client, the session's wake-up, the shutdown, the keep-alive deadline
     /// (1.5 times the Keep Alive after `last_seen`).
+    #[allow(clippy::too_many_arguments)]
     fn poll_event<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
         io: &mut Io<S>,
         shutdown: Pin<&mut impl Future<Output = ()>>,
         timer: &mut Option<Pin<Box<Sleep>>>,
-        last_seen: Instant,
+        last_active: Instant,
+        park_after: Option<Duration>,
     ) -> Poll<Event> {
         if let Some(wait) = self.pending.front_mut().and_then(|p| p.wait.as_mut()) {
             if let Poll::Ready(committed) = wait.as_mut().poll(cx) {
@@ -737,17 +883,29 @@ impl Conn {
         if shutdown.poll(cx).is_ready() {
             return Poll::Ready(Event::Shutdown);
         }
-        if self.keep_alive > 0 {
-            let period = Duration::from_millis(u64::from(self.keep_alive) * 1500);
-            let deadline = tokio::time::Instant::from_std(last_seen + period);
-            let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            // Not moved at every packet: when it fires early, it is set to the deadline it has come to.
-            while timer.as_mut().poll(cx).is_ready() {
-                if tokio::time::Instant::now() >= deadline {
-                    return Poll::Ready(Event::KeepAlive);
-                }
-                timer.as_mut().reset(deadline);
+        let keep_alive =
+            (self.keep_alive > 0).then(|| self.last_seen + Duration::from_millis(u64::from(self.keep_alive) * 1500));
+        let mut park_at = park_after.map(|after| last_active + after);
+        let Some(next) = earliest(keep_alive, park_at) else { return Poll::Pending };
+        let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next.into())));
+        // Not moved at every packet: when it fires early, it is set to the deadline it has come to.
+        while timer.as_mut().poll(cx).is_ready() {
+            // The runtime's clock, as the timer's (the same as the system's unless a test pauses time).
+            let now = tokio::time::Instant::now().into_std();
+            if keep_alive.is_some_and(|deadline| now >= deadline) {
+                return Poll::Ready(Event::KeepAlive);
             }
+            if let (Some(at), Some(after)) = (park_at, park_after) {
+                if now >= at {
+                    if self.is_quiet(io) {
+                        return Poll::Ready(Event::Idle);
+                    }
+                    // Something in progress (an acknowledgement waiting for the store): looked at again later.
+                    park_at = Some(now + after);
+                }
+            }
+            let next = earliest(keep_alive, park_at).unwrap_or(now);
+            timer.as_mut().reset(next.into());
         }
         Poll::Pending
     }
@@ -1129,7 +1287,7 @@ impl Conn {
 
     /// Moves what the session owes the client into the write buffer, within the in-flight window.
     /// `Err(TakenOver)` once the session has another connection (or has ended): it wakes this one to say so.
-    fn take_outbound<S>(&self, io: &mut Io<S>) -> Result<(), ConnectionError> {
+    fn take_outbound<S>(&mut self, io: &mut Io<S>) -> Result<(), ConnectionError> {
         let session = &self.attached.session;
         let store = self.broker.store();
         let mut state = session.lock();
@@ -1145,13 +1303,31 @@ impl Conn {
         let out = out(&mut io.wbuf);
         let mut sent = 0;
         for outbound in outbound.drain(..) {
+            let mut alias = None;
             let packet = match outbound {
-                Outbound::Publish(publish) => Packet::Publish(publish),
+                Outbound::Publish(mut publish) => {
+                    if self.aliases_out_max > 0 {
+                        let aliases =
+                            self.aliases_out.get_or_insert_with(|| Box::new(OutAliases::new(self.aliases_out_max)));
+                        let chosen = aliases.choose(&publish.topic);
+                        publish.properties.topic_alias = Some(chosen.id());
+                        // The topic is kept to commit a new alias once the packet is written.
+                        let topic = match chosen {
+                            Alias::Known(_) => std::mem::take(&mut publish.topic),
+                            Alias::Define(_) => publish.topic.clone(),
+                        };
+                        alias = Some((chosen, topic));
+                    }
+                    Packet::Publish(publish)
+                }
                 Outbound::PubRel(id) => Packet::PubRel(PublishAck::new(id)),
             };
             let fits = packet.encoded_len(self.version).is_ok_and(|len| len <= self.client_max_packet as usize);
             if fits && packet.encode(self.version, out).is_ok() {
                 sent += 1;
+                if let (Some((chosen, topic)), Some(aliases)) = (alias, self.aliases_out.as_mut()) {
+                    aliases.commit(&topic, chosen);
+                }
                 if let Packet::Publish(publish) = &packet {
                     self.broker.metrics().inc(
                         self.worker,

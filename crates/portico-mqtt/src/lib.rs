@@ -92,6 +92,7 @@
 //! | --- | --- | --- |
 //! | `portico_mqtt_connections_total` | counter | connections accepted |
 //! | `portico_mqtt_connections` | gauge | connections past CONNECT |
+//! | `portico_mqtt_connections_parked` | gauge | of those, idle ones parked off their tasks ([`park`]) |
 //! | `portico_mqtt_connect_refused_total` | counter | CONNECTs refused (client id, auth method, will format) |
 //! | `portico_mqtt_sessions` | gauge | sessions, connected or not |
 //! | `portico_mqtt_subscriptions` | gauge | subscriptions in the router |
@@ -101,6 +102,8 @@
 //! | `portico_mqtt_messages_dropped_total{reason}` | counter | `queue_full`, `offline_qos0`, `too_large` |
 //! | `portico_mqtt_inflight_messages` | gauge | QoS 1/2 sent, not yet acknowledged |
 //! | `portico_mqtt_queued_messages` | gauge | waiting in session queues |
+//! | `portico_mqtt_auth_failures_total` | counter | CONNECTs refused for a bad user name or password, or none where needed |
+//! | `portico_mqtt_acl_denied_total{operation}` | counter | `publish` / `subscribe` refused by the ACL (and publishes to `$SYS`) |
 //! | `portico_mqtt_protocol_errors_total` | counter | connections closed for a malformed packet or protocol error |
 //! | `portico_mqtt_keepalive_timeouts_total` | counter | connections closed by keep-alive |
 //! | `portico_mqtt_takeovers_total` | counter | connections closed by a session takeover |
@@ -131,6 +134,7 @@
 //! are the product itself, so the codec is written here, fuzzed (`fuzz/fuzz_targets/mqtt_decode.rs`), and its
 //! rules are tested against the specification's statements (`tests/`).
 
+pub mod alias;
 pub mod auth;
 pub mod broker;
 pub mod codec;
@@ -138,6 +142,7 @@ pub mod config;
 pub mod connection;
 pub mod message;
 pub mod metrics;
+pub mod park;
 pub mod plane;
 pub mod retained;
 pub mod router;
@@ -150,6 +155,33 @@ pub mod topic;
 
 pub use broker::{Broker, BrokerError};
 pub use config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-pub use connection::{serve, serve_as, serve_until, ConnectionError};
+pub use connection::{serve, serve_as, serve_parking, serve_until, ConnectionError};
 pub use plane::{MqttPlane, MqttView};
 pub use server::Server;
+
+#[cfg(test)]
+mod tests {
+    /// The table of metrics above names every metric the broker renders.
+    #[test]
+    fn the_crate_docs_list_every_metric() {
+        let config = crate::BrokerConfig {
+            persistence: Some(crate::PersistenceConfig::new(
+                std::env::temp_dir().join(format!("portico-mqtt-docs-{}/store.redb", std::process::id())),
+            )),
+            ..Default::default()
+        };
+        let broker = crate::Broker::open(config).expect("broker");
+        let mut rendered = String::new();
+        broker.render_metrics(&mut rendered);
+        let docs = include_str!("lib.rs");
+        let names: std::collections::BTreeSet<&str> = rendered
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        assert!(names.len() >= 20, "{names:?}");
+        for name in names {
+            assert!(docs.contains(&format!("//! | `{name}")), "{name} is not in the crate's table of metrics");
+        }
+    }
+}

@@ -37,6 +37,8 @@ pub enum Counter {
     BytesSent,
     /// CONNECTs accepted.
     Connects,
+    /// Connections parked while idle (a gauge: see [`crate::park`]).
+    Parked,
     /// Persistent sessions that expired while their client was away.
     SessionsExpired,
 }

@@ -12,15 +12,17 @@
 use crate::auth::{Access, Acl, AclEntry, Auth, AuthError, Users};
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, Limits, OnCorruptStore, PersistenceConfig};
-use crate::connection::serve_as;
+use crate::connection::{serve_as, serve_parking};
+use crate::park::Lot;
 use futures_util::FutureExt;
 use portico_config::LoadedConfig;
 use portico_core::stats::{slot, ListenerStats};
 use portico_core::tls::TlsTerminator;
 use portico_core::view::PlaneView;
-use portico_core::worker::{Plane, PlaneWorker, WorkerCore};
+use portico_core::worker::{ConnectionGuard, Plane, PlaneWorker, WorkerCore};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -64,8 +66,9 @@ pub fn broker_config(loaded: &LoadedConfig) -> BrokerConfig {
                 portico_config::OnCorruptStore::MoveAside => OnCorruptStore::MoveAside,
                 portico_config::OnCorruptStore::Fail => OnCorruptStore::Fail,
             },
+            wait_if_locked: false,
         }),
-        limits: limits(&mqtt.limits),
+        limits: limits(mqtt),
         auth: Auth::default(),
         sys_interval: mqtt.sys_interval.0,
     }
@@ -105,8 +108,10 @@ pub fn auth(loaded: &LoadedConfig) -> Result<Auth, AuthError> {
     })
 }
 
-/// The broker's limits from `mqtt.limits` (validated: the narrowing casts cannot truncate).
-pub fn limits(l: &portico_config::MqttLimits) -> Limits {
+/// The broker's limits from `mqtt.limits` and `mqtt.response_information` (validated: the narrowing casts
+/// cannot truncate).
+pub fn limits(mqtt: &portico_config::Mqtt) -> Limits {
+    let l = &mqtt.limits;
     let u16_of = |n: u32| u16::try_from(n).unwrap_or(u16::MAX);
     Limits {
         max_packet_size: u32::try_from(l.max_packet_size.0).unwrap_or(u32::MAX),
@@ -117,7 +122,10 @@ pub fn limits(l: &portico_config::MqttLimits) -> Limits {
         max_keepalive: u16::try_from(l.max_keepalive.0.as_secs()).unwrap_or(u16::MAX),
         max_session_expiry: u32::try_from(l.max_session_expiry.0.as_secs()).unwrap_or(u32::MAX),
         topic_alias_maximum: u16_of(l.topic_alias_maximum),
+        topic_aliases_to_clients: u16_of(l.topic_aliases_to_clients),
+        response_information: mqtt.response_information.clone(),
         connect_timeout: l.connect_timeout.0,
+        park_after: l.park_after.0,
     }
 }
 
@@ -132,8 +140,8 @@ pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_co
     let (anonymous, rules) = (auth.anonymous, auth.acl.entries.len());
     broker.set_auth(auth);
     tracing::info!(users, anonymous, acl_entries = rules, "MQTT users and ACL reloaded: they apply to new operations");
-    if before.limits != after.limits {
-        broker.set_limits(limits(&after.limits));
+    if before.limits != after.limits || before.response_information != after.response_information {
+        broker.set_limits(limits(after));
         tracing::info!("MQTT limits reloaded: new connections get them");
     }
     if before.sys_interval != after.sys_interval {
@@ -160,7 +168,12 @@ impl Plane for MqttPlane {
             let _ = shutdown.wait_for(|down| *down).await;
             broker.drain();
         });
-        Rc::new(MqttWorker { core: core.clone(), broker: self.broker.clone(), listeners: self.listeners.clone() })
+        Rc::new(MqttWorker {
+            core: core.clone(),
+            broker: self.broker.clone(),
+            listeners: self.listeners.clone(),
+            lot: start_lot(core, &self.broker),
+        })
     }
 }
 
@@ -168,6 +181,34 @@ struct MqttWorker {
     core: Rc<WorkerCore>,
     broker: Broker,
     listeners: Arc<dyn Listeners>,
+    /// Where this worker's idle plain-TCP connections wait (`None`: the poller could not be made; they keep
+    /// their tasks).
+    lot: Option<Rc<Lot<ConnectionGuard>>>,
+}
+
+/// The worker's [`Lot`]: a parked connection stays counted on the worker, and comes back on a task that
+/// catches a panic as the accept loop's do.
+fn start_lot(core: &Rc<WorkerCore>, broker: &Broker) -> Option<Rc<Lot<ConnectionGuard>>> {
+    let index = core.index;
+    let spawn = move |served: Pin<Box<dyn Future<Output = ()>>>, guard: ConnectionGuard| {
+        tokio::task::spawn_local(async move {
+            if let Err(panic) = AssertUnwindSafe(served).catch_unwind().await {
+                let message = portico_core::panic::panic_message(panic.as_ref());
+                let at = portico_core::panic::last_panic_location();
+                tracing::error!(worker = index, "MQTT connection panicked at {at}: {message}");
+            }
+            drop(guard);
+        });
+    };
+    let core = core.clone();
+    let hold = move || core.hold_connection();
+    match Lot::start(broker.clone(), index, hold, spawn) {
+        Ok(lot) => Some(lot),
+        Err(err) => {
+            tracing::warn!(worker = index, error = %err, "cannot make the poller for idle MQTT connections");
+            None
+        }
+    }
 }
 
 impl PlaneWorker for MqttWorker {
@@ -182,7 +223,10 @@ impl PlaneWorker for MqttWorker {
         // TLS one's (the TLS stream and its handshake: kilobytes per idle client). No shutdown future: the
         // drain comes through the broker (see `start_worker`).
         match settings.tls {
-            None => Box::pin(serve_as(io, peer, None, &self.broker, index, std::future::pending()).map(drop)),
+            None => match &self.lot {
+                Some(lot) => Box::pin(serve_parking(io, peer, &self.broker, index, lot.clone())),
+                None => Box::pin(serve_as(io, peer, None, &self.broker, index, std::future::pending()).map(drop)),
+            },
             Some(tls) => Box::pin(async move {
                 let Some(stream) = tls.handshake(io, &settings.stats, index).await else { return };
                 // A certificate is there only if the listener asked for one and it was verified.
@@ -240,6 +284,23 @@ impl PlaneView for MqttView {
 
     fn running_config(&self) -> Arc<LoadedConfig> {
         self.listeners.running_config()
+    }
+
+    /// Messages received from clients (`requests`) and dropped (`errors`), and messages sent, for the dashboard.
+    fn sample(&self, out: &mut Vec<portico_core::view::SeriesSample>) {
+        use crate::metrics::Counter::*;
+        let m = self.broker.metrics();
+        let sum = |counters: &[crate::metrics::Counter]| counters.iter().map(|&c| m.get(c).max(0) as u64).sum::<u64>();
+        let dropped = sum(&[DroppedQueueFull, DroppedOffline, DroppedTooLarge]);
+        let sample = |name: &str, requests, errors| portico_core::view::SeriesSample {
+            kind: "mqtt",
+            name: name.into(),
+            requests,
+            errors,
+            latency: None,
+        };
+        out.push(sample("received", sum(&[ReceivedQos0, ReceivedQos1, ReceivedQos2]), dropped));
+        out.push(sample("sent", sum(&[SentQos0, SentQos1, SentQos2]), 0));
     }
 }
 

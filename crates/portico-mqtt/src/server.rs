@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::broker::Broker;
-use crate::connection::serve;
+use crate::connection::{serve, serve_parking};
+use crate::park::Lot;
 
 /// A running server. Dropping it stops accepting (connections already accepted run on).
 #[derive(Debug)]
@@ -35,6 +36,15 @@ impl Server {
             std::thread::Builder::new().name(format!("portico-mqtt-worker-{index}")).spawn(move || {
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&runtime, async move {
+                    // Idle connections park as in the gateway (see `crate::park`).
+                    let spawn = |served, ()| drop(tokio::task::spawn_local(served));
+                    let lot = match Lot::start(broker.clone(), index, || (), spawn) {
+                        Ok(lot) => Some(lot),
+                        Err(err) => {
+                            warn!(error = %err, "cannot make the poller for idle connections");
+                            None
+                        }
+                    };
                     while let Some((stream, peer)) = rx.recv().await {
                         let broker = broker.clone();
                         let stream =
@@ -46,9 +56,14 @@ impl Server {
                                 }
                             };
                         let _ = stream.set_nodelay(true);
-                        tokio::task::spawn_local(async move {
-                            let _ = serve(stream, peer, &broker, index).await;
-                        });
+                        match &lot {
+                            Some(lot) => {
+                                drop(tokio::task::spawn_local(serve_parking(stream, peer, &broker, index, lot.clone())))
+                            }
+                            None => drop(tokio::task::spawn_local(async move {
+                                let _ = serve(stream, peer, &broker, index).await;
+                            })),
+                        }
                     }
                 });
             })?;

@@ -12,13 +12,20 @@ pub fn address(url: &str) -> anyhow::Result<SocketAddr> {
     authority.parse().with_context(|| format!("{url}: give the admin address as http://IP:PORT"))
 }
 
-/// Sends `method path` and returns the status and body; `Ok(None)` when nothing listens there.
-pub fn request(addr: SocketAddr, method: &str, path: &str) -> anyhow::Result<Option<(u16, String)>> {
+/// Sends `method path` (with the admin token, `admin.token`, as a bearer header when given: the requests that
+/// change state need it) and returns the status and body; `Ok(None)` when nothing listens there.
+pub fn request_with_token(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Option<(u16, String)>> {
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
         return Ok(None);
     };
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n")?;
+    let authorization = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{authorization}Content-Length: 0\r\n\r\n")?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response)?;
     let text = String::from_utf8_lossy(&response);
@@ -27,9 +34,19 @@ pub fn request(addr: SocketAddr, method: &str, path: &str) -> anyhow::Result<Opt
     Ok(Some((status, body.to_string())))
 }
 
-/// `request`, parsed as JSON.
+/// `request_with_token` without a token, parsed as JSON.
 pub fn json(addr: SocketAddr, method: &str, path: &str) -> anyhow::Result<Option<(u16, serde_json::Value)>> {
-    match request(addr, method, path)? {
+    json_with_token(addr, method, path, None)
+}
+
+/// `request_with_token`, parsed as JSON.
+pub fn json_with_token(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<Option<(u16, serde_json::Value)>> {
+    match request_with_token(addr, method, path, token)? {
         None => Ok(None),
         Some((status, body)) => {
             let value = serde_json::from_str(&body).with_context(|| format!("{addr}{path}: not JSON"))?;

@@ -13,9 +13,11 @@ pub fn run(listen: &str, workers: &str, admin: &str, mqtt: &str) -> anyhow::Resu
     let endpoints: String = backends.iter().map(|b| format!("      - address: {}\n", b.addr)).collect();
     let (function, gate) = demo_functions()?;
     let (function, gate) = (function.display(), gate.display());
+    // A token made for this run, so the dashboard's actions (drain, enable) can be tried: it asks for it.
+    let token = demo_token();
     let admin_line = match admin {
         "off" => String::new(),
-        address => format!("admin: {{ address: \"{address}\" }}"),
+        address => format!("admin: {{ address: \"{address}\", token: \"{token}\" }}"),
     };
     let (mqtt_listener, mqtt_route) = match mqtt {
         "off" => (String::new(), String::new()),
@@ -75,6 +77,7 @@ clusters:
         "      curl -H 'x-api-key: demo' http://{listen}/api/echo   (a JavaScript filter checks the key first, {gate})"
     );
     if admin != "off" {
+        eprintln!("      http://{admin}/   in a browser: the dashboard (its actions ask for the admin token {token})");
         eprintln!("      curl http://{admin}/metrics   (the admin API: also /admin/clusters, /admin/config)");
     }
     if let Some((host, port)) = (mqtt != "off").then(|| mqtt.rsplit_once(':')).flatten() {
@@ -181,4 +184,17 @@ pub fn run_config(path: &std::path::Path) -> anyhow::Result<()> {
     let served = crate::lifecycle::serve(loaded, Some(path.to_path_buf()));
     drop(started);
     served
+}
+
+/// 16 random bytes as hex, from the kernel: the demo's admin token.
+fn demo_token() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        // No /dev/urandom: a token from the clock and the pid, still unguessable enough for a loopback demo.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        bytes = (now ^ u128::from(std::process::id()) << 64).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

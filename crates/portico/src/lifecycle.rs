@@ -21,13 +21,21 @@ use tokio::signal::unix::{signal, SignalKind};
 /// `portico upgrade`: asks the running Portico (at the configuration's admin address, or `admin`) for a
 /// zero-downtime upgrade to the binary now on disk, and waits until the new process answers.
 pub fn upgrade(config: &Path, admin: Option<&str>) -> anyhow::Result<()> {
+    // The admin token, when the file configures one: an upgrade changes state.
+    let mut token = None;
     let url = match admin {
-        Some(url) => url.to_string(),
+        Some(url) => {
+            if let Ok(loaded) = portico_config::load_file(config) {
+                token = loaded.config.admin.as_ref().and_then(|a| a.read_token(&loaded).ok().flatten());
+            }
+            url.to_string()
+        }
         None => {
             let loaded = portico_config::load_file(config).map_err(|e| anyhow!("invalid configuration\n{e}"))?;
-            let admin = loaded.config.admin.ok_or_else(|| {
+            let admin = loaded.config.admin.as_ref().ok_or_else(|| {
                 anyhow!("{} has no `admin:` address; give --admin http://IP:PORT, or send SIGUSR2", config.display())
             })?;
+            token = admin.read_token(&loaded).map_err(|e| anyhow!("{e}"))?;
             format!("http://{}", admin.address)
         }
     };
@@ -36,7 +44,7 @@ pub fn upgrade(config: &Path, admin: Option<&str>) -> anyhow::Result<()> {
     let (_, before) = crate::admin_client::json(addr, "GET", "/admin/process")?
         .ok_or_else(|| anyhow!("no Portico answers at {url}"))?;
     let old = pid_of(&before).ok_or_else(|| anyhow!("{url}/admin/process did not give a pid"))?;
-    match crate::admin_client::json(addr, "POST", "/admin/upgrade")? {
+    match crate::admin_client::json_with_token(addr, "POST", "/admin/upgrade", token.as_deref())? {
         Some((202, _)) => {}
         Some((status, body)) => return Err(anyhow!("the upgrade was refused ({status}): {}", body["error"])),
         None => return Err(anyhow!("no Portico answers at {url}")),
@@ -193,11 +201,15 @@ impl Reloader {
             Some(text) => portico_config::check_str(text, &self.path.display().to_string()),
             None => portico_config::check_file(&self.path),
         };
+        // For the reload history: the text tried, and what it changes compared with the running one.
+        let before = self.shared.load().source.clone();
+        let tried = checked.partial.as_ref().map(|l| l.source.clone());
         let result = portico_http::build_checked(checked, &self.registry).map_err(|e| e.to_string());
         // Listeners added or moved are bound before anything is applied, so an address that cannot be had
         // fails the reload and the running configuration stays.
         let result = result.and_then(|next| {
             crate::mqtt::protocol_changes(&self.shared.load().source, &next.source)?;
+            crate::mqtt::mqtt_listeners_kept_with_worker_processes(&self.shared.load().source, &next.source)?;
             // The password file is read before anything is applied: one that cannot be read fails the reload.
             let auth = match &self.broker {
                 Some(_) => {
@@ -275,7 +287,18 @@ impl Reloader {
             }
         };
         if let Some(admin) = self.admin.get() {
-            admin.record_reload(&outcome);
+            let after = self.shared.load().source.clone();
+            let changes = match &outcome {
+                Ok(()) => portico_config::diff(&before.config, &after.config).iter().map(|c| c.to_string()).collect(),
+                Err(_) => Vec::new(),
+            };
+            admin.record_reload_attempt(portico_admin::Attempt {
+                trigger: trigger.to_string(),
+                before: Some(before.source.clone()),
+                after: if outcome.is_ok() { Some(after.source.clone()) } else { tried },
+                changes,
+                error: outcome.as_ref().err().cloned(),
+            });
         }
         portico_core::systemd::ready(if outcome.is_ok() {
             "serving (reloaded)"
@@ -326,6 +349,9 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         Some(_) => vec![portico_core::processes::sockets_from_master(&inherited)?],
         None => bind_per_worker(&addresses(&snapshot), &inherited, workers)?,
     };
+    if master {
+        crate::mqtt::only_first_worker_serves_mqtt(&loaded, &mut per_worker);
+    }
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -351,6 +377,11 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let listening: Vec<String> = snapshot.listeners.iter().map(|l| format!("{} ({})", l.address, l.name)).collect();
     // A worker process has no admin API (the master's covers it) and leaves watching files to the master.
     let admin_address = loaded.config.admin.as_ref().filter(|_| worker_process.is_none()).map(|a| a.address.clone());
+    // Read at start-up, like the rest of `admin:` (validation has checked that it can be read).
+    let admin_token = match loaded.config.admin.as_ref().filter(|_| worker_process.is_none()) {
+        Some(admin) => admin.read_token(&loaded).map_err(|e| anyhow!("admin token: {e}"))?,
+        None => None,
+    };
     let watch = loaded.config.watch && worker_process.is_none();
     let shared = Arc::new(ArcSwap::from_pointee(snapshot));
     let http_view: Arc<dyn portico_core::view::PlaneView> =
@@ -358,17 +389,23 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Every plane's metrics: HTTP's, then the functions' (for the functions the running configuration has).
     let mut views: Vec<Arc<dyn portico_core::view::PlaneView>> =
         vec![http_view.clone(), Arc::new(portico_functions::FunctionsView { running: http_view.clone() })];
-    // One broker per process: with worker processes there would be one per process, so MQTT listeners are
-    // refused there (validation) and no broker is opened.
-    let broker = match loaded.config.process_model {
-        portico_config::ProcessModel::Threads => Some(crate::mqtt::open(&loaded)?),
-        portico_config::ProcessModel::MultiProcess => None,
+    // One broker per process. With worker processes, one broker in all: the first worker process's, which
+    // alone is given the MQTT listeners' sockets (see `crate::mqtt::only_first_worker_serves_mqtt`).
+    let threads = loaded.config.process_model == portico_config::ProcessModel::Threads;
+    let broker = match worker_process {
+        _ if threads => Some(crate::mqtt::open(&loaded)?),
+        Some(w) if w.index == 0 && crate::mqtt::has_mqtt_listener(&loaded) => Some(crate::mqtt::open(&loaded)?),
+        _ => None,
     };
     let mqtt_listeners: Arc<dyn portico_mqtt::plane::Listeners> =
         Arc::new(crate::mqtt::SnapshotListeners(shared.clone()));
     if let Some(broker) = &broker {
-        portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
-        portico_http::websocket::register_mqtt_websocket(Box::new(crate::mqtt::WebSocketBroker(broker.clone())));
+        // The HTTP routes that reach the broker: in every worker thread of a process with one (worker
+        // processes other than the first have none, so none of them has the bridge: it answers 503 in all).
+        if threads {
+            portico_http::mqtt_publish::register_mqtt_publisher(Box::new(crate::mqtt::BridgePublisher(broker.clone())));
+            portico_http::websocket::register_mqtt_websocket(Box::new(crate::mqtt::WebSocketBroker(broker.clone())));
+        }
         views.push(Arc::new(portico_mqtt::plane::MqttView {
             broker: broker.clone(),
             listeners: mqtt_listeners.clone(),
@@ -444,6 +481,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     Workers::Threads(_) => None,
                 },
                 version: crate::RELEASE,
+                guard: portico_admin::auth::Guard::new(admin_token.clone()),
+                dashboard: portico_admin::Dashboard::default(),
             });
             let addr = address.parse().with_context(|| format!("invalid admin address {address}"))?;
             let passed =
@@ -504,6 +543,15 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         let answer = move |verb: &str| match verb {
             "metrics" => portico_admin::render_metrics(&all, &global, true),
             "clusters" => view.admin_view("clusters").map(|v| v.to_string()).unwrap_or_default(),
+            "errors" => view.admin_view("errors").map(|v| v.to_string()).unwrap_or_default(),
+            // The dashboard's counters, which the master sums over its worker processes once a second.
+            "sample" => {
+                let mut samples = Vec::new();
+                for plane in &all {
+                    plane.sample(&mut samples);
+                }
+                serde_json::Value::from(samples.iter().map(|s| s.to_json()).collect::<Vec<_>>()).to_string()
+            }
             _ => String::new(),
         };
         portico_core::processes::serve_control(answer, apply, listen).context("cannot answer the master")?;
@@ -606,6 +654,17 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
         tracing::info!("shutting down: no new connections, in-flight requests have {grace:?} to finish");
     }
     let _ = shutdown_tx.send(true);
+    if handed_over || worker_process.is_some() {
+        // The new process (an upgrade's, or the worker process that replaces this one) waits for the MQTT
+        // store: released as soon as the MQTT connections are drained, while HTTP connections take their
+        // grace period.
+        if let Some(broker) = broker.clone().filter(|b| b.store().is_some()) {
+            std::thread::spawn(move || match broker.close_store_when_drained(Duration::from_secs(5)) {
+                true => tracing::info!("upgrade: the MQTT store is closed, for the new process"),
+                false => tracing::warn!("upgrade: the MQTT store did not close in time; the new process waits"),
+            });
+        }
+    }
     match pool {
         Workers::Processes(m) => m.stop(grace),
         Workers::Threads(supervisor) => {

@@ -25,7 +25,12 @@ impl Listeners for SnapshotListeners {
     }
 
     fn workers(&self) -> usize {
-        self.0.load().workers
+        // With worker processes, the first one alone serves the MQTT listeners: the whole connection limit.
+        let snapshot = self.0.load();
+        match snapshot.source.config.process_model {
+            portico_config::ProcessModel::MultiProcess => 1,
+            portico_config::ProcessModel::Threads => snapshot.workers,
+        }
     }
 
     fn shutdown_grace(&self) -> Duration {
@@ -45,6 +50,13 @@ pub fn protocol(loaded: &LoadedConfig, name: &str) -> Option<ListenerProtocol> {
 /// Opens the broker the configuration describes (reading its store back, if it has one).
 pub fn open(loaded: &LoadedConfig) -> anyhow::Result<portico_mqtt::Broker> {
     let mut config = portico_mqtt::plane::broker_config(loaded);
+    if let Some(persistence) = &mut config.persistence {
+        // Started by an upgrade: the process being replaced holds the store until it has drained its MQTT
+        // connections; MQTT clients wait for it, HTTP is served at once.
+        // A worker process too: the one it replaces (a restart, an upgrade's old master's) may still hold it.
+        persistence.wait_if_locked = std::env::var_os(portico_core::systemd::UPGRADE_FROM_ENV).is_some()
+            || portico_core::processes::identity().is_some();
+    }
     config.auth = portico_mqtt::plane::auth(loaded).map_err(|e| anyhow!("MQTT authentication: {e}"))?;
     let store = config.persistence.as_ref().map(|p| (p.path.display().to_string(), p.on_corrupt));
     portico_mqtt::Broker::open(config).map_err(|e| match store {
@@ -54,6 +66,47 @@ pub fn open(loaded: &LoadedConfig) -> anyhow::Result<portico_mqtt::Broker> {
         Some((file, _)) => anyhow!("cannot open the MQTT store {file}: {e}"),
         None => anyhow!("cannot start the MQTT broker: {e}"),
     })
+}
+
+/// Whether the configuration has a `protocol: mqtt` listener.
+pub fn has_mqtt_listener(loaded: &LoadedConfig) -> bool {
+    loaded.config.listeners.iter().any(|l| l.protocol == ListenerProtocol::Mqtt)
+}
+
+/// With worker processes, one broker serves MQTT: the first worker process's. So only it gets the MQTT
+/// listeners' sockets (it runs them on its worker thread), and the other worker processes serve HTTP only.
+/// A socket bound for another worker is closed here, before anything is accepted on it; one passed by an
+/// upgrade is a duplicate of the first worker's.
+pub fn only_first_worker_serves_mqtt(
+    loaded: &LoadedConfig,
+    per_worker: &mut [Vec<portico_core::worker::BoundListener>],
+) {
+    for sockets in per_worker.iter_mut().skip(1) {
+        sockets.retain(|l| protocol(loaded, &l.name) != Some(ListenerProtocol::Mqtt));
+    }
+}
+
+/// With worker processes, a reload may not add, move or remove MQTT listeners: their sockets belong to the
+/// first worker process alone, which a reload's new sockets (one per worker process) would not respect.
+pub fn mqtt_listeners_kept_with_worker_processes(before: &LoadedConfig, after: &LoadedConfig) -> Result<(), String> {
+    if after.config.process_model != portico_config::ProcessModel::MultiProcess {
+        return Ok(());
+    }
+    let mqtt = |loaded: &LoadedConfig| -> Vec<(String, String)> {
+        let mut set: Vec<(String, String)> = loaded
+            .config
+            .listeners
+            .iter()
+            .filter(|l| l.protocol == ListenerProtocol::Mqtt)
+            .map(|l| (l.name.clone(), l.address.clone()))
+            .collect();
+        set.sort();
+        set
+    };
+    if mqtt(before) != mqtt(after) {
+        return Err("with `process_model: multi_process`, MQTT listeners cannot be added, moved or removed by a reload: restart".into());
+    }
+    Ok(())
 }
 
 /// A reload may not change the protocol of a listener that stays where it is: its sockets keep serving the
@@ -84,6 +137,10 @@ impl portico_http::mqtt_publish::MqttPublisher for BridgePublisher {
     ) -> portico_http::mqtt_publish::PublishFuture {
         use portico_http::mqtt_publish::PublishError;
         let qos = portico_mqtt::codec::QoS::from_bits(qos).unwrap_or(portico_mqtt::codec::QoS::AtMostOnce);
+        if !self.0.is_ready() {
+            let why = "the MQTT store is still held by the process this one replaces".to_string();
+            return Box::pin(async move { Err(PublishError::Unavailable(why)) });
+        }
         let published = self.0.publish_external(&topic, payload, qos, retain);
         Box::pin(async move {
             match published {

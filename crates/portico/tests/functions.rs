@@ -164,8 +164,10 @@ fn a_function_that_does_not_compile_is_refused_at_its_position_and_a_reload_keep
     write(&dir, "legacy.js", "function handler(request) {\n  return new Response(;\n}\n");
     p.signal(libc::SIGHUP);
     wait_until("the refused reload", Duration::from_secs(10), || p.metric("portico_reload_failures_total") == 1.0);
-    let status = p.admin_get("/admin/reload").text();
-    assert!(status.contains("legacy.js:2:"), "{status}");
+    // (The counter moves before /admin/reload's status is written: waited for too.)
+    wait_until("the refused reload's status", Duration::from_secs(10), || {
+        p.admin_get("/admin/reload").text().contains("legacy.js:2:")
+    });
     assert!(Conn::open(p.addr).get("/legacy", "").text().starts_with("renewed"));
     // `portico check` says where.
     let yaml = "listeners: [ { name: web, address: 127.0.0.1:1 } ]\nfunctions:\n  broken: { source: broken.js }\nroutes:\n  - { function: broken }\n";
@@ -182,6 +184,37 @@ fn a_function_that_does_not_compile_is_refused_at_its_position_and_a_reload_keep
         3..=3,
         "unknown function \"nowhere\"",
     );
+}
+
+/// `limits.startup` bounds the file's top-level code when the configuration loads: past it, `portico check` names
+/// the file and the limit; a larger limit lets the same file load.
+#[test]
+fn slow_top_level_code_is_refused_past_limits_startup() {
+    let dir = temp_dir();
+    write(
+        &dir,
+        "slow.js",
+        "const until = Date.now() + 300;\nwhile (Date.now() < until) {}\nexport default { fetch() { return new Response(\"ok\"); } };\n",
+    );
+    let check = |startup: &str| {
+        let yaml = format!(
+            "listeners: [ {{ name: web, address: 127.0.0.1:1 }} ]\nfunctions:\n  slow: {{ source: slow.js, limits: {{ startup: {startup} }} }}\nroutes:\n  - {{ function: slow }}\n"
+        );
+        let file = dir.join("portico.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let out = std::process::Command::new(portico_bin()).args(["check", "-c"]).arg(&file).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, text) = check("100ms");
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("portico.yaml:3:") && text.contains("slow.js: its top-level code ran for more than 100ms"),
+        "{text}"
+    );
+    let (ok, text) = check("5s");
+    assert!(ok, "{text}");
+    let (ok, text) = check("1ms");
+    assert!(!ok && text.contains("startup must be at least 10ms"), "{text}");
 }
 
 /// A handler that reports what the Web APIs give on fixed inputs and on the request: run by Portico and by

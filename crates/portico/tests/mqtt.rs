@@ -677,3 +677,309 @@ async fn curl_publishes_through_an_mqtt_publish_route_to_a_subscriber() {
     assert!(ok && out.ends_with(" 400"), "{out}");
     assert_eq!(p.metric("portico_mqtt_messages_received_total{qos=\"1\"}"), 1.0);
 }
+
+/// MQTT 3.1.1 CONNECT with a client id, a keep-alive and, optionally, a will (topic, payload, QoS 0).
+fn raw_connect(client_id: &str, keep_alive: u16, will: Option<(&str, &str)>) -> Vec<u8> {
+    fn put(out: &mut Vec<u8>, s: &[u8]) {
+        out.extend_from_slice(&(s.len() as u16).to_be_bytes());
+        out.extend_from_slice(s);
+    }
+    let mut body = Vec::new();
+    put(&mut body, b"MQTT");
+    body.push(4);
+    body.push(if will.is_some() { 0x06 } else { 0x02 }); // clean session (+ will, QoS 0)
+    body.extend_from_slice(&keep_alive.to_be_bytes());
+    put(&mut body, client_id.as_bytes());
+    if let Some((topic, payload)) = will {
+        put(&mut body, topic.as_bytes());
+        put(&mut body, payload.as_bytes());
+    }
+    assert!(body.len() < 128);
+    let mut packet = vec![0x10, body.len() as u8];
+    packet.extend_from_slice(&body);
+    packet
+}
+
+/// A raw 3.1.1 client, connected (CONNACK read).
+fn raw_client(addr: SocketAddr, connect: &[u8]) -> std::net::TcpStream {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream.write_all(connect).unwrap();
+    let mut connack = [0u8; 4];
+    stream.read_exact(&mut connack).unwrap();
+    assert_eq!(connack, [0x20, 2, 0, 0], "accepted");
+    stream
+}
+
+#[tokio::test]
+async fn idle_connections_park_and_come_back_for_packets_messages_keepalive_wills_and_the_drain() {
+    let mut p = Portico::start(&both("mqtt:\n  limits: { park_after: 200ms }\n"));
+    let parked = |p: &Portico| p.metric("portico_mqtt_connections_parked");
+    let (mut sub, _) = v5(v5_options(p.mqtt, "parked-sub")).await;
+    sub.subscribe("park/#", v5_qos(1)).await;
+    let mut publisher = v4(v4_options(p.mqtt, "parked-pub")).await;
+    eventually("both clients parked", || parked(&p) == 2.0).await;
+    assert_eq!(p.metric("portico_mqtt_connections"), 2.0, "parked connections are connections");
+
+    // A message for a parked subscriber, from a parked publisher: both come back, and park again.
+    publisher.publish_acked("park/a", v4_qos(1), "to a parked subscriber").await;
+    let m = sub.publish().await;
+    assert_eq!(&m.payload[..], b"to a parked subscriber");
+    eventually("both parked again", || parked(&p) == 2.0).await;
+
+    // A packet wakes a parked connection: PINGREQ is answered.
+    let mut pinger = raw_client(p.mqtt, &raw_connect("parked-ping", 0, None));
+    eventually("the pinger parked", || parked(&p) == 3.0).await;
+    pinger.write_all(&[0xC0, 0]).unwrap();
+    let mut pong = [0u8; 2];
+    pinger.read_exact(&mut pong).unwrap();
+    assert_eq!(pong, [0xD0, 0], "PINGRESP from a parked connection");
+
+    // A parked client that goes away without DISCONNECT: its will is published.
+    let will = raw_client(p.mqtt, &raw_connect("parked-will", 0, Some(("park/will", "gone"))));
+    eventually("the will's client parked", || parked(&p) == 4.0).await;
+    drop(will);
+    let m = sub.publish().await;
+    assert_eq!((&m.topic[..], &m.payload[..]), (&b"park/will"[..], &b"gone"[..]), "the will");
+
+    // A parked client silent past 1.5 times its keep-alive is closed (its will published).
+    let started = std::time::Instant::now();
+    let mut silent = raw_client(p.mqtt, &raw_connect("parked-silent", 1, Some(("park/silent", "timed out"))));
+    let mut end = [0u8; 1];
+    let read = silent.read(&mut end);
+    assert!(matches!(read, Ok(0)), "closed by the broker: {read:?}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1400) && waited < Duration::from_secs(4), "closed after {waited:?}");
+    let m = sub.publish().await;
+    assert_eq!(&m.payload[..], b"timed out");
+    eventually("the keep-alive timeout counted", || p.metric("portico_mqtt_keepalive_timeouts_total") == 1.0).await;
+
+    // A second connection with a parked client's id takes the session over: the parked one is closed.
+    let mut first = raw_client(p.mqtt, &raw_connect("parked-twice", 0, None));
+    eventually("the first parked", || parked(&p) == 4.0).await;
+    let _second = raw_client(p.mqtt, &raw_connect("parked-twice", 0, None));
+    assert!(matches!(first.read(&mut end), Ok(0)), "the parked connection closed on takeover");
+    eventually("the takeover counted", || p.metric("portico_mqtt_takeovers_total") == 1.0).await;
+
+    // The drain reaches parked connections: a v5 client is told why, and the process does not wait.
+    eventually("the subscriber parked", || parked(&p) == 4.0).await;
+    p.signal(libc::SIGTERM);
+    let ended = sub.closed().await;
+    assert!(ended.contains("ServerShuttingDown"), "{ended}");
+    assert!(p.wait_exit(Duration::from_secs(5)).is_some_and(|s| s.success()), "exits once drained");
+}
+
+/// A TCP relay from a local port to `to` that records what the server sends: the broker's bytes as the
+/// client received them.
+async fn recording_relay(to: SocketAddr) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let recorded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = recorded.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client, _) = listener.accept().await.unwrap();
+        let server = tokio::net::TcpStream::connect(to).await.unwrap();
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        tokio::spawn(async move { tokio::io::copy(&mut client_read, &mut server_write).await });
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n) = server_read.read(&mut buf).await {
+            if n == 0 || client_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    (addr, recorded)
+}
+
+/// The PUBLISH packets in a v5 byte stream from the server: (topic name, Topic Alias).
+fn v5_publishes(mut bytes: &[u8]) -> Vec<(String, Option<u16>)> {
+    fn varint(bytes: &[u8]) -> (usize, usize) {
+        let (mut value, mut used) = (0usize, 0);
+        loop {
+            let b = bytes[used];
+            value |= usize::from(b & 0x7f) << (7 * used);
+            used += 1;
+            if b & 0x80 == 0 {
+                return (value, used);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    while !bytes.is_empty() {
+        let first = bytes[0];
+        let (len, used) = varint(&bytes[1..]);
+        let body = &bytes[1 + used..1 + used + len];
+        bytes = &bytes[1 + used + len..];
+        if first >> 4 != 3 {
+            continue;
+        }
+        let topic_len = usize::from(u16::from_be_bytes([body[0], body[1]]));
+        let topic = String::from_utf8(body[2..2 + topic_len].to_vec()).unwrap();
+        let mut at = 2 + topic_len + if (first >> 1) & 3 > 0 { 2 } else { 0 };
+        let (props_len, used) = varint(&body[at..]);
+        at += used;
+        let props = &body[at..at + props_len];
+        // Only the properties these messages can carry: Topic Alias (0x23, two bytes) is what is looked for.
+        let alias = props.windows(3).find(|w| w[0] == 0x23).map(|w| u16::from_be_bytes([w[1], w[2]]));
+        found.push((topic, alias));
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_broker_uses_topic_aliases_towards_v5_clients_and_answers_response_information() {
+    let p = Portico::start(&both(
+        "mqtt:\n  response_information: \"responses/%c\"\n  limits: { topic_aliases_to_clients: 2 }\n",
+    ));
+    let (relay, recorded) = recording_relay(p.mqtt).await;
+    let mut options = v5_options(relay, "aliased");
+    options.set_topic_alias_max(Some(10)); // the broker's limit, 2, is the smaller
+    options.set_request_response_info(Some(1));
+    let (mut sub, connack) = v5(options).await;
+    let info = connack.properties.as_ref().and_then(|p| p.response_information.clone());
+    assert_eq!(info.as_deref(), Some("responses/aliased"), "Response Information, %c replaced");
+    sub.subscribe("alias/#", v5_qos(1)).await;
+    let mut publisher = v4(v4_options(p.mqtt, "alias-publisher")).await;
+    let topics = ["alias/a", "alias/a", "alias/b", "alias/c", "alias/a"];
+    for (n, topic) in topics.iter().enumerate() {
+        publisher.publish_acked(topic, v4_qos(1), &format!("m{n}")).await;
+    }
+    // The client sees every message on its topic, the aliases resolved...
+    for (n, topic) in topics.iter().enumerate() {
+        let m = sub.publish().await;
+        assert_eq!((&m.topic[..], &m.payload[..]), (topic.as_bytes(), format!("m{n}").as_bytes()));
+    }
+    // ...and on the wire the topic went once per alias: defined, used, a second one, then the oldest taken
+    // over by a new topic, and the second by "alias/a" again.
+    let wire = v5_publishes(&recorded.lock().unwrap());
+    let expected: Vec<(String, Option<u16>)> =
+        [("alias/a", 1), ("", 1), ("alias/b", 2), ("alias/c", 1), ("alias/a", 2)]
+            .iter()
+            .map(|(t, a)| (t.to_string(), Some(*a)))
+            .collect();
+    assert_eq!(wire, expected);
+
+    // A client that neither accepts aliases nor asks for response information gets neither.
+    let (relay, recorded) = recording_relay(p.mqtt).await;
+    let (mut plain, connack) = v5(v5_options(relay, "unaliased")).await;
+    assert!(connack.properties.as_ref().is_none_or(|p| p.response_information.is_none()));
+    plain.subscribe("alias/#", v5_qos(0)).await;
+    publisher.publish_acked("alias/a", v4_qos(1), "named").await;
+    publisher.publish_acked("alias/a", v4_qos(1), "named again").await;
+    assert_eq!(&plain.publish().await.payload[..], b"named");
+    assert_eq!(&plain.publish().await.payload[..], b"named again");
+    let wire = v5_publishes(&recorded.lock().unwrap());
+    assert_eq!(wire, vec![("alias/a".to_string(), None), ("alias/a".to_string(), None)]);
+}
+
+#[tokio::test]
+async fn portico_upgrade_with_persistence_hands_the_store_and_the_sessions_to_the_new_process() {
+    let dir = temp_dir();
+    let mut p = Portico::start_in(&dir, &both("mqtt:\n  persistence: { path: data/mqtt }\n"));
+    let _cleanup = KillOnDrop(p.config.clone());
+    let old = p.pid();
+    // A persistent QoS 1 subscriber, offline, with messages queued for it.
+    let persistent = |addr| {
+        let mut options = v4_options(addr, "upgraded-sub");
+        options.set_clean_session(false);
+        options
+    };
+    let mut sub = v4(persistent(p.mqtt)).await;
+    sub.subscribe("jobs/#", v4_qos(1)).await;
+    sub.client.disconnect().await.unwrap();
+    eventually("the subscriber offline", || p.metric("portico_mqtt_connections") == 0.0).await;
+    drop(sub);
+    // A publisher stays connected across the upgrade (its connection is drained by the old process).
+    let mut publisher = v4(v4_options(p.mqtt, "upgraded-pub")).await;
+    for n in 0..20 {
+        publisher.publish_acked(&format!("jobs/{n}"), v4_qos(1), &format!("job {n}")).await;
+    }
+
+    let config = p.config.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(portico_bin()).args(["upgrade", "-c"]).arg(&config).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}{}", text, String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with(&format!("upgraded: pid {old} -> ")), "{text}");
+    // The old process drains its MQTT connections (the publisher is told nothing in 3.1.1: it is closed),
+    // releases the store and exits.
+    publisher.closed().await;
+    assert!(p.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "the old process exited");
+
+    // The subscriber reconnects to the new process: its session and every acknowledged message are there.
+    let mut sub = v4(persistent(p.mqtt)).await;
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        got.push(String::from_utf8(sub.publish().await.payload.to_vec()).unwrap());
+    }
+    let expected: Vec<String> = (0..20).map(|n| format!("job {n}")).collect();
+    assert_eq!(got, expected, "every acknowledged message, in order");
+    // The new process keeps persisting: more messages, acknowledged after its own commits.
+    let mut publisher = v4(v4_options(p.mqtt, "upgraded-pub")).await;
+    publisher.publish_acked("jobs/after", v4_qos(1), "after the upgrade").await;
+    assert_eq!(&sub.publish().await.payload[..], b"after the upgrade");
+    assert!(p.metric("portico_mqtt_store_commits_total") >= 1.0, "the new process commits to the store");
+    assert_eq!(p.metric("portico_mqtt_sessions"), 2.0);
+}
+
+/// The processes `pid` started, by their names (`/proc/PID/comm`: worker processes are `portico-w0`, ...).
+fn child_processes(pid: i32) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            let name = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            found.push((child, name.trim().to_string()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test]
+async fn with_worker_processes_the_first_one_serves_mqtt_and_every_one_serves_http() {
+    let p = Portico::start(&format!("process_model: multi_process\n{}", both("")));
+    eventually("two worker processes", || child_processes(p.pid()).len() == 2).await;
+    let first = || child_processes(p.pid()).into_iter().find(|(_, name)| name == "portico-w0").map(|(pid, _)| pid);
+    let (mut sub, _) = v5(v5_options(p.mqtt, "mp-sub")).await;
+    sub.subscribe("mp/#", v5_qos(1)).await;
+    let mut publisher = v4(v4_options(p.mqtt, "mp-pub")).await;
+    for n in 0..10 {
+        publisher.publish_acked(&format!("mp/{n}"), v4_qos(1), &format!("m{n}")).await;
+    }
+    for n in 0..10 {
+        assert_eq!(sub.publish().await.payload, format!("m{n}").into_bytes(), "one broker: every message");
+    }
+    // The master's metrics are the broker's (summed over the worker processes).
+    eventually("the master sees the broker's clients", || p.metric("portico_mqtt_connections") == 2.0).await;
+    // HTTP is served by both worker processes (new connections spread over them).
+    for _ in 0..20 {
+        assert_eq!(Conn::open(p.addr).get("/healthz", "").status, 200);
+    }
+    // The broker's process dies: the master starts it again on the same sockets, and clients reconnect.
+    let broker_process = first().expect("the first worker process");
+    unsafe { libc::kill(broker_process, libc::SIGKILL) };
+    sub.closed().await;
+    eventually("the first worker process again", || first().is_some_and(|pid| pid != broker_process)).await;
+    let (mut sub, _) = v5(v5_options(p.mqtt, "mp-sub")).await;
+    sub.subscribe("mp/#", v5_qos(1)).await;
+    let mut publisher = v4(v4_options(p.mqtt, "mp-pub2")).await;
+    publisher.publish_acked("mp/again", v4_qos(1), "after the restart").await;
+    assert_eq!(&sub.publish().await.payload[..], b"after the restart");
+    assert_eq!(Conn::open(p.addr).get("/healthz", "").status, 200);
+    // A reload may not move the MQTT listener (its sockets are the first worker process's): refused, kept.
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(&p.config, text.replace(&p.mqtt.to_string(), "127.0.0.1:1")).unwrap();
+    p.signal(libc::SIGHUP);
+    eventually("the refused reload", || p.metric("portico_reload_failures_total") == 1.0).await;
+    let status = p.admin_get("/admin/reload").text();
+    assert!(status.contains("MQTT listeners cannot be added, moved or removed"), "{status}");
+    publisher.publish_acked("mp/kept", v4_qos(1), "still here").await;
+    assert_eq!(&sub.publish().await.payload[..], b"still here");
+}

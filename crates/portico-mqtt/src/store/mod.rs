@@ -103,6 +103,11 @@ impl From<crate::codec::EncodeError> for StoreError {
 }
 
 impl StoreError {
+    /// Whether another process holds the store open (redb's lock on the file).
+    pub fn is_locked(&self) -> bool {
+        matches!(self, StoreError::Db(err) if matches!(**err, redb::Error::DatabaseAlreadyOpen))
+    }
+
     /// Whether the error says the file's content is bad (as opposed to the file being locked, missing
     /// permissions, or the disk failing on write).
     fn is_damage(&self) -> bool {
@@ -163,6 +168,8 @@ pub enum StoreOp {
 enum Request {
     Op(StoreOp),
     Sync(oneshot::Sender<Result<(), Arc<StoreError>>>),
+    /// Commit what came before, close the file (releasing its lock) and stop; answered once closed.
+    Close(mpsc::Sender<()>),
 }
 
 /// What the store held when it was opened.
@@ -209,6 +216,7 @@ impl std::fmt::Debug for Request {
         match self {
             Request::Op(op) => op.fmt(f),
             Request::Sync(_) => f.write_str("Sync"),
+            Request::Close(_) => f.write_str("Close"),
         }
     }
 }
@@ -274,6 +282,15 @@ impl Store {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Commits what was submitted, closes the file, releasing its lock for another process (the new one of
+    /// an upgrade), and stops the store: later writes fail (counted as errors) and [`Store::sync`] answers
+    /// [`StoreError::Stopped`]. Waits up to `timeout`; whether the file was closed.
+    pub fn close(&self, timeout: Duration) -> bool {
+        let (done, closed) = mpsc::channel();
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(Request::Close(done)).is_ok());
+        sent && closed.recv_timeout(timeout).is_ok()
     }
 
     /// Completes when everything submitted before it is committed (or the commit failed).
@@ -390,25 +407,46 @@ const MAX_BATCH: usize = 16 * 1024;
 impl Writer {
     fn run(self) {
         let mut batch = Vec::new();
-        while let Ok(first) = self.rx.recv() {
-            batch.push(first);
-            if !self.commit_delay.is_zero() {
+        let mut closing = None;
+        // A close ends the batch it comes in: what came before it is committed, nothing after it is read.
+        let mut take = |request: Request, batch: &mut Vec<Request>| match request {
+            Request::Close(done) => {
+                closing = Some(done);
+                false
+            }
+            request => {
+                batch.push(request);
+                true
+            }
+        };
+        'serving: while let Ok(first) = self.rx.recv() {
+            let mut open = take(first, &mut batch);
+            if open && !self.commit_delay.is_zero() {
                 let deadline = Instant::now() + self.commit_delay;
-                while batch.len() < MAX_BATCH {
+                while open && batch.len() < MAX_BATCH {
                     let left = deadline.saturating_duration_since(Instant::now());
                     match self.rx.recv_timeout(left) {
-                        Ok(request) => batch.push(request),
+                        Ok(request) => open = take(request, &mut batch),
                         Err(_) => break,
                     }
                 }
             }
-            while batch.len() < MAX_BATCH {
+            while open && batch.len() < MAX_BATCH {
                 match self.rx.try_recv() {
-                    Ok(request) => batch.push(request),
+                    Ok(request) => open = take(request, &mut batch),
                     Err(_) => break,
                 }
             }
-            self.commit(&mut batch);
+            if !batch.is_empty() {
+                self.commit(&mut batch);
+            }
+            if !open {
+                break 'serving;
+            }
+        }
+        drop(self);
+        if let Some(done) = closing {
+            let _ = done.send(());
         }
     }
 
@@ -443,7 +481,8 @@ impl Writer {
             // Nothing to write: everything before these syncs is in earlier, committed batches.
             syncs.extend(batch.drain(..).filter_map(|request| match request {
                 Request::Sync(done) => Some(done),
-                Request::Op(_) => None,
+                // `run` keeps closes out of batches.
+                Request::Op(_) | Request::Close(_) => None,
             }));
             return Ok(());
         }
@@ -462,6 +501,7 @@ impl Writer {
                         syncs.push(done);
                         continue;
                     }
+                    Request::Close(_) => continue,
                 };
                 *ops += 1;
                 let outcome: Result<(), StoreError> = (|| {
