@@ -123,6 +123,50 @@ mod tests {
         assert_eq!(scan("[[]]]", 8), Err(JsonFault::Unbalanced));
     }
 
+    /// A random JSON value nesting at most `depth` deep, with strings that hold brackets, quotes and escapes.
+    fn random_json(rng: &mut fastrand::Rng, depth: u32) -> serde_json::Value {
+        use serde_json::Value;
+        let strings = ["[", "]}", "\\", "\"[", "{\"a\": [", "plain", "é\u{5b}"];
+        match (depth, rng.u8(0..6)) {
+            (0, _) | (_, 0) => Value::String(strings[rng.usize(0..strings.len())].to_string()),
+            (_, 1) => Value::from(rng.i64(-1000..1000)),
+            (_, 2 | 3) => Value::Array((0..rng.usize(0..4)).map(|_| random_json(rng, depth - 1)).collect()),
+            _ => Value::Object(
+                (0..rng.usize(0..4))
+                    .map(|i| (format!("k{i}{}", strings[i % 7]), random_json(rng, depth - 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn depth_of(v: &serde_json::Value) -> u32 {
+        match v {
+            serde_json::Value::Array(a) => 1 + a.iter().map(depth_of).max().unwrap_or(0),
+            serde_json::Value::Object(o) => 1 + o.values().map(depth_of).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn agrees_with_serde_json_on_random_documents() {
+        let mut rng = fastrand::Rng::with_seed(17);
+        for _ in 0..2000 {
+            let depth = rng.u32(0..12);
+            let value = random_json(&mut rng, depth);
+            let text = serde_json::to_vec_pretty(&value).unwrap();
+            let d = depth_of(&value);
+            let step = rng.usize(1..9);
+            let run = |max: u32| {
+                let mut s = DepthScanner::new(max);
+                text.chunks(step).try_for_each(|c| s.feed(c))
+            };
+            assert_eq!(run(d.max(1)), Ok(()), "refused at its own depth {d}: {}", String::from_utf8_lossy(&text));
+            if d > 1 {
+                assert_eq!(run(d - 1), Err(JsonFault::TooDeep), "accepted below its depth {d}");
+            }
+        }
+    }
+
     #[test]
     fn pieces_of_any_size_give_the_same_answer() {
         let texts = [
