@@ -22,6 +22,10 @@ every request carries the same token, unless `--distinct-tokens` (HTTP/1.1 only)
 each request with a token of its own, so nothing can be remembered. `--gateway rate_limit` puts a `rate_limit`
 per client address on the route (a limit never reached), nginx's `limit_req` and HAProxy's stick table
 `http_req_rate` beside it; `--gateway rate_limit-noheaders` the same without the RateLimit fields.
+Compression: `--json-response N` has the backend answer N bytes of JSON (`application/json`, with its length)
+instead of 100 B, `--accept-encoding VALUE` sends that `Accept-Encoding` with every request, and `--gzip-level L`
+turns nginx's `gzip` on at level L for JSON (`gzip_proxied any`, the same 1 KiB minimum as Portico's
+`compress`); Portico's filter comes with `--route-extra`.
 
     python3 bench/instructions.py --protocol h1 --binary before=/tmp/portico-before --binary after=target/release/portico
     python3 bench/instructions.py --protocol h2 --binary portico=target/release/portico --peers nginx,haproxy
@@ -30,6 +34,9 @@ per client address on the route (a limit never reached), nginx's `limit_req` and
     python3 bench/instructions.py --protocol h1 --gateway jwt --binary portico=target/release/portico --peers haproxy
     python3 bench/instructions.py --protocol h1 --gateway jwt --distinct-tokens --binary portico=target/release/portico --peers haproxy
     python3 bench/instructions.py --protocol h1 --gateway rate_limit --binary portico=target/release/portico --peers nginx,haproxy
+    python3 bench/instructions.py --protocol h1 --requests 100,600 --json-response 65536 --accept-encoding gzip \
+        --gzip-level 5 --peers nginx --binary portico=target/release/portico \
+        --route-extra '    filters: [ { compress: { encodings: [gzip], level: 5 } } ]'
 """
 import argparse
 import http.client
@@ -67,6 +74,8 @@ def start_backend(work):
     # With request bodies, nginx's `return` would answer before reading the body (and read it after): a
     # real upstream reads it first. So bodies go through a second nginx server, whose proxying reads them whole.
     answer = f'return 200 "{"x" * 100}";'
+    if JSON_RESPONSE:
+        answer = f"root {work}; default_type application/json; try_files /response.json =404;"
     reads_body = f"proxy_pass http://127.0.0.1:{BACKEND_PORT + 2};" if BODY else answer
     conf = f"""worker_processes 1; daemon off; pid {work}/nginx.pid; error_log stderr error;
 events {{ worker_connections 1024; }}
@@ -98,6 +107,9 @@ def load_distinct(requests):
             raise SystemExit(f"request {i} answered {resp.status}")
     for conn in conns:
         conn.close()
+JSON_RESPONSE = False  # with --json-response: the backend answers response.json
+ACCEPT_ENCODING = None  # with --accept-encoding: sent with every request
+GZIP_LEVEL = 0  # with --gzip-level: nginx compresses JSON at this level
 
 
 def load(requests, protocol, pipelined=1):
@@ -112,6 +124,8 @@ def load(requests, protocol, pipelined=1):
         args += ["-H", header]
     if BODY:
         args += ["-d", BODY]
+    if ACCEPT_ENCODING:
+        args += ["-H", f"accept-encoding: {ACCEPT_ENCODING}"]
     if protocol == "h1":
         args.append("--h1")
     args.append(f"http://127.0.0.1:{PROXY_PORT}/small")
@@ -273,9 +287,11 @@ def peer_command(peer, protocol, work):
     http_extra, location_extra, frontend_extra = peer_gateway(peer, work)
     if peer == "nginx":
         h2 = " http2" if protocol == "h2" else ""
+        gzip = (f"gzip on; gzip_comp_level {GZIP_LEVEL}; gzip_types application/json; gzip_proxied any; "
+                f"gzip_min_length 1024; gzip_vary on;" if GZIP_LEVEL else "")
         conf = f"""worker_processes 1; daemon off; master_process off; pid {work}/peer.pid; error_log stderr error;
 events {{ worker_connections 1024; }}
-http {{ access_log off; keepalive_requests 10000000; {http_extra}
+http {{ access_log off; keepalive_requests 10000000; {http_extra} {gzip}
   upstream be {{ server 127.0.0.1:{BACKEND_PORT}; keepalive 64; }}
   server {{ listen 127.0.0.1:{PROXY_PORT}{h2};
     location / {{ {location_extra} proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
@@ -326,6 +342,24 @@ def count_peer(peer, requests, protocol, work):
     raise SystemExit(f"no totals in {peer}'s callgrind output")
 
 
+def json_document(size):
+    """`size` bytes of JSON like an API's list answer: records with ids, names, flags and timestamps."""
+    out, i = ["["], 0
+    length = 1
+    while True:
+        item = (f'{{"id":{i},"name":"user {i * 7919 % 10007}","email":"user{i * 31 % 997}@example.com",'
+                f'"active":{str(i % 3 != 0).lower()},"score":{i * 37 % 1000 / 10},"created":"2026-11-{1 + i % 28:02d}T'
+                f'{i % 24:02d}:{i * 7 % 60:02d}:00Z"}}')
+        if length + len(item) + 2 > size:
+            break
+        out.append(("," if i else "") + item)
+        length += len(item) + (1 if i else 0)
+        i += 1
+    out.append("]")
+    text = "".join(out)
+    return (text + " " * (size - len(text))).encode()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", action="append", default=[], help="NAME=PATH of a portico binary")
@@ -341,6 +375,9 @@ def main():
                     help="an API gateway filter on the route, and the peers' equivalent")
     ap.add_argument("--distinct-tokens", action="store_true",
                     help="with --gateway jwt: a token of its own for every request (HTTP/1.1, a Python client)")
+    ap.add_argument("--json-response", type=int, default=0, help="the backend answers this many bytes of JSON")
+    ap.add_argument("--accept-encoding", default="", help="the Accept-Encoding every request sends")
+    ap.add_argument("--gzip-level", type=int, default=0, help="nginx's gzip_comp_level (0: gzip off)")
     ap.add_argument("--pipelined", type=int, default=1,
                     help="requests each connection pipelines (h2load -m; HTTP/2: concurrent streams)")
     ap.add_argument("--admin", action="store_true", help="give Portico an admin address (the dashboard's sampler runs)")
@@ -372,6 +409,15 @@ def main():
         else:
             HEADERS = [f"authorization: Bearer {tokens[0]}"]
     route_extra = "\n".join(filter(None, [a.route_extra, gateway_route(work)]))
+    global JSON_RESPONSE, ACCEPT_ENCODING, GZIP_LEVEL
+    ACCEPT_ENCODING, GZIP_LEVEL = a.accept_encoding or None, a.gzip_level
+    if a.json_response:
+        JSON_RESPONSE = True
+        with open(f"{work}/response.json", "wb") as f:
+            f.write(json_document(a.json_response))
+        # nginx's workers run unprivileged: they must be able to read it.
+        os.chmod(work, 0o755)
+        os.chmod(f"{work}/response.json", 0o644)
     backend = start_backend(work)
     try:
         gateway = f", {a.gateway}" + (" with a token per request" if a.distinct_tokens else "") if a.gateway else ""

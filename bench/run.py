@@ -74,6 +74,11 @@ SCENARIOS = {
     # HTTP/2 from the client over TLS (ALPN h2): 10 connections with 10 concurrent streams each (h2load).
     "h2": dict(path="/small", conns=10, streams=10, endpoints=2, tls=True, h2=True,
                desc="100 B response over HTTP/2 + TLS, 10 connections x 10 streams (h2load)"),
+    # A 64 KiB JSON answer gzip-compressed by the proxy at level 5 for clients sending Accept-Encoding: gzip:
+    # nginx `gzip on` (gzip_comp_level 5), Portico's `compress` (level 5, gzip only), HAProxy's `compression
+    # algo gzip` (libslz: its own fixed level, faster and larger).
+    "gzip64k": dict(path="/64k.json", conns=50, endpoints=2, gzip=5,
+                    desc="64 KiB JSON response gzip-compressed by the proxy (level 5), keep-alive"),
 }
 QUICK = ["small", "rate15k"]
 
@@ -148,6 +153,8 @@ class Bench:
         for name, size in (("16k.bin", 16 << 10), ("1m.bin", 1 << 20)):
             with open(os.path.join(www, name), "wb") as f:
                 f.write(os.urandom(size))
+        with open(os.path.join(www, "64k.json"), "wb") as f:
+            f.write(json_document(64 << 10))
         for name in os.listdir(www):
             os.chmod(os.path.join(www, name), 0o644)
         os.chmod(www, 0o755)
@@ -205,6 +212,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 {listens}
     root {self.work}/www;
     location = /post {{ return 200 "ok\\n"; }}
+    location = /64k.json {{ default_type application/json; }}
     # Reads the whole request body before answering, as an application does (`return` answers first).
     location = /upload {{ proxy_pass http://127.0.0.1:{STATUS_PORT}/ok; }}
   }}
@@ -222,9 +230,10 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
         return int(text.splitlines()[2].split()[0]) - 1  # minus this status request's own connection
 
     # -- proxies
-    def start_proxy(self, name, endpoints, tls=False, stock=False):
+    def start_proxy(self, name, endpoints, tls=False, stock=False, gzip=0):
         """Starts proxy `name` in front of `endpoints`. `stock`: Portico with its default limits (no raised
-        circuit breaker or connection limit), as a user runs it."""
+        circuit breaker or connection limit), as a user runs it. `gzip`: the proxy gzip-compresses JSON answers
+        at this level."""
         port = PROXY_PORTS[name]
         d = os.path.join(self.work, name)
         os.makedirs(d, exist_ok=True)
@@ -235,7 +244,7 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 log: {{ level: error }}
 admin: {{ address: "127.0.0.1:{port + 100}" }}
 listeners: [ {{ name: web, address: "127.0.0.1:{port}"{"" if stock and not self.connection_limit else f", limits: {{ max_connections: {self.connection_limit or self.fd_limit} }}"}{f', tls: {{ certificates: [ {{ cert: "{self.cert}", key: "{self.key}" }} ] }}' if tls else ""} }} ]
-routes: [ {{ cluster: be{FILTERS if name == "portico+filters" else ""} }} ]
+routes: [ {{ cluster: be{FILTERS if name == "portico+filters" else ""}{f", filters: [ {{ compress: {{ encodings: [gzip], level: {gzip} }} }} ]" if gzip else ""} }} ]
 {f'access_log: {{ path: "{d}/access.log", format: json }}' if name == "portico+log" else ""}
 clusters:
   be:
@@ -255,6 +264,7 @@ clusters:
 worker_rlimit_nofile {self.fd_limit};
 events {{ worker_connections {self.connection_limit or self.fd_limit // 2}; }}
 http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  {f"gzip on; gzip_comp_level {gzip}; gzip_types application/json; gzip_proxied any; gzip_min_length 1024; gzip_vary on;" if gzip else ""}
   upstream be {{
 {servers}
     keepalive 64;
@@ -281,6 +291,7 @@ frontend fe
   default_backend be
 backend be
   balance roundrobin
+{"  compression algo gzip" + chr(10) + "  compression type application/json" if gzip else ""}
 {servers}
 """
             path = os.path.join(d, "haproxy.cfg")
@@ -334,6 +345,8 @@ backend be
             args += ["-s", os.path.join(self.work, "post.lua")]
         if scenario.get("close"):
             args += ["-H", "Connection: close"]
+        if scenario.get("gzip"):
+            args += ["-H", "Accept-Encoding: gzip"]
         out = subprocess.run(["taskset", "-c", self.load_cpu, *args, url], capture_output=True, text=True,
                              timeout=duration + 30).stdout
         def lat(label):
@@ -453,6 +466,23 @@ backend be
                 s.close()
 
 
+def json_document(size):
+    """`size` bytes of JSON like an API's list answer (the same document as bench/instructions.py's)."""
+    out, i, length = ["["], 0, 1
+    while True:
+        item = (f'{{"id":{i},"name":"user {i * 7919 % 10007}","email":"user{i * 31 % 997}@example.com",'
+                f'"active":{str(i % 3 != 0).lower()},"score":{i * 37 % 1000 / 10},"created":"2026-11-{1 + i % 28:02d}T'
+                f'{i % 24:02d}:{i * 7 % 60:02d}:00Z"}}')
+        if length + len(item) + 2 > size:
+            break
+        out.append(("," if i else "") + item)
+        length += len(item) + (1 if i else 0)
+        i += 1
+    out.append("]")
+    text = "".join(out)
+    return (text + " " * (size - len(text))).encode()
+
+
 def median_spread(values):
     values = [v for v in values if v is not None]
     if not values:
@@ -492,7 +522,7 @@ def main():
             sc = SCENARIOS[sc_name]
             eps = bench.endpoints(sc["endpoints"], sc.get("v6_half", False))
             bench.start_backend(eps)
-            running = {p: bench.start_proxy(p, eps, tls=sc.get("tls", False)) for p in proxies}
+            running = {p: bench.start_proxy(p, eps, tls=sc.get("tls", False), gzip=sc.get("gzip", 0)) for p in proxies}
             log(f"scenario {sc_name}: {sc['desc']}")
             cells = {p: [] for p in proxies}
             for run in range(args.runs):

@@ -6,12 +6,14 @@ mod diff;
 mod fields;
 mod function;
 mod jwt;
+mod limits;
 mod mqtt;
 mod rate_limit;
 mod read;
 mod route;
 mod schema;
 mod spans;
+mod transform;
 mod units;
 mod validate;
 
@@ -20,11 +22,13 @@ pub use diff::{diff, Change};
 pub use fields::OWNED_HEADERS;
 pub use function::{Function, FunctionLimits, SecretSource};
 pub use jwt::{ClaimValue, JwksSource, JwtFilter, JwtKey, JWT_ALGORITHMS};
+pub use limits::LimitsFilter;
 pub use rate_limit::{parse_rate, Rate, RateKey, RateLimitFilter, RateLimits};
 pub use read::LeftOut;
 pub use route::*;
 pub use schema::*;
 pub use spans::{Position, SpanIndex};
+pub use transform::{Coding, DecompressFilter, QueryFilter};
 pub use units::{parse_size, ByteSize, HumanDuration};
 pub use validate::{parse_endpoint, parse_host_port, EndpointScheme, HostPort};
 

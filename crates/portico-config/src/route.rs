@@ -297,7 +297,7 @@ pub enum Filter {
     Rewrite(RewriteFilter),
     /// Cross-origin resource sharing: preflights answered at the edge, response headers added.
     Cors(CorsFilter),
-    /// Compress response bodies (gzip) for clients that accept it.
+    /// Compress response bodies (zstd, brotli, gzip) for clients that accept it.
     Compress(CompressFilter),
     /// HTTP Basic authentication against a password file.
     AuthBasic(crate::access::AuthBasicFilter),
@@ -309,6 +309,12 @@ pub enum Filter {
     Jwt(Box<crate::jwt::JwtFilter>),
     /// Token buckets counted across the node's workers.
     RateLimit(crate::rate_limit::RateLimitFilter),
+    /// Request size limits (target, head, body, JSON) and per-address connection caps.
+    Limits(crate::limits::LimitsFilter),
+    /// Decode compressed response bodies for clients that do not accept their coding.
+    Decompress(crate::transform::DecompressFilter),
+    /// Set, add and remove query parameters.
+    Query(crate::transform::QueryFilter),
     /// A JavaScript function of `functions:` whose `onRequest` hook runs before the target: it may answer
     /// early or change the request.
     Function(String),
@@ -328,6 +334,9 @@ struct FilterKey {
     ip: Option<crate::access::IpFilter>,
     jwt: Option<Box<crate::jwt::JwtFilter>>,
     rate_limit: Option<crate::rate_limit::RateLimitFilter>,
+    limits: Option<crate::limits::LimitsFilter>,
+    decompress: Option<crate::transform::DecompressFilter>,
+    query: Option<crate::transform::QueryFilter>,
     function: Option<String>,
 }
 
@@ -344,6 +353,9 @@ impl TryFrom<FilterKey> for Filter {
             key.ip.map(Filter::Ip),
             key.jwt.map(Filter::Jwt),
             key.rate_limit.map(Filter::RateLimit),
+            key.limits.map(Filter::Limits),
+            key.decompress.map(Filter::Decompress),
+            key.query.map(Filter::Query),
             key.function.map(Filter::Function),
         ]
         .into_iter()
@@ -351,7 +363,8 @@ impl TryFrom<FilterKey> for Filter {
         match (kinds.next(), kinds.next()) {
             (Some(filter), None) => Ok(filter),
             (None, _) => Err(
-                "a filter needs its kind: `headers`, `rewrite`, `cors`, `compress`, `auth_basic`, `api_key`, `ip`, `jwt`, `rate_limit` or `function`"
+                "a filter needs its kind: `headers`, `rewrite`, `cors`, `compress`, `decompress`, `query`, `auth_basic`, \
+                 `api_key`, `ip`, `jwt`, `rate_limit`, `limits` or `function`"
                     .into(),
             ),
             (Some(_), Some(_)) => Err("one filter per list item: write each kind as its own `- kind: {...}`".into()),
@@ -371,6 +384,9 @@ impl Filter {
             Filter::Ip(_) => "ip",
             Filter::Jwt(_) => "jwt",
             Filter::RateLimit(_) => "rate_limit",
+            Filter::Limits(_) => "limits",
+            Filter::Decompress(_) => "decompress",
+            Filter::Query(_) => "query",
             Filter::Function(_) => "function",
         }
     }
@@ -443,7 +459,7 @@ pub struct CorsFilter {
     pub max_age: Option<HumanDuration>,
 }
 
-/// `compress:` gzip response bodies for clients whose `Accept-Encoding` allows it.
+/// `compress:` compress response bodies (zstd, brotli, gzip) for clients whose `Accept-Encoding` allows it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompressFilter {
@@ -453,9 +469,18 @@ pub struct CompressFilter {
     /// Bodies known to be smaller are sent as they are.
     #[serde(default = "default_compress_min_size")]
     pub min_size: crate::units::ByteSize,
+    /// The codings offered, in the order preferred among those a client accepts with the same q-value.
+    #[serde(default = "default_compress_codings")]
+    pub encodings: Vec<crate::transform::Coding>,
     /// gzip level, 1 (fastest) to 9 (smallest).
     #[serde(default = "default_compress_level")]
     pub level: u32,
+    /// brotli quality, 0 (fastest) to 11 (smallest).
+    #[serde(default = "default_brotli_level")]
+    pub brotli_level: u32,
+    /// zstd level, 1 (fastest) to 22 (smallest).
+    #[serde(default = "default_zstd_level")]
+    pub zstd_level: i32,
 }
 
 impl Default for CompressFilter {
@@ -463,9 +488,30 @@ impl Default for CompressFilter {
         CompressFilter {
             types: default_compress_types(),
             min_size: default_compress_min_size(),
+            encodings: default_compress_codings(),
             level: default_compress_level(),
+            brotli_level: default_brotli_level(),
+            zstd_level: default_zstd_level(),
         }
     }
+}
+
+/// zstd first: the fastest of the three for a given ratio, then brotli (smaller than gzip at equal cost),
+/// gzip for every other client.
+fn default_compress_codings() -> Vec<crate::transform::Coding> {
+    use crate::transform::Coding;
+    vec![Coding::Zstd, Coding::Brotli, Coding::Gzip]
+}
+
+/// Why 4: the quality on-the-fly brotli is usually run at (about gzip 5's cost, a smaller output); 5 and above
+/// switch to a much slower matcher.
+fn default_brotli_level() -> u32 {
+    4
+}
+
+/// zstd's own default.
+fn default_zstd_level() -> i32 {
+    3
 }
 
 fn default_compress_types() -> Vec<String> {
@@ -587,10 +633,38 @@ pub(crate) fn validate_filter(f: &Filter, base: &str, route: Option<&Route>, err
         Filter::Ip(f) => crate::access::validate_ip(f, base, err),
         Filter::Jwt(j) => crate::jwt::validate_jwt(j, base, err),
         Filter::RateLimit(r) => crate::rate_limit::validate_rate_limit(r, base, err),
+        Filter::Limits(l) => crate::limits::validate_limits(l, base, route.is_none(), err),
+        Filter::Decompress(d) => {
+            crate::transform::validate_decompress(d, base, err);
+            crate::transform::validate_codings(&d.encodings, &format!("{base}.decompress.encodings"), err);
+        }
+        Filter::Query(q) => crate::transform::validate_query(q, base, err),
         Filter::Compress(c) => {
             if !(1..=9).contains(&c.level) {
                 err(&format!("{base}.compress.level"), format!("level {} is not from 1 to 9", c.level), None);
             }
+            if c.brotli_level > 11 {
+                err(
+                    &format!("{base}.compress.brotli_level"),
+                    format!("brotli_level {} is not from 0 to 11", c.brotli_level),
+                    None,
+                );
+            }
+            if !(1..=22).contains(&c.zstd_level) {
+                err(
+                    &format!("{base}.compress.zstd_level"),
+                    format!("zstd_level {} is not from 1 to 22", c.zstd_level),
+                    None,
+                );
+            }
+            if c.encodings.is_empty() {
+                err(
+                    &format!("{base}.compress.encodings"),
+                    "no coding to offer".into(),
+                    Some("list some of zstd, br and gzip"),
+                );
+            }
+            crate::transform::validate_codings(&c.encodings, &format!("{base}.compress.encodings"), err);
             for (j, t) in c.types.iter().enumerate() {
                 let ok = t.split_once('/').is_some_and(|(ty, sub)| is_token(ty) && (sub == "*" || is_token(sub)));
                 if !ok {

@@ -333,7 +333,7 @@ async fn stream_from_client(
     let body = PipeBody { reader, buf: bytes::BytesMut::new(), complete: complete.clone(), sent: Some(sent.clone()) };
     let req = Request::from_parts(parts, body.boxed_unsync());
     client.out.clear();
-    let (mut pace, send_timeout) = (settings.body_pace, cluster.settings.send_timeout);
+    let (mut pace, send_timeout) = (settings.body_pace.checked(head), cluster.settings.send_timeout);
     let pump = async {
         let relayed = relay_body(
             &mut client.io,
@@ -504,6 +504,12 @@ pub(crate) async fn from_http1(
     let answered = match forwarded {
         Ok(answered) => answered,
         Err(failed) if failed.client_gone => {
+            // A body a `limits` filter refused as it went upstream: the client is still there to be told.
+            if let Some(r) = crate::body_check::BodyCheck::of(head).and_then(|c| c.refusal()) {
+                let mut outcome = answer(client, head, r.status, r.reason, false).await;
+                outcome.upstream = failed.upstream;
+                return outcome;
+            }
             return Outcome {
                 upstream: failed.upstream,
                 retries: failed.retries,

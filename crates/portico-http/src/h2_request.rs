@@ -18,13 +18,22 @@ pub(crate) struct ClientBody {
     /// Bytes still announced by `content-length`, when the request has one.
     left: Option<u64>,
     data_done: bool,
+    /// What a `limits` filter checks of the body, where nothing else reads it as it goes (an HTTP/2 cluster):
+    /// a refused body ends in a reset.
+    check: Option<std::sync::Arc<crate::body_check::BodyCheck>>,
 }
 
 impl ClientBody {
     /// `content_length`: the request's, if any (portico_h2 refuses DATA that disagrees with it; here it only
     /// sizes the body).
     pub fn new(recv: RecvStream, content_length: Option<u64>) -> ClientBody {
-        ClientBody { recv, left: content_length, data_done: false }
+        ClientBody { recv, left: content_length, data_done: false, check: None }
+    }
+
+    /// Feeds what it reads to the check a `limits` filter put on `head`, if one did.
+    pub fn checked(mut self, head: &crate::codec::RequestHead) -> ClientBody {
+        self.check = crate::body_check::BodyCheck::of(head);
+        self
     }
 }
 
@@ -39,6 +48,10 @@ impl Body for ClientBody {
                 Some(Ok(data)) => {
                     if let Some(left) = &mut this.left {
                         *left = left.saturating_sub(data.len() as u64);
+                    }
+                    if this.check.as_ref().is_some_and(|c| c.feed(&data).is_err()) {
+                        let refused = portico_h2::Error::Reset { reason: portico_h2::Reason::CANCEL, remote: false };
+                        return Poll::Ready(Some(Err(refused)));
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }

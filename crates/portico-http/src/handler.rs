@@ -202,8 +202,9 @@ pub fn forwarded_headers(head: &RequestHead) -> Vec<(&[u8], &[u8])> {
     out
 }
 
-/// A request body, pulled as the handler reads it: `http_body::Body` (data frames, then trailers on HTTP/2).
-pub struct RequestBody<'a>(Inner<'a>);
+/// A request body, pulled as the handler reads it: `http_body::Body` (data frames, then trailers on HTTP/2),
+/// fed to the check a `limits` filter put on the request, if one did: a refused body fails the read.
+pub struct RequestBody<'a>(Inner<'a>, Option<std::sync::Arc<crate::body_check::BodyCheck>>);
 
 enum Inner<'a> {
     Empty,
@@ -213,13 +214,13 @@ enum Inner<'a> {
 
 impl<'a> RequestBody<'a> {
     pub fn empty() -> RequestBody<'a> {
-        RequestBody(Inner::Empty)
+        RequestBody(Inner::Empty, None)
     }
-    pub(crate) fn http1(reader: Rc<RefCell<Http1Reader<'a>>>) -> RequestBody<'a> {
-        RequestBody(Inner::Http1(reader))
+    pub(crate) fn http1(reader: Rc<RefCell<Http1Reader<'a>>>, head: &RequestHead) -> RequestBody<'a> {
+        RequestBody(Inner::Http1(reader), crate::body_check::BodyCheck::of(head))
     }
-    pub(crate) fn frames(body: crate::h2_request::ClientBody) -> RequestBody<'a> {
-        RequestBody(Inner::Frames(body))
+    pub(crate) fn frames(body: crate::h2_request::ClientBody, head: &RequestHead) -> RequestBody<'a> {
+        RequestBody(Inner::Frames(body), crate::body_check::BodyCheck::of(head))
     }
 }
 
@@ -228,11 +229,18 @@ impl Body for RequestBody<'_> {
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match &mut self.get_mut().0 {
+        let this = self.get_mut();
+        let polled = match &mut this.0 {
             Inner::Empty => Poll::Ready(None),
             Inner::Http1(reader) => reader.borrow_mut().poll_data(cx).map(|d| d.map(|d| d.map(Frame::data))),
             Inner::Frames(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        };
+        if let (Some(check), Poll::Ready(Some(Ok(frame)))) = (&this.1, &polled) {
+            if let Some(Err(refusal)) = frame.data_ref().map(|d| check.feed(d)) {
+                return Poll::Ready(Some(Err(refusal.reason.into())));
+            }
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -66,6 +66,17 @@ impl<'p> Intake<'p> {
         }
     }
 
+    /// Checks a body read whole (`Whole`: in hand, never through a streaming read) against the check a
+    /// `limits` filter put on `head`; a body taken any other way was checked as it was read.
+    pub fn check_whole(&self, body: ReqBody, head: &crate::codec::RequestHead) -> Result<ReqBody, BufferFault> {
+        if let (Intake::Whole { .. }, ReqBody::InHand(bytes)) = (self, &body) {
+            if let Some(check) = crate::body_check::BodyCheck::of(head) {
+                check.feed(bytes).map_err(|r| BufferFault::Source(SourceFault::Refused(r)))?;
+            }
+        }
+        Ok(body)
+    }
+
     /// Takes the body from `src` (`buf` holds what was read already) under `pace`; `read_framing` is how to
     /// read it (frames end a body of unknown length). A body read whole is in hand, and `head` then declares
     /// its length. A buffered body is counted in `stats` (the listener's slot of this worker).

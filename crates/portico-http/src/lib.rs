@@ -5,8 +5,10 @@
 pub mod access_log;
 pub mod balancer;
 mod body;
+mod body_check;
 mod buffers;
 mod client;
+mod clients;
 pub mod codec;
 mod context;
 mod date;
@@ -23,6 +25,7 @@ pub mod handler;
 pub mod health;
 mod http2;
 mod intake;
+pub mod json_depth;
 pub mod message;
 pub mod metrics;
 pub mod mqtt_publish;

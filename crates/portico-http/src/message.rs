@@ -40,6 +40,8 @@ pub struct HeadEdits {
     pub claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// Headers a request hook adds to the response (`rate_limit`'s `RateLimit`), after every response hook.
     pub response_headers: Vec<(Arc<str>, Arc<str>)>,
+    /// What a `limits` filter checks of the body as it is read (`body_check`).
+    pub body_check: Option<Arc<crate::body_check::BodyCheck>>,
 }
 
 /// Changes to a response head, gathered by the response filters and applied as the head is written.

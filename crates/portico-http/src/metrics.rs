@@ -56,7 +56,10 @@ pub fn render(out: &mut String, registry: &Registry, snapshot: &Snapshot) {
         "Requests a filter refused (shadow=\"true\": would have refused, and let through), by route, filter and reason.",
     );
     let running_routes: HashSet<&str> = snapshot.router.routes().iter().map(|r| r.name.as_str()).collect();
-    for d in registry.all_denials().iter().filter(|d| running_routes.contains(d.route.as_str())) {
+    // `route=""`: refused before routing (a `limits` filter's slow connections).
+    let counted =
+        |d: &&std::sync::Arc<crate::filters::Denials>| d.route.is_empty() || running_routes.contains(d.route.as_str());
+    for d in registry.all_denials().iter().filter(counted) {
         for denial in crate::filters::Denial::ALL {
             let (filter, reason) = denial.labels();
             for shadow in [false, true] {

@@ -52,7 +52,12 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
         cert_header: None,
         cert_subject: None,
     };
-    let tls = ctx.snapshot.load().listener(&listener).and_then(|l| Some((l.tls.clone()?, l.stats.clone())));
+    let (tls, counts) = match ctx.snapshot.load().listener(&listener) {
+        Some(l) => (l.tls.clone().map(|t| (t, l.stats.clone())), l.counts_clients),
+        None => (None, false),
+    };
+    // Counted from here until the connection ends, HTTP/2 included (a `limits` filter's connection cap).
+    let _open = counts.then(|| crate::clients::Open::new(peer.ip()));
     let io = match tls {
         None => Stream::Tcp(io),
         // Boxed: the handshake's state is only needed once, not in every idle connection's future.
@@ -221,6 +226,9 @@ async fn read_head(
     let mut empty_lines = 0usize;
     let mut started = false;
     let mut deadline = Instant::now() + if first { settings.header_read_timeout } else { settings.keepalive_timeout };
+    // A `limits` filter's cap on slow connections: when this head turns slow, and the count it then holds.
+    let mut slow_at: Option<Instant> = None;
+    let mut _slow: Option<crate::clients::Slow> = None;
     loop {
         while client.buf.starts_with(b"\r\n") {
             client.buf.advance(2);
@@ -233,6 +241,7 @@ async fn read_head(
             if !started {
                 started = true;
                 deadline = Instant::now() + settings.header_read_timeout;
+                slow_at = settings.slow_cap.as_ref().map(|cap| Instant::now() + cap.after);
             }
             if h2c && client.buf.starts_with(crate::http2::PREFACE) {
                 return Ok(Some(Arrived::Http2));
@@ -288,6 +297,21 @@ async fn read_head(
         }
         let read = tokio::select! {
             r = timeout_at(deadline, client.io.read_buf(&mut client.buf)) => r,
+            () = tokio::time::sleep_until(slow_at.unwrap_or(deadline)), if slow_at.is_some() => {
+                slow_at = None;
+                if let Some(cap) = &settings.slow_cap {
+                    let (slow, count) = crate::clients::Slow::new(client.peer.ip());
+                    _slow = Some(slow);
+                    if count > cap.max {
+                        let denial = crate::filters::Denial::TooManySlowConnections;
+                        cap.denials.record(denial, cap.shadow, client.peer.ip().to_canonical(), None);
+                        if !cap.shadow {
+                            return Err(HeadError { status: 408, reason: "too many slow connections from this address" });
+                        }
+                    }
+                }
+                continue;
+            }
             r = shutdown.changed(), if !started => {
                 if r.is_err() || !first {
                     return Ok(None);
@@ -363,13 +387,22 @@ async fn handle_request(
         BodyFraming::None => None, // most requests: nothing to look up
         _ => snapshot.router.get(route).and_then(|r| r.buffering.as_deref()).filter(|_| !cluster.settings.http2),
     };
+    let json_buffering: crate::request_buffer::BufferPolicy;
+    let buffering = match crate::body_check::BodyCheck::buffering(head, buffering) {
+        Some(policy) => {
+            json_buffering = policy;
+            Some(&json_buffering)
+        }
+        None => buffering,
+    };
     let stats = slot(&settings.stats.slots, ctx.index);
     let taken = match Intake::of(head.body, buffering) {
         Ok(intake) => match intake.in_hand(&mut client.buf, stats) {
             Some(body) => Ok(body),
             // Boxed: only requests whose body is still to come pay for the larger future.
             None => Box::pin(take_body(client, head, intake, settings, stats)).await,
-        },
+        }
+        .and_then(|body| intake.check_whole(body, head)),
         Err(fault) => Err(fault),
     };
     let mut body = match taken {
@@ -485,7 +518,7 @@ async fn take_body(
         let sent = write_timed(&mut client.io, continue_line, settings.send_timeout).await;
         sent.map_err(|_| BufferFault::Source(SourceFault::Closed))?;
     }
-    let reading = (head.body, settings.body_pace);
+    let reading = (head.body, settings.body_pace.checked(head));
     intake.take(&mut client.io, &mut client.buf, head, reading, stats).await
 }
 

@@ -53,6 +53,7 @@ where
                     }
                 }
                 let take = (left.min(src_buf.len() as u64)) as usize;
+                read_pace.inspect(&src_buf[..take])?;
                 out.piece(&src_buf[..take]).await?;
                 src_buf.advance(take);
                 left -= take as u64;
@@ -65,6 +66,7 @@ where
                 match decoder.decode(src_buf, READ_CHUNK).map_err(|e| RelayError::Source(SourceFault::Malformed(e)))? {
                     Decoded::Data(bytes) => {
                         total += bytes.len() as u64;
+                        read_pace.inspect(&bytes)?;
                         out.piece(&bytes).await?;
                     }
                     Decoded::NeedMore => {
@@ -85,6 +87,7 @@ where
                 }
             }
             let take = src_buf.len();
+            read_pace.inspect(&src_buf[..take])?;
             out.piece(&src_buf[..take]).await?;
             src_buf.advance(take);
             total += take as u64;
@@ -149,6 +152,8 @@ pub(crate) enum SourceFault {
     Malformed(&'static str),
     /// A buffered body's temporary file could not be read back.
     Unreadable,
+    /// A `limits` filter refused the body as it arrived.
+    Refused(crate::body_check::Refusal),
 }
 
 impl SourceFault {
@@ -160,6 +165,7 @@ impl SourceFault {
             SourceFault::TooSlow => Some((408, "request body arrived slower than the listener's min_body_rate")),
             SourceFault::Malformed(reason) => Some((400, reason)),
             SourceFault::Unreadable => Some((500, "request body could not be read back from its temporary file")),
+            SourceFault::Refused(r) => Some((r.status, r.reason)),
         }
     }
 }
@@ -168,7 +174,8 @@ impl SourceFault {
 /// at least `min_rate` bytes a second of waiting once `grace` of waiting has passed (Kestrel's
 /// MinRequestBodyDataRate). Only time spent waiting for the source counts: a relay that waits for its
 /// destination to take the bytes is not the client's fault. Copied per body; it keeps that body's tally.
-#[derive(Debug, Clone, Copy)]
+/// It also carries what a `limits` filter checks of a request body (`checked`), fed the decoded bytes.
+#[derive(Debug, Clone)]
 pub(crate) struct Pace {
     idle: Duration,
     /// Bytes a second; 0: no rate.
@@ -176,12 +183,26 @@ pub(crate) struct Pace {
     grace: Duration,
     waited: Duration,
     received: u64,
+    check: Option<std::sync::Arc<crate::body_check::BodyCheck>>,
 }
 
 impl Pace {
     /// Only the idle timeout (response bodies, and request bodies with the rate turned off).
     pub fn idle(idle: Duration) -> Pace {
-        Pace { idle, min_rate: 0, grace: Duration::ZERO, waited: Duration::ZERO, received: 0 }
+        Pace { idle, min_rate: 0, grace: Duration::ZERO, waited: Duration::ZERO, received: 0, check: None }
+    }
+
+    /// This pace, for the body of `head`: with the check a `limits` filter put on it, if one did.
+    pub fn checked(&self, head: &crate::codec::RequestHead) -> Pace {
+        Pace { check: crate::body_check::BodyCheck::of(head), ..self.clone() }
+    }
+
+    /// Feeds decoded body bytes to the body's check.
+    pub fn inspect(&self, data: &[u8]) -> Result<(), RelayError> {
+        match &self.check {
+            None => Ok(()),
+            Some(check) => check.feed(data).map_err(|r| RelayError::Source(SourceFault::Refused(r))),
+        }
     }
 
     pub fn request(idle: Duration, min_rate: u64, grace: Duration) -> Pace {

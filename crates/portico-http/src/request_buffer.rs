@@ -107,6 +107,7 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(
             // never past the body's end: bytes after it are the next request's.
             let take = n.min(buf.len() as u64) as usize;
             spool.mem.reserve(spool.room().clamp(4096, 256 * 1024));
+            pace.inspect(&buf[..take])?;
             spool.push(&buf.split_to(take)).await?;
             let mut left = n - take as u64;
             while left > 0 {
@@ -117,6 +118,7 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(
                 if read == 0 {
                     return Err(BufferFault::Source(SourceFault::Closed));
                 }
+                pace.inspect(&spool.mem[spool.mem.len() - read..])?;
                 spool.len += read as u64;
                 left -= read as u64;
                 spool.written_to_mem().await?;
@@ -127,7 +129,10 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(
             loop {
                 match decoder.decode(buf, crate::relay::READ_CHUNK) {
                     Err(reason) => return Err(BufferFault::Source(SourceFault::Malformed(reason))),
-                    Ok(Decoded::Data(data)) => spool.push(&data).await?,
+                    Ok(Decoded::Data(data)) => {
+                        pace.inspect(&data)?;
+                        spool.push(&data).await?
+                    }
                     Ok(Decoded::NeedMore) => {
                         if read_more(src, buf, pace).await? == 0 {
                             return Err(BufferFault::Source(SourceFault::Closed));
@@ -141,6 +146,7 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(
             if buf.is_empty() && read_more(src, buf, pace).await? == 0 {
                 break;
             }
+            pace.inspect(buf)?;
             spool.push(&buf.split()).await?;
         },
     }

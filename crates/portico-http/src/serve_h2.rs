@@ -51,6 +51,12 @@ pub(crate) async fn serve(
     };
     #[cfg(debug_assertions)]
     crate::context::debug_panic_hook(&head, &conn.ctx);
+    // The filters see a body that streams without a length as one of unknown length (what it is taken as
+    // for an HTTP/1 cluster), so that a `limits` filter counts it; the target decides afterwards.
+    let unknown_length = head.body == BodyFraming::None && !body.is_end_stream();
+    if unknown_length {
+        head.body = BodyFraming::Chunked;
+    }
     let front = match crate::phases::front(&mut head, &snapshot, settings, conn.facts.https, conn.peer.ip()) {
         Front::Gated { route, captured } => {
             let info = crate::handler::ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
@@ -60,6 +66,9 @@ pub(crate) async fn serve(
         }
         front => front,
     };
+    if unknown_length {
+        head.body = BodyFraming::None;
+    }
     let reply = Reply { snapshot: &snapshot, conn, started, interim };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
@@ -67,9 +76,18 @@ pub(crate) async fn serve(
                 Ok(parts) => parts,
                 Err(reason) => return reply.local(Some(route), &head, &LocalResponse::text(400, reason), |_| {}),
             };
-            let req = Request::from_parts(parts, body);
+            let check = crate::body_check::BodyCheck::of(&head);
+            let refused_head = check.as_ref().map(|_| head.clone());
+            let req = Request::from_parts(parts, body.checked(&head));
             // Boxed: this rarer path's future would otherwise make every stream's future larger.
-            Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await
+            let answer = Box::pin(crate::forward_h2::forward(req, head, snapshot.clone(), route, settings, conn)).await;
+            // A body a `limits` filter refused on its way: the client is told why, not how the upstream took it.
+            match (check.and_then(|c| c.refusal()), refused_head) {
+                (Some(r), Some(head)) => {
+                    reply.local(Some(route), &head, &LocalResponse::text(r.status, r.reason), |_| {})
+                }
+                _ => answer,
+            }
         }
         Front::Cluster { route, cluster } => to_cluster(body, head, route, cluster, settings, &reply).await,
         Front::Answer { route, response } => reply.local(Some(route), &head, &response, |_| {}),
@@ -152,13 +170,22 @@ async fn to_cluster(
     let mut received = BytesMut::new();
     // Before the breaker counts the request: a body still arriving holds nothing of the cluster's.
     let buffering = snapshot.router.get(route).and_then(|r| r.buffering.as_deref());
+    let json_buffering: crate::request_buffer::BufferPolicy;
+    let buffering = match crate::body_check::BodyCheck::buffering(&head, buffering) {
+        Some(policy) => {
+            json_buffering = policy;
+            Some(&json_buffering)
+        }
+        None => buffering,
+    };
     // Frames end a body of unknown length.
     let read_framing = if head.body == BodyFraming::Chunked { BodyFraming::UntilClose } else { head.body };
     let taken = match Intake::of(head.body, buffering) {
         Ok(intake) => {
             let stats = slot(&settings.stats.slots, ctx.index);
-            let reading = (read_framing, settings.body_pace);
-            intake.take(&mut reader, &mut received, &mut head, reading, stats).await
+            let reading = (read_framing, settings.body_pace.checked(&head));
+            let taken = intake.take(&mut reader, &mut received, &mut head, reading, stats).await;
+            taken.and_then(|body| intake.check_whole(body, &head))
         }
         Err(fault) => Err(fault),
     };

@@ -43,8 +43,17 @@ fn through_filters<'b>(
     filters::wrap_body(chain, head, status, headers, body)
 }
 
-/// A handler's answer with what Portico owns removed; an error becomes `500`.
-fn answer_of<'a>(answered: Result<crate::handler::Response<'a>, BoxError>) -> (u16, HeaderMap, BoxBody<'a>) {
+/// A handler's answer with what Portico owns removed; an error becomes `500`. A request body a `limits`
+/// filter refused while the handler read it is answered as the filter says, whatever the handler made of it.
+fn answer_of<'a>(
+    answered: Result<crate::handler::Response<'a>, BoxError>,
+    head: &RequestHead,
+) -> (u16, HeaderMap, BoxBody<'a>) {
+    if let Some(refusal) = crate::body_check::BodyCheck::of(head).and_then(|c| c.refusal()) {
+        let refused = LocalResponse::text(refusal.status, refusal.reason);
+        let (parts, body) = refused.to_http(&Default::default()).into_parts();
+        return (refusal.status, parts.headers, full(body));
+    }
     match answered {
         Ok(resp) => {
             let (parts, body) = resp.into_parts();
@@ -101,7 +110,7 @@ pub(crate) async fn serve_h1(
     let Client { io, buf, out, response_started, .. } = client;
     let (read, mut write) = tokio::io::split(io);
     let reader = Rc::new(RefCell::new(Http1Reader::new(read, buf, head.body, settings.body_read_timeout)));
-    let body = RequestBody::http1(reader.clone());
+    let body = RequestBody::http1(reader.clone(), head);
     let request = Request { head: head.clone(), client: info, params, body, upstreams };
     let watch = reader.clone();
     let mut gone = pin!(poll_fn(move |cx| watch.borrow_mut().poll_gone(cx)));
@@ -109,7 +118,7 @@ pub(crate) async fn serve_h1(
         answered = handler.handle(request) => answered,
         () = &mut gone => return Outcome::local(Next::Close, 499, 0),
     };
-    let (status, mut headers, body) = answer_of(answered);
+    let (status, mut headers, body) = answer_of(answered, head);
     let body = through_filters(chain.as_deref(), head, status, &mut headers, body);
     let close = !head.keep_alive || shutdown;
     let gone: Pin<&mut dyn Future<Output = ()>> = gone;
@@ -259,9 +268,9 @@ pub(crate) async fn serve_h2(
 ) -> hyper::Response<ProxyBody> {
     let info = ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
     let upstreams = Clusters::upstreams(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
-    let body = RequestBody::frames(body);
+    let body = RequestBody::frames(body, &head);
     let request = Request { head: head.clone(), client: info, params, body, upstreams };
-    let (status, mut headers, body) = answer_of(handler.handle(request).await);
+    let (status, mut headers, body) = answer_of(handler.handle(request).await, &head);
     let chain = snapshot.router.get(route).and_then(|r| r.filters.clone());
     let body = through_filters(chain.as_deref(), &head, status, &mut headers, body);
     let no_body = bodiless(&head, status);

@@ -84,6 +84,10 @@ pub struct ListenerSettings {
     /// How request paths are normalised.
     pub paths: crate::path::NormalizeOptions,
     pub stats: Arc<stats::ListenerStats>,
+    /// A `limits` filter caps connections per client address: count each connection's address (`clients`).
+    pub counts_clients: bool,
+    /// The top-level `limits` filter's cap on slow connections, applied while heads arrive.
+    pub slow_cap: Option<Arc<crate::filters::SlowCap>>,
 }
 
 /// The HTTP/2 server's settings for one listener (validated ranges, so the casts cannot truncate).
@@ -286,6 +290,14 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
     for (path, message, hint) in route_problems {
         problems.push(loaded.diagnostic(&path, message, hint));
     }
+    let all_filters = || cfg.filters.iter().chain(cfg.routes.iter().flat_map(|r| r.filters.iter()));
+    let counts_clients =
+        all_filters().any(|f| matches!(f, portico_config::Filter::Limits(l) if l.counts_connections()));
+    // Refusals made before any route is known are counted under `route=""`.
+    let slow_cap = cfg.filters.iter().find_map(|f| match f {
+        portico_config::Filter::Limits(l) => crate::filters::SlowCap::of(l, (*registry.denials("")).clone()),
+        _ => None,
+    });
     let deriving = cfg.listeners.iter().filter(|l| l.limits.max_connections.is_none()).count();
     let derived_connections = portico_core::process_setup::derived_connection_limit(deriving);
     let listeners = cfg
@@ -341,6 +353,8 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                     keepalive_interval: l.http2.keepalive_interval.map(|d| d.0),
                 }),
                 stats: registry.listener_stats(&l.name),
+                counts_clients,
+                slow_cap: slow_cap.clone(),
             })
         })
         .collect();

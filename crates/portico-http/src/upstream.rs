@@ -357,7 +357,7 @@ async fn send_request(
             let _ = write_timed(*io, b"HTTP/1.1 100 Continue\r\n\r\n", settings.send_timeout).await;
         }
     }
-    let timeouts = (settings.body_pace, send_timeout);
+    let timeouts = (settings.body_pace.checked(head), send_timeout);
     // An upstream may answer before the body is complete (413, 401) and stop reading it: watch for any byte
     // (or a close) from it while relaying, rather than waiting for the send timeout.
     let relayed = match &mut conn.io {

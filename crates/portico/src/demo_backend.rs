@@ -60,6 +60,7 @@ async fn answer(req: Request<Incoming>, name: String) -> Result<Response<Full<By
         format!("hello from {name}\n")
     };
     let mut response = Response::new(Full::new(Bytes::from(text)));
+    response.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
     if let Ok(value) = hyper::header::HeaderValue::from_str(&name) {
         response.headers_mut().insert("x-backend", value);
     }

@@ -123,6 +123,28 @@ fn the_gateway_example_answers_on_its_routes_and_admin_api() {
     let mut conn = Conn::open(listen);
     let statuses: Vec<u16> = (0..12).map(|_| conn.get("/orders/echo", &demo_user).status).collect();
     assert!(statuses.contains(&429), "bursts of 10, then 5 a second: {statuses:?}");
+    // The public API's gateway filters: query edits seen by the upstream, a compressed answer (decoded by
+    // Python's gzip), and the limits.
+    let pad = "p".repeat(2000);
+    let r = Conn::open(listen)
+        .get("/v1/echo?debug=1&x=%2f&api-version=1", &format!("accept-encoding: gzip\r\nx-pad: {pad}\r\n"));
+    assert_eq!((r.status, r.header("content-encoding").as_deref()), (200, Some("gzip")), "{}", r.head);
+    let plain = gunzip(&r.body);
+    assert!(plain.contains("GET /echo?x=%2f&api-version=2 "), "{plain}");
+    let r = Conn::open(listen).get("/v1/echo", "content-length: 20000000\r\n");
+    assert_eq!(r.status, 413, "{}", r.text());
+    let deep = "[".repeat(40) + &"]".repeat(40);
+    let mut conn = Conn::open(listen);
+    conn.send(
+        format!(
+            "POST /v1/echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{deep}",
+            deep.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(conn.read_response(false).status, 400);
+    let r = Conn::open(listen).get(&format!("/v1/{}", "u".repeat(4100)), "");
+    assert_eq!(r.status, 414);
     let writes = Conn::open(listen).get("/api/users", "");
     assert!(writes.header("x-backend").unwrap().starts_with("api-"), "{}", writes.head);
     let admin = Conn::open(moved["127.0.0.1:9901"]).get("/admin/clusters", "");
@@ -268,4 +290,22 @@ fn mqtt_read(stream: &mut impl std::io::Read) -> (u8, Vec<u8>) {
     let mut body = vec![0u8; usize::from(head[1])];
     stream.read_exact(&mut body).unwrap();
     (head[0], body)
+}
+
+/// `data` gunzipped by Python's gzip module.
+fn gunzip(data: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", "import gzip,sys; sys.stdout.buffer.write(gzip.decompress(sys.stdin.buffer.read()))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "not gzip ({} bytes)", data.len());
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -42,10 +42,28 @@ pub enum Denial {
     JwtForbidden,
     /// `rate_limit`: no token left in the key's bucket.
     RateLimited,
+    /// `limits`: the request target is longer than `max_uri_length`.
+    UriTooLong,
+    /// `limits`: more header fields than `max_headers`.
+    TooManyHeaders,
+    /// `limits`: header fields larger than `max_header_bytes` in all.
+    HeadersTooLarge,
+    /// `limits`: a request body larger than `max_body_size`.
+    BodyTooLarge,
+    /// `limits`: a JSON request body larger than `max_json_size`.
+    JsonTooLarge,
+    /// `limits`: a JSON request body nesting deeper than `max_json_depth`.
+    JsonTooDeep,
+    /// `limits`: a JSON request body whose brackets do not match.
+    JsonMalformed,
+    /// `limits`: the client's address holds more connections than `max_connections_per_ip`.
+    TooManyConnections,
+    /// `limits`: the client's address holds more slow connections than `max_slow_connections_per_ip`.
+    TooManySlowConnections,
 }
 
 impl Denial {
-    pub const ALL: [Denial; 15] = [
+    pub const ALL: [Denial; 24] = [
         Denial::BasicMissing,
         Denial::BasicInvalid,
         Denial::KeyMissing,
@@ -61,6 +79,15 @@ impl Denial {
         Denial::JwtRevoked,
         Denial::JwtForbidden,
         Denial::RateLimited,
+        Denial::UriTooLong,
+        Denial::TooManyHeaders,
+        Denial::HeadersTooLarge,
+        Denial::BodyTooLarge,
+        Denial::JsonTooLarge,
+        Denial::JsonTooDeep,
+        Denial::JsonMalformed,
+        Denial::TooManyConnections,
+        Denial::TooManySlowConnections,
     ];
 
     /// The `filter` and `reason` labels.
@@ -81,14 +108,29 @@ impl Denial {
             Denial::JwtRevoked => ("jwt", "revoked"),
             Denial::JwtForbidden => ("jwt", "insufficient_scope"),
             Denial::RateLimited => ("rate_limit", "exceeded"),
+            Denial::UriTooLong => ("limits", "uri_too_long"),
+            Denial::TooManyHeaders => ("limits", "too_many_headers"),
+            Denial::HeadersTooLarge => ("limits", "headers_too_large"),
+            Denial::BodyTooLarge => ("limits", "body_too_large"),
+            Denial::JsonTooLarge => ("limits", "json_too_large"),
+            Denial::JsonTooDeep => ("limits", "json_too_deep"),
+            Denial::JsonMalformed => ("limits", "json_unbalanced"),
+            Denial::TooManyConnections => ("limits", "too_many_connections"),
+            Denial::TooManySlowConnections => ("limits", "too_many_slow_connections"),
         }
     }
 }
 
-/// One route's refusals, kept in the registry by the route's name so they outlive reloads.
-#[derive(Debug)]
+/// One route's refusals, kept in the registry by the route's name so they outlive reloads. A clone is
+/// another handle to the same counters (a request body checked after its route's filters ran keeps one).
+#[derive(Debug, Clone)]
 pub struct Denials {
     pub route: String,
+    counters: std::sync::Arc<Counters>,
+}
+
+#[derive(Debug)]
+struct Counters {
     /// By `Denial as usize * 2 + shadow`.
     counts: [AtomicU64; Denial::ALL.len() * 2],
     /// The second of the last log line, and the refusals not logged since.
@@ -96,24 +138,32 @@ pub struct Denials {
     unlogged: AtomicU64,
 }
 
-impl Denials {
-    pub fn new(route: &str) -> Denials {
-        Denials {
-            route: route.to_string(),
-            counts: Default::default(),
+impl Default for Counters {
+    fn default() -> Counters {
+        // (Arrays past 32 items have no `Default`.)
+        Counters {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
             logged_at: AtomicU64::new(0),
             unlogged: AtomicU64::new(0),
         }
+    }
+}
+
+impl Denials {
+    pub fn new(route: &str) -> Denials {
+        Denials { route: route.to_string(), counters: Default::default() }
     }
 
     /// Counts and logs a refusal of a request from `client`; `who` is the user or key name it claimed, if
     /// any (never a password or a key).
     pub fn record(&self, denial: Denial, shadow: bool, client: IpAddr, who: Option<&str>) {
-        self.counts[denial as usize * 2 + usize::from(shadow)].fetch_add(1, Ordering::Relaxed);
+        self.counters.counts[denial as usize * 2 + usize::from(shadow)].fetch_add(1, Ordering::Relaxed);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let last = self.logged_at.load(Ordering::Relaxed);
-        if now > last && self.logged_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            let not_logged_since = self.unlogged.swap(0, Ordering::Relaxed);
+        let last = self.counters.logged_at.load(Ordering::Relaxed);
+        if now > last
+            && self.counters.logged_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            let not_logged_since = self.counters.unlogged.swap(0, Ordering::Relaxed);
             let (filter, reason) = denial.labels();
             let who = who.unwrap_or("-");
             if shadow {
@@ -122,13 +172,13 @@ impl Denials {
                 tracing::info!(filter, reason, route = %self.route, %client, who, not_logged_since, "request refused");
             }
         } else {
-            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            self.counters.unlogged.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// The count of `denial`, enforced (`shadow` false) or only logged.
     pub fn count(&self, denial: Denial, shadow: bool) -> u64 {
-        self.counts[denial as usize * 2 + usize::from(shadow)].load(Ordering::Relaxed)
+        self.counters.counts[denial as usize * 2 + usize::from(shadow)].load(Ordering::Relaxed)
     }
 }
 
@@ -145,6 +195,6 @@ mod tests {
         d.record(Denial::BasicInvalid, true, client, None);
         assert_eq!((d.count(Denial::BasicInvalid, false), d.count(Denial::BasicInvalid, true)), (1, 2));
         assert_eq!(d.count(Denial::IpDenied, false), 0);
-        assert_eq!(d.unlogged.load(Ordering::Relaxed), 2, "one line a second");
+        assert_eq!(d.counters.unlogged.load(Ordering::Relaxed), 2, "one line a second");
     }
 }

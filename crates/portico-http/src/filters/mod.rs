@@ -13,19 +13,24 @@
 
 mod api_key;
 mod auth_basic;
+mod coding;
 mod compress;
 mod cors;
+mod decompress;
 mod denials;
 mod filter;
 mod headers;
 mod ip;
 mod jwks;
 mod jwt;
+mod limits;
+mod query;
 mod rate_limit;
 mod rewrite;
 
 pub use denials::{Denial, Denials};
 pub use filter::{Chain, Filter, RequestCx, ResponseView, Resume, Step, Wait};
+pub use limits::SlowCap;
 
 pub(crate) use rewrite::{after_prefix, trim_prefix};
 
@@ -57,6 +62,9 @@ pub fn compile(
         FilterConfig::Ip(f) => Arc::new(ip::Ip::new(f)?),
         FilterConfig::Jwt(j) => Arc::new(jwt::Jwt::new(j, loaded)?),
         FilterConfig::RateLimit(r) => Arc::new(rate_limit::RateLimit::new(r, site)?),
+        FilterConfig::Limits(l) => Arc::new(limits::Limits::new(l)),
+        FilterConfig::Decompress(d) => Arc::new(decompress::Decompress::new(d)),
+        FilterConfig::Query(q) => Arc::new(query::Query::new(q)),
         // A function filter is a `handler::Gate`, compiled with the functions (router.rs).
         FilterConfig::Function(_) => return Err(("function".into(), "a function filter is not compiled here".into())),
     })
