@@ -185,12 +185,14 @@ function drawCharts() {
   $("kpi-p99").textContent = s && recentMean(s.p99) !== null ? fmt(recentMean(s.p99), 2) + " ms" : "–";
 }
 
+// The series the charts can show, in the order the selector lists them.
+const SCOPES = ["total", "listener", "route", "cluster", "endpoint", "function"];
+
 function renderScopeSelect() {
   const select = $("scope");
   const wanted = [...state.series.values()]
-    .filter((s) => ["total", "route", "cluster", "endpoint", "function"].includes(s.kind))
-    .sort((a, b) => ["total", "route", "cluster", "endpoint", "function"].indexOf(a.kind) -
-      ["total", "route", "cluster", "endpoint", "function"].indexOf(b.kind) || a.name.localeCompare(b.name));
+    .filter((s) => SCOPES.includes(s.kind))
+    .sort((a, b) => SCOPES.indexOf(a.kind) - SCOPES.indexOf(b.kind) || a.name.localeCompare(b.name));
   const keys = wanted.map((s) => keyOf(s.kind, s.name)).join("|");
   if (select.dataset.keys === keys) return;
   select.dataset.keys = keys;
@@ -224,10 +226,24 @@ function renderRoutes() {
 }
 
 function renderListeners(listeners) {
-  setRows($("listeners").tBodies[0], (listeners || []).map((l) => el("tr", {},
+  setRows($("listeners").tBodies[0], (listeners || []).map((l) => {
+    const key = keyOf("listener", l.name);
+    // An HTTP listener has a series (its requests): its row selects it for the charts.
+    const charted = state.series.has(key);
+    const r = latestOf("listener", l.name);
+    const e = r ? pct(r.eps, r.rps) : null;
+    return el("tr", {
+      class: (charted ? "clickable" : "") + (state.scope === key ? " selected" : ""),
+      "data-listener": l.name,
+      onclick: charted ? () => selectScope(key) : null,
+    },
     el("td", { text: l.name }), el("td", { text: l.address }), el("td", { text: l.protocol + (l.tls ? " + TLS" : "") }),
+    el("td", { class: "num", text: fmt(r?.rps) }),
+    el("td", { class: "num", text: e === null ? "–" : fmt(e, 2) }),
+    el("td", { class: "num", text: fmt(r?.p99, 2) }),
     el("td", { class: "num", text: l.tls_handshakes }), el("td", { class: "num", text: l.tls_failures }),
-    el("td", { class: "num", text: l.evicted }), el("td", { class: "num", text: l.panics }))));
+    el("td", { class: "num", text: l.evicted }), el("td", { class: "num", text: l.panics }));
+  }));
 }
 
 function endpointState(e) {
@@ -426,6 +442,7 @@ function selectScope(key) {
   $("scope").value = key;
   drawCharts();
   renderRoutes();
+  renderListeners(state.overview?.listeners);
 }
 
 // ---------------------------------------------------------------- live

@@ -50,12 +50,32 @@ pub struct Histogram {
     sum_micros: Counter,
 }
 
+/// One duration placed in its bucket, for recording it in several histograms (a request's route's and its
+/// listener's) while finding the bucket once.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation {
+    bucket: usize,
+    micros: u64,
+}
+
+impl Observation {
+    #[inline]
+    pub fn of(d: Duration) -> Observation {
+        let secs = d.as_secs_f64();
+        let bucket = BUCKETS.iter().position(|&b| secs <= b).unwrap_or(BUCKETS.len());
+        Observation { bucket, micros: d.as_micros() as u64 }
+    }
+}
+
 impl Histogram {
     pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let i = BUCKETS.iter().position(|&b| secs <= b).unwrap_or(BUCKETS.len());
-        self.buckets[i].inc();
-        self.sum_micros.add(d.as_micros() as u64);
+        self.add(Observation::of(d));
+    }
+
+    #[inline]
+    pub fn add(&self, o: Observation) {
+        self.buckets[o.bucket].inc();
+        self.sum_micros.add(o.micros);
     }
 
     /// Adds this histogram's counts, bucket by bucket (not cumulative, the last being +Inf), to `counts`.
@@ -117,6 +137,10 @@ pub struct ListenerSlot {
     /// temporary file.
     pub bodies_buffered_in_memory: Counter,
     pub bodies_buffered_to_file: Counter,
+    /// HTTP requests answered on this listener (counted where a route's are, refused heads included), by status
+    /// class, and their durations: the dashboard's per-listener charts.
+    pub by_class: [Counter; 5],
+    pub duration: Histogram,
 }
 
 /// Per-listener counters.

@@ -13,7 +13,7 @@ use crate::context::WorkerCtx;
 use crate::forward::{Answered, Exchange};
 use crate::h1_response::write_h1;
 use crate::h2_request::ClientBody;
-use crate::outcome::{record, upstream_outcome, Next, Outcome};
+use crate::outcome::{record, upstream_outcome, Next, Outcome, Peer};
 use crate::relay::{relay_body, write_timed, RelayError};
 use crate::response_body::{local, Finish, ProxyBody, Recorded};
 use crate::router::CompiledRoute;
@@ -33,7 +33,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use portico_core::stats::slot;
 use std::cell::Cell;
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,11 +76,12 @@ pub(crate) async fn forward(
     let cluster = &snapshot.clusters[cluster_index];
     let counters = slot(&cluster.stats.slots, worker);
     let peer = conn.peer.ip();
+    let from = Peer { client: peer, http2: true, listener: settings.index };
     if counters.requests.get() >= cluster.settings.max_requests_per_worker {
         counters.breaker_rejections.inc();
         let reason = "too many requests in flight to the cluster (circuit breaker)";
         let outcome = Outcome { reason: Some(reason), ..Outcome::local(Next::KeepAlive, 503, reason.len() as u64 + 1) };
-        record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+        record(ctx, &snapshot, Some(compiled), &head, from, &outcome, started.elapsed());
         return local(StatusCode::SERVICE_UNAVAILABLE, reason);
     }
     let (parts, body) = req.into_parts();
@@ -98,12 +98,12 @@ pub(crate) async fn forward(
                 }
                 Ok(Err(_)) => {
                     let outcome = Outcome::local(Next::KeepAlive, 400, 0);
-                    record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+                    record(ctx, &snapshot, Some(compiled), &head, from, &outcome, started.elapsed());
                     return local(StatusCode::BAD_REQUEST, "request body broke off or exceeded its content-length");
                 }
                 Err(_) => {
                     let outcome = Outcome::local(Next::KeepAlive, 408, 0);
-                    record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+                    record(ctx, &snapshot, Some(compiled), &head, from, &outcome, started.elapsed());
                     return local(StatusCode::REQUEST_TIMEOUT, "request body not received in time");
                 }
             }
@@ -111,7 +111,7 @@ pub(crate) async fn forward(
         _ => H2Body::Frames(Some(body)),
     };
     counters.requests.add(1);
-    let waiting = Waiting { ctx, snapshot: &snapshot, route: compiled, head: &head, peer, started, counters };
+    let waiting = Waiting { ctx, snapshot: &snapshot, route: compiled, head: &head, from, started, counters };
     let mut exchange =
         H2Exchange { ctx, cluster, head: &head, facts: Some(&conn.facts), parts: Some(parts), body, body_read: true };
     let forwarded = crate::forward::forward(&mut exchange, &head, cluster, peer, worker).await;
@@ -128,7 +128,7 @@ pub(crate) async fn forward(
                 reason: Some(failed.reason),
                 ..Outcome::local(Next::KeepAlive, failed.status, failed.reason.len() as u64 + 1)
             };
-            record(ctx, &snapshot, Some(compiled), &head, (peer, true), &outcome, started.elapsed());
+            record(ctx, &snapshot, Some(compiled), &head, from, &outcome, started.elapsed());
             return local(StatusCode::from_u16(failed.status).unwrap_or(StatusCode::BAD_GATEWAY), failed.reason);
         }
     };
@@ -155,6 +155,7 @@ pub(crate) async fn forward(
         endpoint: index,
         head,
         peer,
+        listener: settings.index,
         status,
         bytes: 0,
         done: false,
@@ -371,7 +372,7 @@ pub(crate) struct Waiting<'a> {
     pub snapshot: &'a Snapshot,
     pub route: &'a CompiledRoute,
     pub head: &'a RequestHead,
-    pub peer: IpAddr,
+    pub from: Peer,
     pub started: Instant,
     pub counters: &'a ClusterSlot,
 }
@@ -387,15 +388,7 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.counters.requests.add(-1);
         let outcome = Outcome::local(Next::Close, 499, 0);
-        record(
-            self.ctx,
-            self.snapshot,
-            Some(self.route),
-            self.head,
-            (self.peer, true),
-            &outcome,
-            self.started.elapsed(),
-        );
+        record(self.ctx, self.snapshot, Some(self.route), self.head, self.from, &outcome, self.started.elapsed());
     }
 }
 

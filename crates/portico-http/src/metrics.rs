@@ -359,9 +359,27 @@ pub fn clusters(snapshot: &Snapshot) -> serde_json::Value {
     serde_json::json!({ "clusters": list })
 }
 
-/// The dashboard's counters: every route, cluster and endpoint the running configuration has, cumulative.
+/// The dashboard's counters: every route, HTTP listener, cluster and endpoint the running configuration has,
+/// cumulative.
 pub fn sample(snapshot: &Snapshot, out: &mut Vec<portico_core::view::SeriesSample>) {
     use portico_core::view::SeriesSample;
+    let config = &snapshot.source.config;
+    let mqtt = |name: &str| {
+        config.listeners.iter().any(|l| l.name == name && l.protocol == portico_config::ListenerProtocol::Mqtt)
+    };
+    for l in snapshot.listeners.iter().filter(|l| !mqtt(&l.name)) {
+        let mut latency = Box::new([0u64; portico_core::stats::BUCKETS.len() + 1]);
+        for s in l.stats.slots.iter() {
+            s.0.duration.add_counts_to(&mut latency);
+        }
+        out.push(SeriesSample {
+            kind: "listener",
+            name: l.name.clone(),
+            requests: l.stats.slots.iter().map(|s| s.0.by_class.iter().map(|c| c.get()).sum::<u64>()).sum(),
+            errors: l.stats.slots.iter().map(|s| s.0.by_class[4].get()).sum(),
+            latency: Some(latency),
+        });
+    }
     let routes = snapshot.router.routes().iter().map(|r| &r.stats).chain([&snapshot.unrouted]);
     for r in routes {
         let requests: u64 = r.slots.iter().map(|s| s.0.by_class.iter().map(|c| c.get()).sum::<u64>()).sum();
@@ -436,6 +454,8 @@ pub fn listeners(registry: &Registry, snapshot: &Snapshot) -> serde_json::Value 
                 "tls_failures": sum(|x| x.tls_handshake_failures.get() + x.tls_handshake_timeouts.get()),
                 "evicted": sum(|x| x.evictions.get()),
                 "panics": sum(|x| x.panics.get()),
+                "requests": sum(|x| x.by_class.iter().map(|c| c.get()).sum()),
+                "errors": sum(|x| x.by_class[4].get()),
             })
         })
         .collect();

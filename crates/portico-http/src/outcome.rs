@@ -5,8 +5,9 @@ use crate::codec::RequestHead;
 use crate::context::WorkerCtx;
 use crate::router::CompiledRoute;
 use crate::snapshot::{Endpoint, Snapshot};
-use portico_core::stats::{class_index, slot};
-use std::net::SocketAddr;
+use crate::stats::RouteStats;
+use portico_core::stats::{class_index, slot, Observation};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// What the client connection does after a request.
@@ -34,20 +35,42 @@ impl Outcome {
     }
 }
 
-/// Counts the request for its route and writes its access-log line.
+/// Where a request came from: the client's address, whether it came over HTTP/2, and the listener it arrived on
+/// (its `ListenerSettings::index` in the snapshot the request is recorded with).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    pub client: IpAddr,
+    pub http2: bool,
+    pub listener: usize,
+}
+
+/// Counts a request answered `status` in `elapsed` for its route's or the unrouted `stats`, and for its listener.
+#[inline]
+fn count(ctx: &WorkerCtx, snapshot: &Snapshot, stats: &RouteStats, listener: usize, status: u16, elapsed: Duration) {
+    let class = class_index(status);
+    let observed = Observation::of(elapsed);
+    let counters = slot(&stats.slots, ctx.index);
+    counters.by_class[class].inc();
+    counters.duration.add(observed);
+    if let Some(l) = snapshot.listeners.get(listener) {
+        let counters = slot(&l.stats.slots, ctx.index);
+        counters.by_class[class].inc();
+        counters.duration.add(observed);
+    }
+}
+
+/// Counts the request for its route and its listener, and writes its access-log line.
 pub(crate) fn record(
     ctx: &WorkerCtx,
     snapshot: &Snapshot,
     route: Option<&CompiledRoute>,
     head: &RequestHead,
-    (client, http2): (std::net::IpAddr, bool),
+    Peer { client, http2, listener }: Peer,
     outcome: &Outcome,
     elapsed: Duration,
 ) {
     let stats = route.map_or(&snapshot.unrouted, |r| &r.stats);
-    let counters = slot(&stats.slots, ctx.index);
-    counters.by_class[class_index(outcome.status)].inc();
-    counters.duration.observe(elapsed);
+    count(ctx, snapshot, stats, listener, outcome.status, elapsed);
     if outcome.status >= 500 {
         note_error(stats, head, outcome);
     }
@@ -106,7 +129,7 @@ pub(crate) fn upstream_outcome(
 
 /// Samples a server error for the dashboard's recent errors (bounded: see `recent_errors`).
 #[cold]
-fn note_error(stats: &crate::stats::RouteStats, head: &RequestHead, outcome: &Outcome) {
+fn note_error(stats: &RouteStats, head: &RequestHead, outcome: &Outcome) {
     let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     if !crate::recent_errors::may_sample(at_ms) {
         return;
@@ -130,17 +153,10 @@ fn note_error(stats: &crate::stats::RouteStats, head: &RequestHead, outcome: &Ou
 }
 
 /// Counts and logs a request refused before its head could be parsed.
-pub(crate) fn record_refused(
-    ctx: &WorkerCtx,
-    snapshot: &Snapshot,
-    (client, http2): (std::net::IpAddr, bool),
-    status: u16,
-    bytes: u64,
-) {
+pub(crate) fn record_refused(ctx: &WorkerCtx, snapshot: &Snapshot, from: Peer, status: u16, bytes: u64) {
+    let Peer { client, http2, listener } = from;
     let stats = &snapshot.unrouted;
-    let counters = slot(&stats.slots, ctx.index);
-    counters.by_class[class_index(status)].inc();
-    counters.duration.observe(Duration::ZERO);
+    count(ctx, snapshot, stats, listener, status, Duration::ZERO);
     if let Some(log) = &ctx.core.access_log {
         crate::access_log::record(
             log,

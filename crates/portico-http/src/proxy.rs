@@ -11,7 +11,7 @@ use crate::codec::{self, BodyFraming, HeadError, Known, Parsed, RequestHead, Res
 use crate::context::WorkerCtx;
 use crate::forward::Answered;
 use crate::intake::Intake;
-use crate::outcome::{record, record_refused, upstream_outcome, Next, Outcome};
+use crate::outcome::{record, record_refused, upstream_outcome, Next, Outcome, Peer};
 use crate::pipeline;
 use crate::relay::{relay_body, write_timed, RelayError, SourceFault};
 use crate::request_buffer::BufferFault;
@@ -131,7 +131,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
                     Err(e) => {
                         // Boxed, like every await but the wait for a head: the task's size is that of its
                         // largest state, and an idle keep-alive connection should pay only for the wait.
-                        Box::pin(refuse(client, e, &waiting, &ctx)).await;
+                        Box::pin(refuse(client, e, (&waiting, settings.index), &ctx)).await;
                         return;
                     }
                 };
@@ -174,7 +174,8 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
                 Outcome::local(Next::Close, 500, bytes)
             }
         };
-        record(&ctx, &snapshot, route, &head, (client.peer.ip(), client.facts.http2), &outcome, started.elapsed());
+        let from = Peer { client: client.peer.ip(), http2: client.facts.http2, listener: settings.index };
+        record(&ctx, &snapshot, route, &head, from, &outcome, started.elapsed());
         if outcome.next == Next::Close || *shutdown.borrow() {
             if !head.keep_alive && outcome.status < 400 && client.buf.is_empty() {
                 // The client asked to close after this request and has sent nothing more (a client that sent
@@ -193,10 +194,11 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
 }
 
 /// Answers a head that could not be parsed, counts and logs it, and closes.
-async fn refuse(mut client: Client, e: HeadError, snapshot: &Snapshot, ctx: &WorkerCtx) {
-    // A refused head still counts (as unrouted) and is logged, with what is known of it.
+async fn refuse(mut client: Client, e: HeadError, (snapshot, listener): (&Snapshot, usize), ctx: &WorkerCtx) {
+    // A refused head still counts (as unrouted, and for its listener) and is logged, with what is known of it.
     let bytes = respond_error(&mut client, e.status, e.reason, true).await.unwrap_or(0);
-    record_refused(ctx, snapshot, (client.peer.ip(), client.facts.http2), e.status, bytes);
+    let from = Peer { client: client.peer.ip(), http2: client.facts.http2, listener };
+    record_refused(ctx, snapshot, from, e.status, bytes);
     linger_close(client.io).await;
 }
 

@@ -4,7 +4,7 @@
 
 use crate::codec::{BodyFraming, ChunkedDecoder, Decoded, RequestHead};
 use crate::context::WorkerCtx;
-use crate::outcome::{record, upstream_outcome, Next};
+use crate::outcome::{record, upstream_outcome, Next, Peer};
 use crate::snapshot::Snapshot;
 use crate::source_body::{poll_fill, Filled};
 use crate::upstream::{observe, Observed, Source};
@@ -83,6 +83,8 @@ pub(crate) struct Finish {
     pub endpoint: usize,
     pub head: RequestHead,
     pub peer: IpAddr,
+    /// The listener's index in `snapshot` (`ListenerSettings::index`).
+    pub listener: usize,
     pub status: u16,
     /// Response body bytes sent.
     pub bytes: u64,
@@ -108,7 +110,8 @@ impl Finish {
         let what = (Next::KeepAlive, self.status, bytes);
         let outcome = upstream_outcome(endpoint, worker, what, self.upstream_started, self.retries);
         let route = self.snapshot.router.get(self.route);
-        record(&self.ctx, &self.snapshot, route, &self.head, (self.peer, true), &outcome, self.started.elapsed());
+        let from = Peer { client: self.peer, http2: true, listener: self.listener };
+        record(&self.ctx, &self.snapshot, route, &self.head, from, &outcome, self.started.elapsed());
     }
 }
 

@@ -13,7 +13,7 @@ use crate::forward_h2::Waiting;
 use crate::h2_request::{ClientBody, Interim};
 use crate::intake::Intake;
 use crate::message::LocalResponse;
-use crate::outcome::{record, record_refused, Next, Outcome};
+use crate::outcome::{record, record_refused, Next, Outcome, Peer};
 use crate::phases::Front;
 use crate::response_body::{local, Finish, ProxyBody, UpstreamBody};
 use crate::snapshot::{ListenerSettings, Snapshot};
@@ -45,7 +45,8 @@ pub(crate) async fn serve(
         Err(reason) => {
             // Counted and logged as a refused head, as an HTTP/1 one is.
             let bytes = reason.len() as u64 + 1;
-            record_refused(&conn.ctx, &snapshot, (conn.peer.ip(), true), 400, bytes);
+            let from = Peer { client: conn.peer.ip(), http2: true, listener: settings.index };
+            record_refused(&conn.ctx, &snapshot, from, 400, bytes);
             return local(StatusCode::BAD_REQUEST, reason);
         }
     };
@@ -69,7 +70,7 @@ pub(crate) async fn serve(
     if unknown_length {
         head.body = BodyFraming::None;
     }
-    let reply = Reply { snapshot: &snapshot, conn, started, interim };
+    let reply = Reply { snapshot: &snapshot, conn, started, interim, listener: settings.index };
     match front {
         Front::Cluster { route, cluster } if snapshot.clusters[cluster].settings.http2 => {
             let parts = match h2head.into_parts() {
@@ -102,7 +103,7 @@ pub(crate) async fn serve(
         }
         Front::Handler { route, handler, params } => {
             let target = (route, handler, params);
-            crate::serve_handler::serve_h2(body, head, target, &snapshot, conn, started).await
+            crate::serve_handler::serve_h2(body, head, target, (&snapshot, settings.index), conn, started).await
         }
     }
 }
@@ -114,6 +115,8 @@ struct Reply<'a> {
     started: Instant,
     /// Where an upstream's 1xx goes.
     interim: &'a Interim,
+    /// The listener's index in `snapshot`.
+    listener: usize,
 }
 
 impl Reply<'_> {
@@ -135,8 +138,8 @@ impl Reply<'_> {
         let mut logged =
             Outcome::local(Next::KeepAlive, resp.status, if head_only { 0 } else { resp.body.len() as u64 });
         outcome(&mut logged);
-        let peer = (self.conn.peer.ip(), true);
-        record(&self.conn.ctx, self.snapshot, compiled, head, peer, &logged, self.started.elapsed());
+        let from = Peer { client: self.conn.peer.ip(), http2: true, listener: self.listener };
+        record(&self.conn.ctx, self.snapshot, compiled, head, from, &logged, self.started.elapsed());
         let (mut parts, body) = resp.to_http(&edits).into_parts();
         let body = if head_only {
             parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
@@ -215,8 +218,8 @@ async fn to_cluster(
         return local(StatusCode::NOT_FOUND, "no route matches this request");
     };
     // A client that resets the stream before the response head drops this future: counted and logged then.
-    let waiting =
-        Waiting { ctx, snapshot, route: compiled, head: &head, peer: conn.peer.ip(), started: reply.started, counters };
+    let from = Peer { client: conn.peer.ip(), http2: true, listener: settings.index };
+    let waiting = Waiting { ctx, snapshot, route: compiled, head: &head, from, started: reply.started, counters };
     let forwarded =
         crate::forward::forward_http1(&mut down, &head, &mut body, cluster, conn.peer.ip(), settings, ctx, None).await;
     waiting.answered();
@@ -246,6 +249,7 @@ async fn to_cluster(
         endpoint: index,
         head,
         peer: conn.peer.ip(),
+        listener: settings.index,
         status: resp.status,
         bytes: 0,
         done: false,

@@ -11,7 +11,7 @@ use crate::filters::{self, Filter};
 use crate::h1_response::{bodiless, write_h1, OWNED};
 use crate::handler::{ClientInfo, Handler, Http1Reader, Request, RequestBody, DRAIN_LIMIT};
 use crate::message::LocalResponse;
-use crate::outcome::{record, Next, Outcome};
+use crate::outcome::{record, Next, Outcome, Peer};
 use crate::relay::write_timed;
 use crate::response_body::ProxyBody;
 use crate::snapshot::{Cluster, Endpoint, ListenerSettings, Snapshot};
@@ -262,7 +262,7 @@ pub(crate) async fn serve_h2(
     body: crate::h2_request::ClientBody,
     head: RequestHead,
     (route, handler, params): (usize, Arc<dyn Handler>, Vec<(String, String)>),
-    snapshot: &Arc<Snapshot>,
+    (snapshot, listener): (&Arc<Snapshot>, usize),
     conn: &Rc<Connection>,
     started: Instant,
 ) -> hyper::Response<ProxyBody> {
@@ -282,7 +282,7 @@ pub(crate) async fn serve_h2(
         snapshot: snapshot.clone(),
         route,
         head,
-        peer: conn.peer.ip(),
+        from: Peer { client: conn.peer.ip(), http2: true, listener },
         status,
         bytes: 0,
         started,
@@ -307,7 +307,7 @@ struct HandlerFinish {
     snapshot: Arc<Snapshot>,
     route: usize,
     head: RequestHead,
-    peer: std::net::IpAddr,
+    from: Peer,
     status: u16,
     bytes: u64,
     started: Instant,
@@ -321,8 +321,7 @@ impl HandlerFinish {
         }
         let outcome = Outcome::local(Next::KeepAlive, self.status, self.bytes);
         let route = self.snapshot.router.get(self.route);
-        let peer = (self.peer, true);
-        record(&self.ctx, &self.snapshot, route, &self.head, peer, &outcome, self.started.elapsed());
+        record(&self.ctx, &self.snapshot, route, &self.head, self.from, &outcome, self.started.elapsed());
     }
 }
 

@@ -84,6 +84,9 @@ pub struct ListenerSettings {
     /// How request paths are normalised.
     pub paths: crate::path::NormalizeOptions,
     pub stats: Arc<stats::ListenerStats>,
+    /// Its place in `Snapshot::listeners`: what a request carries to be counted for its listener
+    /// (`outcome::record`) without looking the listener up by name again.
+    pub index: usize,
     /// A `limits` filter caps connections per client address: count each connection's address (`clients`).
     pub counts_clients: bool,
     /// The top-level `limits` filter's cap on slow connections, applied while heads arrive.
@@ -300,7 +303,7 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
     });
     let deriving = cfg.listeners.iter().filter(|l| l.limits.max_connections.is_none()).count();
     let derived_connections = portico_core::process_setup::derived_connection_limit(deriving);
-    let listeners = cfg
+    let mut listeners = cfg
         .listeners
         .iter()
         .enumerate()
@@ -353,11 +356,15 @@ pub fn build(loaded: &LoadedConfig, registry: &Registry) -> Result<Snapshot, Con
                     keepalive_interval: l.http2.keepalive_interval.map(|d| d.0),
                 }),
                 stats: registry.listener_stats(&l.name),
+                index: 0, // set below, once the listeners that could not be built are left out
                 counts_clients,
                 slow_cap: slow_cap.clone(),
             })
         })
-        .collect();
+        .collect::<Vec<_>>();
+    for (index, l) in listeners.iter_mut().enumerate() {
+        l.index = index;
+    }
     if !problems.is_empty() {
         problems.sort_by_key(|d| (d.line, d.col));
         return Err(ConfigErrors(problems));

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "dashboard-test-token-5d1c";
 
-fn config(a: std::net::SocketAddr, b: std::net::SocketAddr, extra_route: bool) -> String {
+/// `side` is a second listener, which the load does not reach: its chart stays flat until the script sends to it.
+fn config(a: std::net::SocketAddr, b: std::net::SocketAddr, side: u16, extra_route: bool) -> String {
     let extra =
         if extra_route { "  - name: extra\n    match: { path_prefix: /extra }\n    cluster: app\n" } else { "" };
     format!(
         "workers: 2\n\
          admin: {{ address: \"{{admin}}\", token: \"{TOKEN}\" }}\n\
-         listeners:\n  - name: web\n    address: \"{{listen}}\"\n\
+         listeners:\n  - name: web\n    address: \"{{listen}}\"\n  - name: side\n    address: \"127.0.0.1:{side}\"\n\
          routes:\n\
          \x20 - name: solo\n    match: {{ path_prefix: /solo }}\n    cluster: solo\n\
          {extra}\
@@ -57,7 +58,8 @@ fn dashboard_in_a_real_browser() {
     let a = Backend::start("a").expect("backend a");
     let b = Backend::start("b").expect("backend b");
     let (a_addr, b_addr) = (a.addr, b.addr);
-    let portico = Portico::start(&config(a_addr, b_addr, false));
+    let side = free_port();
+    let portico = Portico::start(&config(a_addr, b_addr, side, false));
     let load = Load::start(portico.addr, 2);
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dashboard/e2e.mjs");
@@ -65,6 +67,7 @@ fn dashboard_in_a_real_browser() {
         .arg(&script)
         .env("ADMIN", format!("http://{}", portico.admin))
         .env("PROXY", format!("http://{}", portico.addr))
+        .env("SIDE", format!("http://127.0.0.1:{side}"))
         .env("TOKEN", TOKEN)
         .env("KILLED", b_addr.to_string())
         .env("TOOLS", tools())
@@ -98,10 +101,9 @@ fn dashboard_in_a_real_browser() {
         let Ok(line) = line else { break };
         match line.as_str() {
             "STEP kill" => drop(b.take()),
-            "STEP add-route" => portico.rewrite_config(&config(a_addr, b_addr, true)),
-            "STEP break-config" => {
-                portico.rewrite_config(&config(a_addr, b_addr, true).replace("cluster: app\n", "cluster: nowhere\n"))
-            }
+            "STEP add-route" => portico.rewrite_config(&config(a_addr, b_addr, side, true)),
+            "STEP break-config" => portico
+                .rewrite_config(&config(a_addr, b_addr, side, true).replace("cluster: app\n", "cluster: nowhere\n")),
             "PASS" => {
                 passed = true;
                 continue;
@@ -121,7 +123,14 @@ fn dashboard_in_a_real_browser() {
     assert!(ok > 0, "the load generator got answers");
     // The killed backend's tries failed over to the other endpoint, or were answered 502/503 to the load.
     eprintln!("load: {ok} answered, {} not: {:?}", failed.len(), failed.iter().take(3).collect::<Vec<_>>());
-    for name in ["01-overview", "02-charts-under-load", "03-backend-down", "07-reload-history", "09-narrow"] {
+    for name in [
+        "01-overview",
+        "02-charts-under-load",
+        "02-listener-charts",
+        "03-backend-down",
+        "07-reload-history",
+        "09-narrow",
+    ] {
         let png = artifacts.join(format!("{name}.png"));
         let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
         assert!(size > 5_000, "{} was not written", png.display());

@@ -161,6 +161,85 @@ fn live_updates_come_at_most_once_a_second_and_the_series_fill() {
     assert!(total["p99_ms"].as_array().unwrap().iter().any(|v| v.as_f64().is_some_and(|ms| ms > 0.0)));
 }
 
+/// `/admin/listeners`' counters of the listener `name`.
+fn listener(portico: &Portico, name: &str) -> serde_json::Value {
+    let all = json(&portico.admin_get("/admin/listeners"));
+    all["listeners"].as_array().unwrap().iter().find(|l| l["name"] == name).cloned().unwrap_or_default()
+}
+
+#[test]
+fn each_listener_counts_its_own_requests_over_http1_and_http2() {
+    let test = "each_listener_counts_its_own_requests_over_http1_and_http2";
+    if !have_tool("curl", test) {
+        return;
+    }
+    let a = Backend::start("a").unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let api = free_port();
+    let portico = Portico::start(&format!(
+        "workers: 2\nadmin: {{ address: \"{{admin}}\" }}\n\
+         listeners:\n  - {{ name: web, address: \"{{listen}}\" }}\n  - {{ name: api, address: \"127.0.0.1:{api}\" }}\n\
+         routes:\n  - {{ name: echo, match: {{ path_prefix: /echo }}, handler: echo }}\n\
+         \x20 - {{ name: dead, match: {{ path_prefix: /dead }}, cluster: dead }}\n\
+         \x20 - {{ name: main, match: {{ path_prefix: / }}, cluster: app }}\n\
+         clusters:\n  app: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n  dead: {{ endpoints: [ {{ address: \"{dead}\" }} ] }}\n",
+        a.addr
+    ));
+    // The charts' first step is taken (the one before it is their baseline): every request below is charted.
+    wait_until("the first step", Duration::from_secs(10), || {
+        !json(&portico.admin_get("/admin/series"))["t"].as_array().unwrap().is_empty()
+    });
+    // HTTP/1 on `web`: 30 proxied requests and 3 bad heads (answered 400 before any route).
+    let mut conn = Conn::open(portico.addr);
+    for _ in 0..30 {
+        assert_eq!(conn.get("/x", "").status, 200);
+    }
+    for _ in 0..3 {
+        let (answer, _) = raw_exchange(portico.addr, b"GET /x HTTP/1.1\r\nHost: a\r\nbad header\r\n\r\n");
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    }
+    // HTTP/2 (prior knowledge, curl) on `api`: proxied, answered by a handler, and failing upstream (502 or 503).
+    // One connection per request: curl 7.88 fails a second request on a prior-knowledge connection ("Error in
+    // the HTTP2 framing layer", against any h2c server).
+    let h2 = |path: &str, n: usize| {
+        let url = format!("http://127.0.0.1:{api}{path}");
+        let answers = (0..n).map(|_| {
+            let (ok, out) =
+                curl(&["--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version} %{http_code}", &url]);
+            assert!(ok, "curl: {out}");
+            out
+        });
+        answers.collect::<Vec<_>>()
+    };
+    assert!(h2("/x", 20).iter().all(|l| l == "2 200"));
+    assert!(h2("/echo/y", 10).iter().all(|l| l == "2 200"));
+    assert!(h2("/dead/z", 5).iter().all(|l| l == "2 502" || l == "2 503"));
+    wait_until("each listener's requests are counted", Duration::from_secs(10), || {
+        let (web, api) = (listener(&portico, "web"), listener(&portico, "api"));
+        web["requests"] == 33 && web["errors"] == 0 && api["requests"] == 35 && api["errors"] == 5
+    });
+    // And charted: each listener's series shows its own traffic (and the errors only on `api`).
+    let mut totals = (0.0, 0.0, 0.0);
+    wait_until("the listeners' series have their requests", Duration::from_secs(10), || {
+        let series = json(&portico.admin_get("/admin/series"));
+        let sum = |name: &str, column: &str| -> f64 {
+            let list = series["series"].as_array().unwrap();
+            let s = list.iter().find(|s| s["kind"] == "listener" && s["name"] == name);
+            s.and_then(|s| s[column].as_array()).map_or(0.0, |c| c.iter().filter_map(|v| v.as_f64()).sum())
+        };
+        totals = (sum("web", "rps"), sum("api", "rps"), sum("api", "eps"));
+        // Rates a second apart: their sum is the count, give or take the timer's jitter.
+        totals.0 > 30.0 && totals.1 > 31.0 && totals.2 > 4.0
+    });
+    let (web, api, api_errors) = totals;
+    assert!(web < 36.0 && api < 39.0 && api_errors < 6.0, "{totals:?}");
+    let series = json(&portico.admin_get("/admin/series"));
+    let web_errors =
+        series["series"].as_array().unwrap().iter().find(|s| s["kind"] == "listener" && s["name"] == "web");
+    let web_eps: f64 = web_errors.unwrap()["eps"].as_array().unwrap().iter().filter_map(|v| v.as_f64()).sum();
+    assert_eq!(web_eps, 0.0, "the errors were `api`'s");
+}
+
 #[test]
 fn recent_errors_and_the_reload_history() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // nothing listens now
@@ -254,6 +333,11 @@ fn with_worker_processes_the_master_sums_their_series_and_errors() {
     });
     let (ok, _) = load.finish();
     assert!(ok > 0);
+    // The listener's series too: every worker process's requests on it.
+    let series = json(&portico.admin_get("/admin/series"));
+    let web = series["series"].as_array().unwrap().iter().find(|s| s["kind"] == "listener" && s["name"] == "web");
+    let web_rps = web.and_then(|s| s["rps"].as_array()?.iter().filter_map(|v| v.as_f64()).reduce(f64::max));
+    assert!(web_rps.is_some_and(|r| r > 0.0), "{series}");
     let errors = json(&portico.admin_get("/admin/errors"));
     let list = errors["errors"].as_array().unwrap();
     assert_eq!(list.len(), 4, "each worker process's errors, together: {errors}");

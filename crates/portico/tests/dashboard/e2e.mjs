@@ -1,7 +1,8 @@
 // The dashboard in a real browser: headless Chromium (Debian's package) driven by playwright-core (npm), started
 // by crates/portico/tests/dashboard.rs, which runs Portico, its backends and a load generator, and does what a
 // step asks for on stdin/stdout ("STEP name" from here, "done" back). Screenshots go to $ARTIFACTS.
-// Environment: ADMIN (http://IP:PORT), PROXY (http://IP:PORT), TOKEN, KILLED (the endpoint the test kills),
+// Environment: ADMIN (http://IP:PORT), PROXY (http://IP:PORT, the loaded listener `web`), SIDE (http://IP:PORT,
+// the listener `side`, which the load does not reach), TOKEN, KILLED (the endpoint the test kills),
 // TOOLS (where node_modules/playwright-core is), ARTIFACTS, CHROMIUM.
 import { createRequire } from "node:module";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -12,7 +13,7 @@ import * as readline from "node:readline";
 const require = createRequire(join(process.env.TOOLS, "package.json"));
 const { chromium } = require("playwright-core");
 
-const { ADMIN, PROXY, TOKEN, KILLED, ARTIFACTS } = process.env;
+const { ADMIN, PROXY, SIDE, TOKEN, KILLED, ARTIFACTS } = process.env;
 const lines = readline.createInterface({ input: process.stdin });
 const waiting = [];
 lines.on("line", (line) => waiting.shift()?.(line));
@@ -111,6 +112,41 @@ async function main() {
     const routeRows = await page.locator("#routes tbody tr").count();
     check(routeRows >= 2, `the routes table lists the routes (${routeRows})`);
     await sectionShot(page, "#overview", "02-charts-under-load");
+
+    // 2b. The same charts per listener: the loaded one moves; the other is flat until requests reach it.
+    const kpiRps = async () => Number((await text(page, "#kpi-rps")).replace(/,/g, ""));
+    const chartMoves = async (what) => {
+      const before = await page.locator("#chart-rps canvas").screenshot();
+      const steps = Number(await page.evaluate(() => document.body.dataset.steps));
+      await page.waitForFunction((n) => Number(document.body.dataset.steps) >= n + 2, steps, { timeout: 10_000 });
+      check(!before.equals(await page.locator("#chart-rps canvas").screenshot()), `${what}: its requests/s chart moved`);
+    };
+    const webRow = '#listeners tbody tr[data-listener="web"]';
+    await page.waitForSelector(`${webRow}.clickable`, { timeout: 10_000 });
+    await page.locator(webRow).click();
+    check((await page.locator("#scope option:checked").textContent()) === "listener: web", "a listener's row selects its charts");
+    check((await page.locator(`${webRow}.selected`).count()) === 1, "the selected listener's row is marked");
+    await chartMoves("listener web under load");
+    const webRps = await kpiRps();
+    check(webRps > 0, `the loaded listener shows its requests/s (${webRps})`);
+    const webRowRps = Number((await page.locator(`${webRow} td:nth-child(4)`).textContent()).replace(/,/g, ""));
+    check(webRowRps > 0, `the listeners table gives its requests/s (${webRowRps})`);
+    await page.locator("#scope").selectOption({ label: "listener: side" });
+    const idleRps = await kpiRps();
+    check(idleRps === 0, `the listener the load does not reach shows no requests (${idleRps})`);
+    // Requests to the side listener, until its chart shows them (bounded: 10 s).
+    let sent = 0;
+    const sideBefore = await page.locator("#chart-rps canvas").screenshot();
+    const until = Date.now() + 10_000;
+    while (Date.now() < until && !((await kpiRps()) > 0)) {
+      for (let i = 0; i < 20; i++, sent++) await fetch(SIDE + "/side").then((r) => r.text());
+      await page.waitForTimeout(100);
+    }
+    const sideRps = await kpiRps();
+    check(sideRps > 0, `the side listener's chart shows the ${sent} requests sent to it (${sideRps}/s)`);
+    check(!sideBefore.equals(await page.locator("#chart-rps canvas").screenshot()), "listener side: its requests/s chart moved");
+    await sectionShot(page, "#overview", "02-listener-charts");
+    await page.locator("#scope").selectOption({ label: "all routes" });
 
     // 3. A backend killed during the test turns red within its health-check interval (1 s here).
     const row = `#cluster-list [data-cluster="app"] tr[data-endpoint="${KILLED}"]`;
