@@ -268,8 +268,14 @@ pub(crate) async fn serve_h2(
 ) -> hyper::Response<ProxyBody> {
     let info = ClientInfo { addr: conn.peer, https: conn.facts.https, http2: true };
     let upstreams = Clusters::upstreams(conn.ctx.clone(), snapshot.clone(), &conn.listener, conn.peer.ip());
+    // A body without a declared length still comes, in DATA frames: the handler's head says so (as a chunked
+    // one would on HTTP/1.1), so that it reads it rather than taking it for none.
+    let mut handler_head = head.clone();
+    if handler_head.body == BodyFraming::None && !body.is_end_stream() {
+        handler_head.body = BodyFraming::Chunked;
+    }
     let body = RequestBody::frames(body, &head);
-    let request = Request { head: head.clone(), client: info, params, body, upstreams };
+    let request = Request { head: handler_head, client: info, params, body, upstreams };
     let (status, mut headers, body) = answer_of(handler.handle(request).await, &head);
     let chain = snapshot.router.get(route).and_then(|r| r.filters.clone());
     let body = through_filters(chain.as_deref(), &head, status, &mut headers, body);

@@ -884,6 +884,11 @@ fn request_and_response_bodies_stream_through_handlers() {
     // Over HTTP/2 as well.
     let h2 = curl_out(&["-sS", "--http2-prior-knowledge", "--data-binary", "h2 body", &url("/s/upper")]);
     assert_eq!(h2, "H2 BODY");
+    // Over HTTP/2 without a content-length (the body ends with its stream), read whole and streamed.
+    let no_length = ["-sS", "--http2-prior-knowledge", "-H", "transfer-encoding: chunked", "--data-binary"];
+    let h2 = curl_out(&[&no_length[..], &["no length", &url("/s/upper")]].concat());
+    assert_eq!(h2, "NO LENGTH");
+    assert_eq!(curl_out(&[&no_length[..], &[&upload, &url("/s/count")]].concat()), (8 << 20).to_string());
 }
 
 /// A large body through a handler, both ways, does not grow Portico's memory: nothing is read ahead of what
