@@ -469,6 +469,33 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Server<T> {
         self.shared.borrow().active
     }
 
+    /// Whether the client owes the rest of something that comes before a request can start: the connection
+    /// preface (owed from the start: RFC 9113 3.4), a frame other than DATA, or a header block awaiting its
+    /// CONTINUATION frames. What a slowloris client keeps unfinished; a connection idle between frames, or one
+    /// whose client is sending a body, is not. Meant to be asked once `poll_accept` is pending (every complete
+    /// frame read is then handled).
+    pub fn head_in_progress(&self) -> bool {
+        let s = self.shared.borrow();
+        if s.failed.is_some() || self.eof {
+            return false;
+        }
+        if s.block.is_some() || self.preface_left > 0 {
+            return true;
+        }
+        match self.read.get(..frame::HEADER_LEN) {
+            Some(head) => head[3] != frame::DATA,
+            None => !self.read.is_empty(),
+        }
+    }
+
+    /// Ends the connection for a reason of the server's own (a GOAWAY with `reason` and `detail`, then the
+    /// connection closes once it is written): streams in progress end with it.
+    pub fn refuse(&mut self, reason: Reason, detail: &'static str) {
+        let mut s = self.shared.borrow_mut();
+        s.fail(reason, detail);
+        s.wake_conn();
+    }
+
     /// Reads from the socket into the read buffer: `Ready(Ok)` when something was read (or the peer closed
     /// the connection: `eof`).
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

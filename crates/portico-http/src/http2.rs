@@ -50,13 +50,14 @@ pub(crate) async fn serve(
     listener: Arc<str>,
     ctx: Rc<WorkerCtx>,
 ) {
-    let (settings, keepalive, send_timeout) = {
+    let (settings, keepalive, send_timeout, mut slow) = {
         let snapshot = ctx.snapshot.load();
         let Some(l) = snapshot.listener(&listener) else { return };
         let Some(settings) = l.http2.clone() else { return };
-        (settings, l.keepalive_timeout, l.send_timeout)
+        let slow = SlowHead { header_read: l.header_read_timeout, cap: l.slow_cap.clone(), since: None, counted: None };
+        (settings, l.keepalive_timeout, l.send_timeout, slow)
     };
-    // A client that never sends its preface is closed by the idle timer below.
+    // A client that never sends its preface, or the rest of a head, is closed by the head timer below.
     let mut conn = Server::new(io, preread, server_settings(&settings));
     let mut shutdown = ctx.shutdown.clone();
     let state = Rc::new(Connection {
@@ -74,6 +75,8 @@ pub(crate) async fn serve(
     let mut idle = pin!(tokio::time::sleep(keepalive));
     let ping_first = settings.keepalive_interval.unwrap_or(keepalive);
     let mut ping_timer = pin!(tokio::time::sleep(ping_first));
+    // Armed while the client owes the rest of a head (`slow.since`).
+    let mut head_timer = pin!(tokio::time::sleep(keepalive));
     let mut closing = false;
     // While no stream is in progress the connection is in the worker's idle list: at a listener's connection
     // limit the longest-idle connection is asked to close (GOAWAY) to make room for a new client.
@@ -104,7 +107,16 @@ pub(crate) async fn serve(
                         }
                         Poll::Ready(Some(Err(e))) => break Poll::Ready(Event::Closed(Some(e))),
                         Poll::Ready(None) => break Poll::Ready(Event::Closed(None)),
-                        Poll::Pending => {}
+                        Poll::Pending => {
+                            if conn.head_in_progress() != slow.since.is_some() {
+                                slow.since = slow.since.is_none().then(Instant::now);
+                                slow.counted = None;
+                                if let Some(at) = slow.next() {
+                                    head_timer.as_mut().reset(at);
+                                    timers_flag.woken.store(true, Ordering::SeqCst);
+                                }
+                            }
+                        }
                     }
                 }
                 let idle_now = state.active.get() == 0 && !closing;
@@ -117,10 +129,11 @@ pub(crate) async fn serve(
                     }
                 }
                 if timers_flag.woken.swap(false, Ordering::SeqCst) {
+                    let head_timer = slow.since.is_some().then_some(head_timer.as_mut());
                     let polled = poll_timers(
                         &mut Context::from_waker(&timers_waker),
                         closing,
-                        (shutting_down.as_mut(), idle.as_mut(), ping_timer.as_mut()),
+                        (shutting_down.as_mut(), idle.as_mut(), ping_timer.as_mut(), head_timer),
                         (pinger.as_mut(), idle_place.as_ref(), &mut conn),
                     );
                     if polled.is_ready() {
@@ -202,15 +215,72 @@ pub(crate) async fn serve(
                 p.waiting = false;
                 ping_timer.as_mut().reset(Instant::now() + p.every);
             }
+            Event::HeadTimer => {
+                if let Some(refusal) = slow.late(peer.ip()) {
+                    // Streams in progress end with the connection, as an HTTP/1 connection closes.
+                    tracing::debug!(client = %peer, "HTTP/2 connection closed: {refusal}");
+                    slow.since = None;
+                    closing = true;
+                    idle_place = None;
+                    conn.refuse(portico_h2::Reason::ENHANCE_YOUR_CALM, refusal);
+                    idle.as_mut().reset(Instant::now() + CLOSE_AFTER_GOAWAY);
+                } else if let Some(at) = slow.next() {
+                    head_timer.as_mut().reset(at);
+                }
+            }
         }
     }
 }
+
+/// A head the client is slow to send (`Server::head_in_progress`: the preface, a frame before DATA, a header
+/// block and its CONTINUATIONs): the listener's `timeouts.header_read` and the top-level `limits` filter's cap on
+/// slow connections apply to it as they do to an HTTP/1 request head.
+struct SlowHead {
+    header_read: Duration,
+    cap: Option<Arc<crate::filters::SlowCap>>,
+    /// Since when the client has owed the rest of a head.
+    since: Option<Instant>,
+    /// This connection counted as slow, until its head arrives.
+    counted: Option<crate::clients::Slow>,
+}
+
+impl SlowHead {
+    /// When the head timer should look next: when the head turns slow, or when it is out of time.
+    fn next(&self) -> Option<Instant> {
+        let since = self.since?;
+        let slow_at = self.cap.as_ref().filter(|_| self.counted.is_none()).map(|cap| since + cap.after);
+        let timeout = since + self.header_read;
+        Some(slow_at.map_or(timeout, |at| at.min(timeout)))
+    }
+
+    /// At the head timer: counts the connection as slow once its head has taken `slow_after`, and says why the
+    /// connection is to be closed, if it is.
+    fn late(&mut self, client: std::net::IpAddr) -> Option<&'static str> {
+        let since = self.since?;
+        let now = Instant::now();
+        if let Some(cap) = self.cap.as_ref().filter(|cap| self.counted.is_none() && since + cap.after <= now) {
+            let (slow, count) = crate::clients::Slow::new(client);
+            self.counted = Some(slow);
+            if count > cap.max {
+                let denial = crate::filters::Denial::TooManySlowConnections;
+                cap.denials.record(denial, cap.shadow, client.to_canonical(), None);
+                if !cap.shadow {
+                    return Some("too many slow connections from this address");
+                }
+            }
+        }
+        (since + self.header_read <= now).then_some("request head not received in time")
+    }
+}
+
+/// One of the connection's timers.
+type Timer<'a> = Pin<&'a mut Sleep>;
 
 /// The timers and the shutdown signal, polled when one of them woke the connection's task.
 fn poll_timers(
     cx: &mut Context<'_>,
     closing: bool,
-    (shutting_down, idle, ping_timer): (Pin<&mut impl Future>, Pin<&mut Sleep>, Pin<&mut Sleep>),
+    (shutting_down, idle, ping_timer, head_timer): (Pin<&mut impl Future>, Timer<'_>, Timer<'_>, Option<Timer<'_>>),
     (pinger, idle_place, conn): (Option<&mut Pinger>, Option<&IdleTicket<'_>>, &mut Server<Stream>),
 ) -> Poll<Event> {
     if idle_place.is_some_and(|place| place.poll_evicted(cx).is_ready()) {
@@ -221,6 +291,9 @@ fn poll_timers(
     }
     if idle.poll(cx).is_ready() {
         return Poll::Ready(Event::IdleTimer);
+    }
+    if head_timer.is_some_and(|t| t.poll(cx).is_ready()) {
+        return Poll::Ready(Event::HeadTimer);
     }
     if let Some(pinger) = pinger {
         if pinger.waiting && conn.poll_pong(cx).is_ready() {
@@ -269,6 +342,8 @@ enum Event {
     Evicted,
     PingTimer,
     Pong,
+    /// The client has owed the rest of a head for `slow_after` or `timeouts.header_read`.
+    HeadTimer,
 }
 
 /// The keep-alive PINGs (`http2.keepalive_interval`): one in flight at a time, answered within the interval.

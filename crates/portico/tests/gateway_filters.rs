@@ -605,6 +605,158 @@ fn limits_cap_slow_connections_per_address() {
     });
 }
 
+/// A TCP stream whose writes trickle, one byte every `pause`, once `slow` is set: a slowloris client under a
+/// real HTTP/2 client (the `h2` crate), which sends its preface and SETTINGS at full speed and then its request
+/// head a byte at a time.
+struct Trickle {
+    tcp: tokio::net::TcpStream,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pause: Duration,
+    wait: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl tokio::io::AsyncRead for Trickle {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Trickle {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if !self.slow.load(std::sync::atomic::Ordering::SeqCst) || buf.is_empty() {
+            return std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf);
+        }
+        if let Some(wait) = self.wait.as_mut() {
+            std::task::ready!(std::future::Future::poll(wait.as_mut(), cx));
+        }
+        let written = std::task::ready!(std::pin::Pin::new(&mut self.tcp).poll_write(cx, &buf[..1]));
+        self.wait = Some(Box::pin(tokio::time::sleep(self.pause)));
+        std::task::Poll::Ready(written)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// What a trickled HTTP/2 request got: its status, or the error that ended it (with the GOAWAY's reason when
+/// the client read it), and when.
+#[derive(Debug)]
+enum Trickled {
+    Status(u16),
+    Failed(Option<h2::Reason>, String),
+}
+
+/// Opens an h2c connection to `addr` with a real HTTP/2 client, lets its preface and SETTINGS go, then sends a
+/// GET of `path` whose head trickles at a byte per `pause`. Started when it returns; the result comes from the
+/// task.
+async fn trickled_get(addr: std::net::SocketAddr, path: &str, pause: Duration) -> tokio::task::JoinHandle<Trickled> {
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let io = Trickle { tcp, slow: slow.clone(), pause, wait: None };
+    let (client, conn) = h2::client::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    // The preface, SETTINGS and their acknowledgements go at full speed.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    slow.store(true, std::sync::atomic::Ordering::SeqCst);
+    let request = hyper::Request::get(format!("http://test.local{path}")).body(()).unwrap();
+    let sent = client.send_request(request, true);
+    tokio::spawn(async move {
+        let outcome = match sent {
+            Ok((response, _)) => response.await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(response) => Trickled::Status(response.status().as_u16()),
+            Err(e) => Trickled::Failed(e.reason(), e.to_string()),
+        }
+    })
+}
+
+#[test]
+fn limits_cap_slow_http2_connections_per_address() {
+    let echo = Echo::start("app");
+    let p = limits_portico(&echo, "  - limits: { max_slow_connections_per_ip: 2, slow_after: 300ms }\n");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        // Three HTTP/2 connections send their request heads a byte every 100 ms (about 3 s for the head): past
+        // 300 ms each is slow, and the third is one too many, closed with a GOAWAY long before its head is in.
+        let started = std::time::Instant::now();
+        let mut slow = Vec::new();
+        for _ in 0..3 {
+            slow.push(trickled_get(p.addr, "/small/s", Duration::from_millis(100)).await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let third = slow.pop().unwrap().await.unwrap();
+        let refused_after = started.elapsed();
+        match &third {
+            Trickled::Failed(reason, message) => {
+                // The client may see the GOAWAY's reason, or only the connection closing under its writes.
+                assert!(reason.is_none_or(|r| r == h2::Reason::ENHANCE_YOUR_CALM), "{message}");
+            }
+            Trickled::Status(s) => panic!("the third slow connection was answered {s}"),
+        }
+        assert!(refused_after < Duration::from_millis(2000), "refused after {refused_after:?}");
+        // A fast client meanwhile is not slow.
+        let fast = tokio::task::spawn_blocking(move || get(p.addr, Proto::H2, "/small/f").status);
+        assert_eq!(fast.await.unwrap(), 200);
+        // The first two finish their heads and are answered.
+        for c in slow {
+            match c.await.unwrap() {
+                Trickled::Status(200) => {}
+                other => panic!("a slow connection within the cap got {other:?}"),
+            }
+        }
+    });
+    assert_eq!(
+        p.metric("portico_filter_denials_total{route=\"\",filter=\"limits\",reason=\"too_many_slow_connections\",shadow=\"false\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn an_http2_head_slower_than_header_read_closes_its_connection() {
+    let echo = Echo::start("app");
+    let yaml = config(
+        "    timeouts: { header_read: 1s }\n",
+        &format!(
+            "routes:\n  - cluster: app\nclusters:\n  app: {{ endpoints: [ {{ address: \"{}\" }} ] }}\n",
+            echo.addr
+        ),
+    );
+    let p = Portico::start(&yaml);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        // About 3 s for the head at a byte every 100 ms: closed at 1 s. A head at full speed is answered.
+        let started = std::time::Instant::now();
+        let slow = trickled_get(p.addr, "/a", Duration::from_millis(100)).await.await.unwrap();
+        let closed_after = started.elapsed();
+        assert!(matches!(slow, Trickled::Failed(..)), "{slow:?}");
+        assert!(closed_after < Duration::from_millis(2500), "closed after {closed_after:?}");
+        let quick = trickled_get(p.addr, "/a", Duration::ZERO).await.await.unwrap();
+        assert!(matches!(quick, Trickled::Status(200)), "{quick:?}");
+    });
+}
+
 #[test]
 fn limits_on_bodies_a_function_or_an_h2_cluster_reads() {
     let backend = portico_testkit::Backend::start_h2("h2app").unwrap();
