@@ -432,3 +432,43 @@ fn a_stream_without_window_is_reset_after_the_send_timeout() {
         assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(5), "{waited:?}");
     });
 }
+
+#[test]
+fn an_http2_client_that_never_sends_its_preface_is_closed_at_header_read() {
+    // ALPN picked h2, then nothing: the preface is owed from the start, as an HTTP/1 connection's first head is.
+    let dir = temp_dir();
+    let ca = Ca::new(&dir, "ca");
+    let b = Backend::start("b0").unwrap();
+    let extra = format!("{}    timeouts: {{ header_read: 1s }}\n", tls_section(&dir, &ca));
+    let p = Portico::start(&yaml(b.addr, &extra));
+    let mut tls = pki::connect(p.addr, "localhost", &ca.pem, None, &["h2"]).expect("TLS handshake");
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"h2"[..]));
+    let started = std::time::Instant::now();
+    // The server's SETTINGS, then its GOAWAY, then the end of the connection (the read timeout is 10 s).
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match std::io::Read::read(&mut tls, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => panic!("after {:?}: {e}", started.elapsed()),
+        }
+    }
+    let closed_after = started.elapsed();
+    assert!(closed_after > Duration::from_millis(800) && closed_after < Duration::from_secs(4), "{closed_after:?}");
+    // Among the frames, a GOAWAY (type 7) saying ENHANCE_YOUR_CALM (0xb) and why.
+    let mut frames = &got[..];
+    let mut goaway = None;
+    while frames.len() >= 9 {
+        let len = usize::from(frames[0]) << 16 | usize::from(frames[1]) << 8 | usize::from(frames[2]);
+        let payload = &frames[9..(9 + len).min(frames.len())];
+        if frames[3] == 7 && payload.len() >= 8 {
+            goaway = Some((u32::from_be_bytes(payload[4..8].try_into().unwrap()), payload[8..].to_vec()));
+        }
+        frames = &frames[(9 + len).min(frames.len())..];
+    }
+    let (code, debug) = goaway.unwrap_or_else(|| panic!("no GOAWAY in {got:?}"));
+    assert_eq!(code, 0xb, "ENHANCE_YOUR_CALM");
+    assert_eq!(String::from_utf8_lossy(&debug), "request head not received in time");
+}
