@@ -361,6 +361,7 @@ def json_document(size):
 
 
 def main():
+    global BACKEND_PORT, PROXY_PORT, ADMIN_PORT  # before --port-base's default reads BACKEND_PORT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", action="append", default=[], help="NAME=PATH of a portico binary")
     ap.add_argument("--peers", default="", help="peers measured the same way, comma-separated: nginx,haproxy")
@@ -397,7 +398,7 @@ def main():
         BODY = f"{work}/body"
         with open(BODY, "wb") as f:
             f.write(b"b" * a.body_size)
-    global GATEWAY, HEADERS, TOKENS, BACKEND_PORT, PROXY_PORT, ADMIN_PORT
+    global GATEWAY, HEADERS, TOKENS
     BACKEND_PORT, PROXY_PORT, ADMIN_PORT = a.port_base, a.port_base + 1, a.port_base + 3
     GATEWAY = a.gateway
     if a.gateway == "jwt":
