@@ -231,9 +231,20 @@ pub fn stringify<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> rquickjs::Result<Op
     if to_json == qjs::JS_ATOM_NULL {
         return Err(rquickjs::Error::Exception);
     }
-    let mut writer = Writer { ctx, out: String::new(), open: Vec::new(), classes: classes(ctx), to_json };
+    let mut writer = Writer {
+        ctx,
+        out: String::new(),
+        open: Vec::new(),
+        classes: classes(ctx),
+        to_json,
+        keys: Vec::new(),
+        key_text: String::new(),
+    };
     let written = writer.value(value.as_raw());
     unsafe { qjs::JS_FreeAtom(raw, to_json) };
+    for (atom, _) in &writer.keys {
+        unsafe { qjs::JS_FreeAtom(raw, *atom) };
+    }
     match written? {
         Written::Value => Ok(Some(writer.out)),
         Written::Nothing | Written::Declined => Ok(None),
@@ -262,6 +273,9 @@ struct Writer<'a, 'js> {
     classes: (u32, u32),
     /// The atom `toJSON`.
     to_json: qjs::JSAtom,
+    /// Keys written so far in this call (their atoms held until it ends), quoted, in `key_text`.
+    keys: Vec<(qjs::JSAtom, std::ops::Range<usize>)>,
+    key_text: String,
 }
 
 thread_local! {
@@ -402,6 +416,29 @@ impl<'js> Writer<'_, 'js> {
 
     fn array(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
         let ctx = self.raw_ctx();
+        // A dense array: its elements read at once (each held while it is written, as writing one may run a
+        // `toJSON` getter that changes the array).
+        let mut items: *mut qjs::JSValue = std::ptr::null_mut();
+        let mut count = 0u32;
+        // SAFETY: on true, `items` points at `count` values of the array, borrowed: each is duplicated at once.
+        if unsafe { qjs::JS_GetFastArrayValues(ctx, v, &mut items, &mut count) } {
+            let held: Vec<Value<'js>> = (0..count as usize)
+                .map(|i| unsafe { Value::from_raw(self.ctx.clone(), qjs::JS_DupValue(ctx, *items.add(i))) })
+                .collect();
+            self.out.push('[');
+            for (i, item) in held.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                match self.value(item.as_raw())? {
+                    Written::Value => {}
+                    Written::Nothing => self.out.push_str("null"),
+                    Written::Declined => return Ok(Written::Declined),
+                }
+            }
+            self.out.push(']');
+            return Ok(Written::Value);
+        }
         let mut length = 0i64;
         if unsafe { qjs::JS_GetLength(ctx, v, &mut length) } < 0 {
             return Err(rquickjs::Error::Exception);
@@ -451,6 +488,29 @@ impl<'js> Writer<'_, 'js> {
 
     fn members(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
         let ctx = self.raw_ctx();
+        // An ordinary object of data properties (nearly always): its keys and values read from its shape at
+        // once (JS_GetOwnDataProperties), each value held while written, each key quoted once per call.
+        const FAST: usize = 32;
+        let mut atoms = [qjs::JS_ATOM_NULL; FAST];
+        let mut values = [qjs::JS_UNDEFINED; FAST];
+        // SAFETY: room for FAST of each; on success the first `n` are the object's, borrowed (duplicated at once).
+        let n = unsafe { qjs::JS_GetOwnDataProperties(ctx, v, atoms.as_mut_ptr(), values.as_mut_ptr(), FAST as i32) };
+        if n >= 0 {
+            let n = n as usize;
+            let held: Vec<(qjs::JSAtom, Value<'js>)> = (0..n)
+                .map(|i| unsafe {
+                    (
+                        qjs::JS_DupAtom(ctx, atoms[i]),
+                        Value::from_raw(self.ctx.clone(), qjs::JS_DupValue(ctx, values[i])),
+                    )
+                })
+                .collect();
+            let written = self.fields(&held);
+            for (atom, _) in &held {
+                unsafe { qjs::JS_FreeAtom(ctx, *atom) };
+            }
+            return written;
+        }
         let mut table: *mut qjs::JSPropertyEnum = std::ptr::null_mut();
         let mut count = 0u32;
         let flags = (qjs::JS_GPN_STRING_MASK | qjs::JS_GPN_ENUM_ONLY) as i32;
@@ -462,6 +522,53 @@ impl<'js> Writer<'_, 'js> {
         let result = self.members_of(v, &atoms);
         unsafe { qjs::JS_FreePropertyEnum(ctx, table, count) };
         result
+    }
+
+    /// `{"key":value,...}` of properties in hand.
+    fn fields(&mut self, fields: &[(qjs::JSAtom, Value<'js>)]) -> rquickjs::Result<Written> {
+        self.out.push('{');
+        let mut first = true;
+        for (atom, item) in fields {
+            let mark = self.out.len();
+            if !first {
+                self.out.push(',');
+            }
+            self.key(*atom)?;
+            self.out.push(':');
+            match self.value(item.as_raw())? {
+                Written::Value => first = false,
+                Written::Nothing => self.out.truncate(mark),
+                Written::Declined => return Ok(Written::Declined),
+            }
+        }
+        self.out.push('}');
+        Ok(Written::Value)
+    }
+
+    /// A key, quoted: from the keys met before in this call (objects repeat theirs), else made and kept.
+    fn key(&mut self, atom: qjs::JSAtom) -> rquickjs::Result<()> {
+        if let Some((_, range)) = self.keys.iter().find(|(a, _)| *a == atom) {
+            let range = range.clone();
+            let text = &self.key_text[range];
+            self.out.push_str(text);
+            return Ok(());
+        }
+        let ctx = self.raw_ctx();
+        let mut len = 0;
+        let key = unsafe { qjs::JS_AtomToCStringLen(ctx, &mut len, atom) };
+        if key.is_null() {
+            return Err(rquickjs::Error::Exception);
+        }
+        let start = self.key_text.len();
+        quote(&mut self.key_text, unsafe { std::slice::from_raw_parts(key.cast::<u8>(), len as usize) });
+        unsafe { qjs::JS_FreeCString(ctx, key) };
+        let range = start..self.key_text.len();
+        self.out.push_str(&self.key_text[range.clone()]);
+        if self.keys.len() < 64 {
+            // (Held, so that the number cannot name another atom before the call ends: freed in `stringify`.)
+            self.keys.push((unsafe { qjs::JS_DupAtom(ctx, atom) }, range));
+        }
+        Ok(())
     }
 
     fn members_of(&mut self, v: qjs::JSValue, atoms: &[qjs::JSAtom]) -> rquickjs::Result<Written> {
