@@ -13,6 +13,7 @@
 //! segment (`.`, `..`, with `%2e` for a dot in any case); no backslash; and no byte that the path, query or
 //! fragment percent-encode sets would encode, nor `^` or a second `#`: only printable ASCII, nothing removed.
 
+use std::borrow::Cow;
 use url::{Position, Url};
 
 /// Where a URL's parts are in its serialization, in bytes (a serialized URL is ASCII: bytes are UTF-16 code
@@ -417,7 +418,22 @@ fn is(c: u8, class: u8) -> bool {
 /// `application/x-www-form-urlencoded` text as its name-value pairs (invalid UTF-8 after percent-decoding is
 /// U+FFFD, as the standard's parser does).
 pub fn form_parse(text: &str) -> Vec<(String, String)> {
-    form_urlencoded::parse(text.as_bytes()).map(|(name, value)| (name.into_owned(), value.into_owned())).collect()
+    form_pairs(text).map(|(name, value)| (name.into_owned(), value.into_owned())).collect()
+}
+
+/// The pairs of `application/x-www-form-urlencoded` text, as `form_urlencoded::parse` gives them, borrowed
+/// from the text where they need no decoding: a sequence without `+` or `%` is split on its first `=` here,
+/// any other decoded by the crate.
+pub fn form_pairs(text: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    text.split('&').filter(|sequence| !sequence.is_empty()).map(|sequence| {
+        if sequence.bytes().any(|b| b == b'+' || b == b'%') {
+            // (One pair: the sequence is not empty and has no `&`.)
+            form_urlencoded::parse(sequence.as_bytes()).next().unwrap_or_default()
+        } else {
+            let (name, value) = sequence.split_once('=').unwrap_or((sequence, ""));
+            (Cow::Borrowed(name), Cow::Borrowed(value))
+        }
+    })
 }
 
 /// Pairs serialized as `application/x-www-form-urlencoded`.
@@ -675,6 +691,31 @@ mod tests {
         assert_eq!(parse("blob:ftp://a.b/x", None).unwrap().origin(), "null");
         assert_eq!(parse("ws://a.b:1/x", None).unwrap().origin(), "ws://a.b:1");
         assert_eq!(parse("sc://a.b/x", None).unwrap().origin(), "null");
+    }
+
+    #[test]
+    fn form_pairs_are_the_crates() {
+        let data = include_str!("../../portico/tests/data/urlencoded-parser-data.json");
+        let mut inputs: Vec<String> = data
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("{ \"input\": \""))
+            .filter_map(|rest| rest.split('"').next())
+            .map(str::to_string)
+            .collect();
+        assert!(inputs.len() > 20, "{} inputs read from the test data", inputs.len());
+        let pieces = ["", "a", "=", "&", "+", "%", "%2", "%41", "%zz", "%C3%A9", "é", "b=c", "&&", "==", "+%2B"];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    inputs.push(format!("{a}{b}{c}"));
+                }
+            }
+        }
+        for input in &inputs {
+            let ours: Vec<_> = form_pairs(input).collect();
+            let theirs: Vec<_> = form_urlencoded::parse(input.as_bytes()).collect();
+            assert_eq!(ours, theirs, "{input:?}");
+        }
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl Shared {
         }
         let url = self.url.borrow();
         let query = url.as_ref().map_or("", |r| r.query());
-        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        for (name, value) in url::form_pairs(query) {
             if !f(&name, &value) {
                 return;
             }
