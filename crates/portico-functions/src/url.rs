@@ -12,6 +12,8 @@
 //! of digits without a leading zero, not the scheme's default; a path that starts with `/` and has no dot
 //! segment (`.`, `..`, with `%2e` for a dot in any case); no backslash; and no byte that the path, query or
 //! fragment percent-encode sets would encode, nor `^` or a second `#`: only printable ASCII, nothing removed.
+//! And a small one for queries (`form_pairs`): a pair that needs no decoding (no `+`, no `%`) is split where it
+//! is rather than by `form_urlencoded`, checked against it the same two ways.
 
 use std::borrow::Cow;
 use url::{Position, Url};
