@@ -1,6 +1,6 @@
 //! JavaScript arrays made in one step. rquickjs sets an array's elements one property at a time (about 300
 //! instructions each, the array growing as it goes); QuickJS's own `JS_NewArrayFrom` takes them all at once.
-//! The natives that hand JavaScript a list on every request (a URL's parts, a query's pairs) use this.
+//! The native JSON.parse (json.rs) makes its arrays with this.
 
 use rquickjs::{qjs, Array, Ctx, Value};
 

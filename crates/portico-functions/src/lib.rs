@@ -23,7 +23,9 @@ mod native;
 mod scripts;
 mod stats;
 mod streaming;
-mod url;
+/// Public for the fuzz target (fuzz/fuzz_targets/url_fast.rs).
+pub mod url;
+mod url_class;
 mod webapi;
 
 pub use stats::FunctionsView;
