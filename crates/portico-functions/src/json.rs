@@ -52,41 +52,62 @@ struct Scratch {
 
 #[derive(Default)]
 struct KeyCache {
-    entries: Vec<(std::ops::Range<usize>, qjs::JSAtom)>,
+    /// Each key's text (in `key_text`), its atom, and the entry of the key that came after it last time.
+    entries: Vec<KeyEntry>,
     key_text: String,
-    /// Where the next lookup starts: after the last key found, as keys come in the same order again.
-    next: usize,
+    /// The entry of the key found last.
+    last: Option<usize>,
+}
+
+struct KeyEntry {
+    text: std::ops::Range<usize>,
+    atom: qjs::JSAtom,
+    followed_by: Option<usize>,
 }
 
 /// How many distinct keys a parse remembers (past them, keys are made each time).
 const KEYS_KEPT: usize = 64;
 
+impl KeyCache {
+    fn is(&self, entry: usize, key: &str) -> bool {
+        let text = &self.entries[entry].text;
+        text.len() == key.len() && self.key_text.as_bytes()[text.clone()] == *key.as_bytes()
+    }
+}
+
 impl Scratch {
-    /// The atom of `key` (the caller's to free), from the keys met before when it is one of them.
+    /// The atom of `key` (the caller's to free), from the keys met before when it is one of them: first the
+    /// one that followed the key before it last time (records repeat their keys in order), then any.
     ///
     /// # Safety
     /// `ctx` is the live context of this parse.
     unsafe fn atom(&self, ctx: *mut qjs::JSContext, key: &str) -> qjs::JSAtom {
         let mut cache = self.keys.borrow_mut();
-        let count = cache.entries.len();
-        for i in 0..count {
-            let at = (cache.next + i) % count;
-            let (range, atom) = &cache.entries[at];
-            if &cache.key_text[range.clone()] == key {
-                let atom = *atom;
-                cache.next = (at + 1) % count;
-                return qjs::JS_DupAtom(ctx, atom);
+        let predicted = cache.last.and_then(|last| cache.entries[last].followed_by);
+        let found = match predicted {
+            Some(entry) if cache.is(entry, key) => Some(entry),
+            _ => (0..cache.entries.len()).find(|&entry| cache.is(entry, key)),
+        };
+        let entry = match found {
+            Some(entry) => entry,
+            None => {
+                let atom = atom_of(ctx, key);
+                if atom == qjs::JS_ATOM_NULL || cache.entries.len() == KEYS_KEPT {
+                    cache.last = None;
+                    return atom;
+                }
+                let start = cache.key_text.len();
+                cache.key_text.push_str(key);
+                let text = start..cache.key_text.len();
+                cache.entries.push(KeyEntry { text, atom, followed_by: None });
+                cache.entries.len() - 1
             }
+        };
+        if let Some(last) = cache.last {
+            cache.entries[last].followed_by = Some(entry);
         }
-        let atom = atom_of(ctx, key);
-        if atom != qjs::JS_ATOM_NULL && count < KEYS_KEPT {
-            let start = cache.key_text.len();
-            cache.key_text.push_str(key);
-            let range = start..cache.key_text.len();
-            cache.entries.push((range, qjs::JS_DupAtom(ctx, atom)));
-            cache.next = 0;
-        }
-        atom
+        cache.last = Some(entry);
+        qjs::JS_DupAtom(ctx, cache.entries[entry].atom)
     }
 
     /// Frees what the parse still holds: the kept keys' atoms, and values left on the stacks (none unless a
@@ -94,8 +115,8 @@ impl Scratch {
     fn release(&self, ctx: *mut qjs::JSContext) {
         // SAFETY: each atom and value here is held once, by the scratch.
         unsafe {
-            for (_, atom) in self.keys.borrow().entries.iter() {
-                qjs::JS_FreeAtom(ctx, *atom);
+            for entry in self.keys.borrow().entries.iter() {
+                qjs::JS_FreeAtom(ctx, entry.atom);
             }
             for value in self.values.borrow().iter() {
                 qjs::JS_FreeValue(ctx, *value);
