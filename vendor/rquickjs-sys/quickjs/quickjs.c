@@ -19839,6 +19839,25 @@ static JSValue JS_CallInternal(JSContext *caller_ctx, JSValueConst func_obj,
                 atom = get_u32(pc);
                 pc += 4;
 
+                /* Portico: a new property of an ordinary extensible object
+                   (an object literal's field, nearly always) is added to
+                   its shape directly: what JS_DefinePropertyValue ends in
+                   for that case, without its lookups and checks on the way. */
+                if (JS_VALUE_GET_TAG(sp[-2]) == JS_TAG_OBJECT) {
+                    JSObject *p = JS_VALUE_GET_OBJ(sp[-2]);
+                    if (p->class_id == JS_CLASS_OBJECT && !p->is_exotic &&
+                        p->extensible && !find_own_property1(p, atom)) {
+                        JSProperty *pr = add_property(ctx, p, atom, JS_PROP_C_W_E);
+                        if (unlikely(!pr)) {
+                            JS_FreeValue(ctx, sp[-1]);
+                            sp--;
+                            goto exception;
+                        }
+                        pr->u.value = sp[-1];
+                        sp--;
+                        BREAK;
+                    }
+                }
                 ret = JS_DefinePropertyValue(ctx, sp[-2], atom, sp[-1],
                                              JS_PROP_C_W_E | JS_PROP_THROW);
                 sp--;
