@@ -391,14 +391,15 @@ pub fn stringify<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> rquickjs::Result<Op
     if to_json == qjs::JS_ATOM_NULL {
         return Err(rquickjs::Error::Exception);
     }
+    // (Sized for a small answer's object at once: growing each from empty costs a reallocation or two.)
     let mut writer = Writer {
         ctx,
-        out: String::new(),
-        open: Vec::new(),
+        out: String::with_capacity(256),
+        open: Vec::with_capacity(8),
         classes: classes(ctx),
         to_json,
-        keys: Vec::new(),
-        key_text: String::new(),
+        keys: Vec::with_capacity(8),
+        key_text: String::with_capacity(64),
     };
     let written = writer.value(value.as_raw());
     unsafe { qjs::JS_FreeAtom(raw, to_json) };
