@@ -9,6 +9,7 @@
 
 use rquickjs::{qjs, Ctx, Value};
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::fmt;
 
@@ -583,22 +584,14 @@ impl<'js> Writer<'_, 'js> {
         let mut count = 0u32;
         // SAFETY: on true, `items` points at `count` values of the array, borrowed: each is duplicated at once.
         if unsafe { qjs::JS_GetFastArrayValues(ctx, v, &mut items, &mut count) } {
-            let held: Vec<Value<'js>> = (0..count as usize)
-                .map(|i| unsafe { Value::from_raw(self.ctx.clone(), qjs::JS_DupValue(ctx, *items.add(i))) })
-                .collect();
-            self.out.push('[');
-            for (i, item) in held.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                match self.value(item.as_raw())? {
-                    Written::Value => {}
-                    Written::Nothing => self.out.push_str("null"),
-                    Written::Declined => return Ok(Written::Declined),
-                }
+            // SAFETY: each borrowed element is duplicated here and freed once below.
+            let held: SmallVec<[qjs::JSValue; 16]> =
+                (0..count as usize).map(|i| unsafe { qjs::JS_DupValue(ctx, *items.add(i)) }).collect();
+            let written = self.elements(&held);
+            for item in held {
+                unsafe { qjs::JS_FreeValue(ctx, item) };
             }
-            self.out.push(']');
-            return Ok(Written::Value);
+            return written;
         }
         let mut length = 0i64;
         if unsafe { qjs::JS_GetLength(ctx, v, &mut length) } < 0 {
@@ -658,17 +651,19 @@ impl<'js> Writer<'_, 'js> {
         let n = unsafe { qjs::JS_GetOwnDataProperties(ctx, v, atoms.as_mut_ptr(), values.as_mut_ptr(), FAST as i32) };
         if n >= 0 {
             let n = n as usize;
-            let held: Vec<(qjs::JSAtom, Value<'js>)> = (0..n)
-                .map(|i| unsafe {
-                    (
-                        qjs::JS_DupAtom(ctx, atoms[i]),
-                        Value::from_raw(self.ctx.clone(), qjs::JS_DupValue(ctx, values[i])),
-                    )
-                })
-                .collect();
-            let written = self.fields(&held);
-            for (atom, _) in &held {
-                unsafe { qjs::JS_FreeAtom(ctx, *atom) };
+            // SAFETY: each borrowed key and value is duplicated in place and freed once below.
+            for i in 0..n {
+                unsafe {
+                    atoms[i] = qjs::JS_DupAtom(ctx, atoms[i]);
+                    values[i] = qjs::JS_DupValue(ctx, values[i]);
+                }
+            }
+            let written = self.fields(&atoms[..n], &values[..n]);
+            for i in 0..n {
+                unsafe {
+                    qjs::JS_FreeAtom(ctx, atoms[i]);
+                    qjs::JS_FreeValue(ctx, values[i]);
+                }
             }
             return written;
         }
@@ -685,18 +680,35 @@ impl<'js> Writer<'_, 'js> {
         result
     }
 
-    /// `{"key":value,...}` of properties in hand.
-    fn fields(&mut self, fields: &[(qjs::JSAtom, Value<'js>)]) -> rquickjs::Result<Written> {
+    /// `[value,...]` of elements in hand (held by the caller).
+    fn elements(&mut self, items: &[qjs::JSValue]) -> rquickjs::Result<Written> {
+        self.out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            match self.value(*item)? {
+                Written::Value => {}
+                Written::Nothing => self.out.push_str("null"),
+                Written::Declined => return Ok(Written::Declined),
+            }
+        }
+        self.out.push(']');
+        Ok(Written::Value)
+    }
+
+    /// `{"key":value,...}` of properties in hand (held by the caller).
+    fn fields(&mut self, atoms: &[qjs::JSAtom], values: &[qjs::JSValue]) -> rquickjs::Result<Written> {
         self.out.push('{');
         let mut first = true;
-        for (atom, item) in fields {
+        for (atom, item) in atoms.iter().zip(values) {
             let mark = self.out.len();
             if !first {
                 self.out.push(',');
             }
             self.key(*atom)?;
             self.out.push(':');
-            match self.value(item.as_raw())? {
+            match self.value(*item)? {
                 Written::Value => first = false,
                 Written::Nothing => self.out.truncate(mark),
                 Written::Declined => return Ok(Written::Declined),
