@@ -17,10 +17,12 @@ measured from /proc: CPU per request (user + system of all its threads), request
 
     python3 bench/functions.py --portico /path/to/portico --requests 30000 --runs 3
     python3 bench/functions.py --cold-start 10 --idle-memory 1,10,50 --scenarios none
-    python3 bench/functions.py --callgrind --requests 2000 --runs 2 --scenarios static,hello,parse,fetch
+    python3 bench/functions.py --callgrind --requests 1000 --runs 2 --servers portico,deno --scenarios hello,parse,fetch
 
---callgrind: Portico alone under `valgrind --tool=callgrind`, user-space instructions per request (repeatable
-where CPU time is not); --keep-profile DIR keeps each scenario's profile for callgrind_annotate.
+--callgrind: each server of --servers under `valgrind --tool=callgrind` in turn (Portico with one worker, Deno or
+Bun with their JIT, warmed up with 3,000 requests first), user-space instructions per request of every thread of
+the process (repeatable where CPU time is not), and each one's ratio to Portico's; --keep-profile DIR keeps each
+scenario's profile for callgrind_annotate.
 
 --cold-start N: Portico's first request after a reload, N times (the function's file rewritten, SIGHUP, 300 ms, then
 the first request timed on a new connection, and the next one as the warm reference), and N times racing the reload
@@ -309,30 +311,40 @@ def callgrind_total(out):
     raise RuntimeError(f"no totals in {dumps[-1]}")
 
 
-def callgrind(a, work, scenario, run_number):
-    """User-space instructions per request of Portico (one worker) under callgrind: warmed up with 300 requests,
-    counters zeroed, --requests requests over 4 connections, dumped; the dump's total divided by the requests.
-    Repeatable to well under 1% where CPU time on a shared machine swings 5-20%."""
-    handler = os.path.join(HANDLERS, SCENARIOS[scenario]["file"])
-    out = os.path.join(work, f"callgrind-{scenario}-{run_number}.out")
-    # (Instrumented only once it serves: start-up under full instrumentation is some 50 times slower.)
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", a.portico, "run",
-           "-c", portico_config(work, scenario, handler)]
-    errors = os.path.join(work, f"callgrind-{scenario}.err")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(errors, "w"))
+# JIT runtimes reach their optimized tiers only after some thousands of calls: they are warmed up longer.
+CALLGRIND_WARMUP = {"portico": 300}
+CALLGRIND_WARMUP_JIT = 3000
+
+
+def callgrind(a, tools, work, name, scenario, run_number):
+    """User-space instructions per request of one server (Portico with one worker, Deno or Bun with their one
+    JavaScript thread; every thread of the process counted) under callgrind: warmed up (300 requests, 3,000 for a
+    JIT runtime), counters zeroed, --requests requests over 4 connections, dumped; the dump's total divided by the
+    requests. Repeatable to well under 1% where CPU time on a shared machine swings 5-20%."""
+    out = os.path.join(work, f"callgrind-{name}-{scenario}-{run_number}.out")
+    # (Instrumented only once it serves: start-up under full instrumentation is some 50 times slower. A JIT's
+    # code is written at run time: valgrind must look for code changed in place.)
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    if name != "portico":
+        cmd.append("--smc-check=all-non-file")
+    cmd += server_command(name, tools, a, work, scenario)
+    env = {**os.environ, "DENO_DIR": os.path.join(work, "deno"), "BUN_PORT": str(PORTS[name]),
+           "API": f"http://127.0.0.1:{BACKEND_PORT}", "NO_COLOR": "1"}
+    errors = os.path.join(work, f"callgrind-{name}-{scenario}.err")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(errors, "w"), env=env)
     try:
         try:
-            run.wait_port(PORTS["portico"], timeout=120)
+            run.wait_port(PORTS[name], timeout=180)
         except RuntimeError:
-            raise SystemExit("portico under callgrind did not start:\n" + open(errors).read()[-3000:])
-        check_answer(PORTS["portico"], scenario, work)
+            raise SystemExit(f"{name} under callgrind did not start:\n" + open(errors).read()[-3000:])
+        check_answer(PORTS[name], scenario, work)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        load(a, work, PORTS["portico"], scenario, 300, 4)
+        load(a, work, PORTS[name], scenario, CALLGRIND_WARMUP.get(name, CALLGRIND_WARMUP_JIT), 4)
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         try:
-            load(a, work, PORTS["portico"], scenario, a.requests, 4)
+            load(a, work, PORTS[name], scenario, a.requests, 4)
         except RuntimeError as e:
-            raise SystemExit(f"{e}\nportico's log (the last lines):\n" + open(errors).read()[-3000:])
+            raise SystemExit(f"{e}\n{name}'s log (the last lines):\n" + open(errors).read()[-3000:])
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return callgrind_total(out) / a.requests, out
     finally:
@@ -509,7 +521,7 @@ def main():
     ap.add_argument("--idle-memory", default="", metavar="N,N,...", help="Portico: RSS with N functions called once")
     ap.add_argument("--json", help="write the raw numbers here")
     ap.add_argument("--callgrind", action="store_true",
-                    help="Portico only: user-space instructions per request under callgrind (--requests of them, "
+                    help="user-space instructions per request under callgrind (--requests of them, "
                          "e.g. 2000), --runs times; the last run's profile is kept in --keep-profile")
     ap.add_argument("--keep-profile", metavar="DIR", help="with --callgrind: copy each scenario's last dump here")
     a = ap.parse_args()
@@ -533,19 +545,24 @@ def main():
         global STARTUP
         STARTUP = ", limits: { startup: 120s }"
         try:
-            print("| scenario | instructions per request (each run) | median |\n|---|---|---|")
+            print("| scenario | server | instructions per request (each run) | median | / Portico's |\n|---|---|---|---|---|")
             for sc in scenarios:
-                counts = []
-                for r in range(a.runs):
-                    n, out = callgrind(a, work, sc, r)
-                    counts.append(n)
-                    if a.keep_profile and r == a.runs - 1:
-                        os.makedirs(a.keep_profile, exist_ok=True)
-                        last = max((f for f in os.listdir(work) if f.startswith(os.path.basename(out) + ".")),
-                                   key=lambda f: int(f.rsplit(".", 1)[1]))
-                        shutil.copy(os.path.join(work, last), os.path.join(a.keep_profile, f"callgrind-{sc}.out"))
-                print(f"| {sc} | {', '.join(f'{c:,.0f}' for c in counts)} | {statistics.median(counts):,.0f} |",
-                      flush=True)
+                medians = {}
+                for name in servers:
+                    counts = []
+                    for r in range(a.runs):
+                        n, out = callgrind(a, tools, work, name, sc, r)
+                        counts.append(n)
+                        if a.keep_profile and r == a.runs - 1:
+                            os.makedirs(a.keep_profile, exist_ok=True)
+                            last = max((f for f in os.listdir(work) if f.startswith(os.path.basename(out) + ".")),
+                                       key=lambda f: int(f.rsplit(".", 1)[1]))
+                            kept = f"callgrind-{sc}.out" if name == "portico" else f"callgrind-{name}-{sc}.out"
+                            shutil.copy(os.path.join(work, last), os.path.join(a.keep_profile, kept))
+                    medians[name] = statistics.median(counts)
+                    ratio = f"{medians[name] / medians['portico']:.2f}x" if "portico" in medians else "-"
+                    print(f"| {sc} | {name} | {', '.join(f'{c:,.0f}' for c in counts)} | {medians[name]:,.0f} | {ratio} |",
+                          flush=True)
         finally:
             if backend:
                 stop(backend)

@@ -387,11 +387,7 @@ impl<'de> Visitor<'de> for KeyVisitor {
 /// again in QuickJS's pass.) An exception from a getter is the script's.
 pub fn stringify<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> rquickjs::Result<Option<String>> {
     let raw = ctx.as_raw().as_ptr();
-    // SAFETY: the context is alive; the atom is freed below.
-    let to_json = unsafe { qjs::JS_NewAtomLen(raw, c"toJSON".as_ptr(), "toJSON".len() as _) };
-    if to_json == qjs::JS_ATOM_NULL {
-        return Err(rquickjs::Error::Exception);
-    }
+    let to_json = to_json_atom(raw)?;
     // (Sized for a small answer's object at once: growing each from empty costs a reallocation or two.)
     let mut writer = Writer {
         ctx,
@@ -403,7 +399,6 @@ pub fn stringify<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> rquickjs::Result<Op
         key_text: String::with_capacity(64),
     };
     let written = writer.value(value.as_raw());
-    unsafe { qjs::JS_FreeAtom(raw, to_json) };
     for (atom, _) in &writer.keys {
         unsafe { qjs::JS_FreeAtom(raw, *atom) };
     }
@@ -442,6 +437,24 @@ struct Writer<'a, 'js> {
 
 thread_local! {
     static CLASSES: std::cell::Cell<Option<(u32, u32)>> = const { std::cell::Cell::new(None) };
+    static TO_JSON: std::cell::Cell<qjs::JSAtom> = const { std::cell::Cell::new(qjs::JS_ATOM_NULL) };
+}
+
+/// The atom `toJSON`: one of QuickJS's predefined atoms, which every runtime numbers alike and never frees, so
+/// it is asked of the engine once per thread (looking it up costs about 200 instructions a call) and not freed.
+fn to_json_atom(ctx: *mut qjs::JSContext) -> rquickjs::Result<qjs::JSAtom> {
+    TO_JSON.with(|cell| {
+        if cell.get() != qjs::JS_ATOM_NULL {
+            return Ok(cell.get());
+        }
+        // SAFETY: the context is alive; a predefined atom needs no freeing.
+        let atom = unsafe { qjs::JS_NewAtomLen(ctx, c"toJSON".as_ptr(), "toJSON".len() as _) };
+        if atom == qjs::JS_ATOM_NULL {
+            return Err(rquickjs::Error::Exception);
+        }
+        cell.set(atom);
+        Ok(atom)
+    })
 }
 
 /// The class ids QuickJS gives `{}` and `[]` (internal numbers: asked of the engine once per thread).
