@@ -223,6 +223,8 @@ async fn run(
             _ = killed => panic!("worker runtime killed through PORTICO_DEBUG_KILL_WORKER_PATH"),
         }
     }
+    // Connections waiting for a request learn of the shutdown through their idle tickets.
+    core.idle.shut_down();
     let grace = workers.iter().map(|w| w.shutdown_grace()).max().unwrap_or_default();
     let drained = tokio::time::timeout(grace, async {
         while core.open_connections.get() > 0 {
