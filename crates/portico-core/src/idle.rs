@@ -220,6 +220,7 @@ mod tests {
         assert!(idle.enter().evicted().now_or_never().is_some());
         assert!(idle.enter_new().evicted().now_or_never().is_some());
         drop((kept, new, other));
-        assert!(idle.is_empty() && idle.len() == 0);
+        assert!(idle.is_empty());
+        assert_eq!(idle.len(), 0);
     }
 }
