@@ -329,7 +329,10 @@ def callgrind(a, work, scenario, run_number):
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         load(a, work, PORTS["portico"], scenario, 300, 4)
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        load(a, work, PORTS["portico"], scenario, a.requests, 4)
+        try:
+            load(a, work, PORTS["portico"], scenario, a.requests, 4)
+        except RuntimeError as e:
+            raise SystemExit(f"{e}\nportico's log (the last lines):\n" + open(errors).read()[-3000:])
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return callgrind_total(out) / a.requests, out
     finally:

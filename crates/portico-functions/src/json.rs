@@ -7,18 +7,25 @@
 //! its 128 levels) it answers `undefined` and QuickJS's own `JSON.parse` runs instead, so errors and edge
 //! cases are QuickJS's. The tests compare its results with Deno's (V8's) on generated and edge-case texts.
 
-use crate::array::array_from;
 use rquickjs::{qjs, Ctx, Value};
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use smallvec::SmallVec;
+use std::cell::RefCell;
 use std::fmt;
 
 /// The value of `text`, or `None` when QuickJS's parser should answer (an error in building a value, such
 /// as running out of memory, is the script's exception).
 pub fn parse<'js>(ctx: &Ctx<'js>, text: &str) -> rquickjs::Result<Option<Value<'js>>> {
+    let raw = ctx.as_raw().as_ptr();
+    let scratch = Scratch::default();
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let built = Seed { ctx }.deserialize(&mut deserializer).and_then(|value| deserializer.end().map(|()| value));
+    let built = Seed { ctx: raw, scratch: &scratch }
+        .deserialize(&mut deserializer)
+        .and_then(|value| deserializer.end().map(|()| value));
+    scratch.release(raw);
     match built {
-        Ok(value) => Ok(Some(value)),
+        // SAFETY: the value is owned; it passes to the `Value`.
+        Ok(value) => Ok(Some(unsafe { Value::from_raw(ctx.clone(), value.into_raw()) })),
         // A pending exception (out of memory) is the script's; any other failure is QuickJS's to report.
         Err(_) if exception_pending(ctx) => Err(rquickjs::Error::Exception),
         Err(_) => Ok(None),
@@ -31,136 +38,290 @@ fn exception_pending(ctx: &Ctx<'_>) -> bool {
     unsafe { qjs::JS_HasException(ctx.as_raw().as_ptr()) }
 }
 
-struct Seed<'a, 'js> {
-    ctx: &'a Ctx<'js>,
+/// What one parse shares between its levels, so that building values allocates nothing of its own: one stack
+/// of the values (and keys) of the arrays and objects open, and the keys met so far with their atoms (a
+/// document repeats its keys: an array of records has the same few in every element).
+#[derive(Default)]
+struct Scratch {
+    /// The values of the open arrays and objects, innermost last (owned until they pass to their container).
+    values: RefCell<Vec<qjs::JSValue>>,
+    /// The keys of the open objects, beside their values.
+    atoms: RefCell<Vec<qjs::JSAtom>>,
+    /// Keys met: their text in `key_text`, their atoms held until the parse ends.
+    keys: RefCell<KeyCache>,
 }
 
-impl<'de, 'js> DeserializeSeed<'de> for Seed<'_, 'js> {
-    type Value = Value<'js>;
+#[derive(Default)]
+struct KeyCache {
+    /// Each key's text (in `key_text`), its atom, and the entry of the key that came after it last time.
+    entries: Vec<KeyEntry>,
+    key_text: String,
+    /// The entry of the key found last.
+    last: Option<usize>,
+}
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value<'js>, D::Error> {
+struct KeyEntry {
+    text: std::ops::Range<usize>,
+    atom: qjs::JSAtom,
+    followed_by: Option<usize>,
+}
+
+/// How many distinct keys a parse remembers (past them, keys are made each time).
+const KEYS_KEPT: usize = 64;
+
+impl KeyCache {
+    fn is(&self, entry: usize, key: &str) -> bool {
+        let text = &self.entries[entry].text;
+        text.len() == key.len() && self.key_text.as_bytes()[text.clone()] == *key.as_bytes()
+    }
+}
+
+impl Scratch {
+    /// The atom of `key` (the caller's to free), from the keys met before when it is one of them: first the
+    /// one that followed the key before it last time (records repeat their keys in order), then any.
+    ///
+    /// # Safety
+    /// `ctx` is the live context of this parse.
+    unsafe fn atom(&self, ctx: *mut qjs::JSContext, key: &str) -> qjs::JSAtom {
+        let mut cache = self.keys.borrow_mut();
+        let predicted = cache.last.and_then(|last| cache.entries[last].followed_by);
+        let found = match predicted {
+            Some(entry) if cache.is(entry, key) => Some(entry),
+            _ => (0..cache.entries.len()).find(|&entry| cache.is(entry, key)),
+        };
+        let entry = match found {
+            Some(entry) => entry,
+            None => {
+                let atom = atom_of(ctx, key);
+                if atom == qjs::JS_ATOM_NULL || cache.entries.len() == KEYS_KEPT {
+                    cache.last = None;
+                    return atom;
+                }
+                let start = cache.key_text.len();
+                cache.key_text.push_str(key);
+                let text = start..cache.key_text.len();
+                cache.entries.push(KeyEntry { text, atom, followed_by: None });
+                cache.entries.len() - 1
+            }
+        };
+        if let Some(last) = cache.last {
+            cache.entries[last].followed_by = Some(entry);
+        }
+        cache.last = Some(entry);
+        qjs::JS_DupAtom(ctx, cache.entries[entry].atom)
+    }
+
+    /// Frees what the parse still holds: the kept keys' atoms, and values left on the stacks (none unless a
+    /// level failed before taking its own back).
+    fn release(&self, ctx: *mut qjs::JSContext) {
+        // SAFETY: each atom and value here is held once, by the scratch.
+        unsafe {
+            for entry in self.keys.borrow().entries.iter() {
+                qjs::JS_FreeAtom(ctx, entry.atom);
+            }
+            for value in self.values.borrow().iter() {
+                qjs::JS_FreeValue(ctx, *value);
+            }
+            for atom in self.atoms.borrow().iter() {
+                qjs::JS_FreeAtom(ctx, *atom);
+            }
+        }
+    }
+
+    /// Frees the values (and keys, for an object) pushed since `from` and `keys_from`.
+    fn unwind(&self, ctx: *mut qjs::JSContext, from: usize, keys_from: usize) {
+        let mut values = self.values.borrow_mut();
+        let mut atoms = self.atoms.borrow_mut();
+        // SAFETY: each was pushed by this level, owned, and leaves the stack here.
+        unsafe {
+            for value in values.drain(from..) {
+                qjs::JS_FreeValue(ctx, value);
+            }
+            for atom in atoms.drain(keys_from..) {
+                qjs::JS_FreeAtom(ctx, atom);
+            }
+        }
+    }
+}
+
+/// A JavaScript value made by the parse, owned (freed if dropped: a level that fails drops what it made).
+struct Owned {
+    ctx: *mut qjs::JSContext,
+    value: qjs::JSValue,
+}
+
+impl Owned {
+    fn into_raw(self) -> qjs::JSValue {
+        let value = self.value;
+        std::mem::forget(self);
+        value
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: the value is owned by this wrapper.
+        unsafe { qjs::JS_FreeValue(self.ctx, self.value) };
+    }
+}
+
+struct Seed<'a> {
+    ctx: *mut qjs::JSContext,
+    scratch: &'a Scratch,
+}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_> {
+    type Value = Owned;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Owned, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-/// What building a value failed on, as serde's error (the parse then fails and falls back, or rethrows).
-fn failed<E: serde::de::Error>(e: rquickjs::Error) -> E {
-    E::custom(e)
+impl Seed<'_> {
+    fn own(&self, value: qjs::JSValue) -> Owned {
+        Owned { ctx: self.ctx, value }
+    }
+
+    /// `value` owned, or the failure to make it (its exception pending).
+    fn made<E: serde::de::Error>(&self, value: qjs::JSValue) -> Result<Owned, E> {
+        // SAFETY: `value` was just returned by the C API, owned.
+        if unsafe { qjs::JS_VALUE_GET_TAG(value) } == qjs::JS_TAG_EXCEPTION {
+            return Err(E::custom("out of memory"));
+        }
+        Ok(self.own(value))
+    }
 }
 
-impl<'de, 'js> Visitor<'de> for Seed<'_, 'js> {
-    type Value = Value<'js>;
+impl<'de> Visitor<'de> for Seed<'_> {
+    type Value = Owned;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value<'js>, E> {
-        Ok(Value::new_bool(self.ctx.clone(), b))
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Owned, E> {
+        Ok(self.own(if b { qjs::JS_TRUE } else { qjs::JS_FALSE }))
     }
 
-    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Value<'js>, E> {
-        Ok(match i32::try_from(n) {
-            Ok(n) => Value::new_int(self.ctx.clone(), n),
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Owned, E> {
+        Ok(self.own(match i32::try_from(n) {
+            Ok(n) => qjs::JS_MKVAL(qjs::JS_TAG_INT, n),
             // (Rounded to the nearest double, ties to even, as JavaScript reads a number.)
-            Err(_) => Value::new_float(self.ctx.clone(), n as f64),
-        })
+            Err(_) => qjs::JS_NewFloat64(n as f64),
+        }))
     }
 
-    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Value<'js>, E> {
-        Ok(match i32::try_from(n) {
-            Ok(n) => Value::new_int(self.ctx.clone(), n),
-            Err(_) => Value::new_float(self.ctx.clone(), n as f64),
-        })
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Owned, E> {
+        Ok(self.own(match i32::try_from(n) {
+            Ok(n) => qjs::JS_MKVAL(qjs::JS_TAG_INT, n),
+            Err(_) => qjs::JS_NewFloat64(n as f64),
+        }))
     }
 
-    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Value<'js>, E> {
-        // A float stays one (serde_json reads `-0` as -0.0, which an integer would lose).
-        Ok(Value::new_float(self.ctx.clone(), n))
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Owned, E> {
+        // (serde_json reads `-0` as -0.0, which JS_NewFloat64 keeps a double.)
+        Ok(self.own(qjs::JS_NewFloat64(n)))
     }
 
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value<'js>, E> {
-        rquickjs::String::from_str(self.ctx.clone(), s).map(|s| s.into_value()).map_err(failed)
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Owned, E> {
+        // SAFETY: `s` is valid UTF-8 of its length.
+        self.made(unsafe { qjs::JS_NewStringLen(self.ctx, s.as_ptr().cast(), s.len() as _) })
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Value<'js>, E> {
-        Ok(Value::new_null(self.ctx.clone()))
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Owned, E> {
+        Ok(self.own(qjs::JS_NULL))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value<'js>, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(Seed { ctx: self.ctx })? {
-            items.push(item);
-        }
-        array_from(self.ctx, items).map(|a| a.into_value()).map_err(failed)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value<'js>, A::Error> {
-        let ctx = self.ctx.as_raw().as_ptr();
-        // The keys' atoms and the values, then the object at once (JS_NewPlainObjectFrom: from the shape the
-        // objects before it with the same keys left). The atoms are freed here; the values pass to the object.
-        let mut atoms: Vec<qjs::JSAtom> = Vec::new();
-        let mut values: Vec<qjs::JSValue> = Vec::new();
-        let free = |atoms: &[qjs::JSAtom], values: &[qjs::JSValue]| {
-            // SAFETY: each atom and value was made here and is freed once.
-            unsafe {
-                for atom in atoms {
-                    qjs::JS_FreeAtom(ctx, *atom);
-                }
-                for value in values {
-                    qjs::JS_FreeValue(ctx, *value);
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Owned, A::Error> {
+        let (ctx, scratch) = (self.ctx, self.scratch);
+        let from = scratch.values.borrow().len();
+        let keys_from = scratch.atoms.borrow().len();
+        loop {
+            match seq.next_element_seed(Seed { ctx, scratch }) {
+                Ok(Some(item)) => scratch.values.borrow_mut().push(item.into_raw()),
+                Ok(None) => break,
+                Err(e) => {
+                    scratch.unwind(ctx, from, keys_from);
+                    return Err(e);
                 }
             }
+        }
+        let mut values = scratch.values.borrow_mut();
+        let count = values.len() - from;
+        let Ok(count) = i32::try_from(count) else {
+            drop(values);
+            scratch.unwind(ctx, from, keys_from);
+            return Err(A::Error::custom("too many items"));
         };
+        // SAFETY: the values pass to the array (freed by QuickJS if it fails), so they leave the stack unfreed.
+        let array = unsafe { qjs::JS_NewArrayFrom(ctx, count, values[from..].as_ptr()) };
+        values.truncate(from);
+        drop(values);
+        self.made(array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Owned, A::Error> {
+        let (ctx, scratch) = (self.ctx, self.scratch);
+        // The keys' atoms and the values, then the object at once (JS_NewPlainObjectFrom: from the shape the
+        // objects before it with the same keys left). The atoms are freed here; the values pass to the object.
+        let from = scratch.values.borrow().len();
+        let keys_from = scratch.atoms.borrow().len();
         loop {
             let key = match map.next_key_seed(KeySeed) {
                 Ok(Some(key)) => key,
                 Ok(None) => break,
                 Err(e) => {
-                    free(&atoms, &values);
+                    scratch.unwind(ctx, from, keys_from);
                     return Err(e);
                 }
             };
-            let value = match map.next_value_seed(Seed { ctx: self.ctx }) {
+            let value = match map.next_value_seed(Seed { ctx, scratch }) {
                 Ok(value) => value,
                 Err(e) => {
-                    free(&atoms, &values);
+                    scratch.unwind(ctx, from, keys_from);
                     return Err(e);
                 }
             };
-            // SAFETY: `key` is valid UTF-8 of `len` bytes; the atom is owned by `atoms`.
-            let atom = unsafe { atom_of(ctx, &key) };
-            let raw = value.as_raw();
-            std::mem::forget(value);
+            // SAFETY: the context is this parse's; the atom is owned by the stack (or freed below).
+            let atom = unsafe { scratch.atom(ctx, &key) };
             if atom == qjs::JS_ATOM_NULL {
-                free(&atoms, &values);
-                // SAFETY: the value was taken over above.
-                unsafe { qjs::JS_FreeValue(ctx, raw) };
+                drop(value);
+                scratch.unwind(ctx, from, keys_from);
                 return Err(A::Error::custom("out of memory"));
             }
+            let mut atoms = scratch.atoms.borrow_mut();
+            let mut values = scratch.values.borrow_mut();
             // A key seen again keeps its first place and takes the last value (as JSON.parse does).
-            if let Some(at) = atoms.iter().position(|a| *a == atom) {
+            if let Some(at) = atoms[keys_from..].iter().position(|a| *a == atom) {
                 // SAFETY: the old value and the second reference to the atom are freed once.
                 unsafe {
-                    qjs::JS_FreeValue(ctx, values[at]);
+                    qjs::JS_FreeValue(ctx, values[from + at]);
                     qjs::JS_FreeAtom(ctx, atom);
                 }
-                values[at] = raw;
+                values[from + at] = value.into_raw();
                 continue;
             }
             atoms.push(atom);
-            values.push(raw);
+            values.push(value.into_raw());
         }
-        let count = i32::try_from(atoms.len()).map_err(|_| A::Error::custom("too many keys"))?;
-        // SAFETY: `atoms` are distinct; the values pass to the object (freed by QuickJS if it fails).
-        let object = unsafe { qjs::JS_NewPlainObjectFrom(ctx, count, atoms.as_ptr(), values.as_mut_ptr()) };
-        free(&atoms, &[]);
-        // SAFETY: the object (or the exception marker) is owned here.
-        let object = unsafe { Value::from_raw(self.ctx.clone(), object) };
-        if !object.is_object() {
-            return Err(A::Error::custom("out of memory"));
+        let mut atoms = scratch.atoms.borrow_mut();
+        let mut values = scratch.values.borrow_mut();
+        let Ok(count) = i32::try_from(atoms.len() - keys_from) else {
+            drop((atoms, values));
+            scratch.unwind(ctx, from, keys_from);
+            return Err(A::Error::custom("too many keys"));
+        };
+        // SAFETY: the atoms are distinct; the values pass to the object (freed by QuickJS if it fails), so
+        // they leave the stack unfreed; the atoms stay ours and are freed.
+        let object =
+            unsafe { qjs::JS_NewPlainObjectFrom(ctx, count, atoms[keys_from..].as_ptr(), values[from..].as_mut_ptr()) };
+        values.truncate(from);
+        for atom in atoms.drain(keys_from..) {
+            unsafe { qjs::JS_FreeAtom(ctx, atom) };
         }
-        Ok(object)
+        drop((atoms, values));
+        self.made(object)
     }
 }
 
@@ -231,9 +392,21 @@ pub fn stringify<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> rquickjs::Result<Op
     if to_json == qjs::JS_ATOM_NULL {
         return Err(rquickjs::Error::Exception);
     }
-    let mut writer = Writer { ctx, out: String::new(), open: Vec::new(), classes: classes(ctx), to_json };
+    // (Sized for a small answer's object at once: growing each from empty costs a reallocation or two.)
+    let mut writer = Writer {
+        ctx,
+        out: String::with_capacity(256),
+        open: Vec::with_capacity(8),
+        classes: classes(ctx),
+        to_json,
+        keys: Vec::with_capacity(8),
+        key_text: String::with_capacity(64),
+    };
     let written = writer.value(value.as_raw());
     unsafe { qjs::JS_FreeAtom(raw, to_json) };
+    for (atom, _) in &writer.keys {
+        unsafe { qjs::JS_FreeAtom(raw, *atom) };
+    }
     match written? {
         Written::Value => Ok(Some(writer.out)),
         Written::Nothing | Written::Declined => Ok(None),
@@ -262,6 +435,9 @@ struct Writer<'a, 'js> {
     classes: (u32, u32),
     /// The atom `toJSON`.
     to_json: qjs::JSAtom,
+    /// Keys written so far in this call (their atoms held until it ends), quoted, in `key_text`.
+    keys: Vec<(qjs::JSAtom, std::ops::Range<usize>)>,
+    key_text: String,
 }
 
 thread_local! {
@@ -402,6 +578,21 @@ impl<'js> Writer<'_, 'js> {
 
     fn array(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
         let ctx = self.raw_ctx();
+        // A dense array: its elements read at once (each held while it is written, as writing one may run a
+        // `toJSON` getter that changes the array).
+        let mut items: *mut qjs::JSValue = std::ptr::null_mut();
+        let mut count = 0u32;
+        // SAFETY: on true, `items` points at `count` values of the array, borrowed: each is duplicated at once.
+        if unsafe { qjs::JS_GetFastArrayValues(ctx, v, &mut items, &mut count) } {
+            // SAFETY: each borrowed element is duplicated here and freed once below.
+            let held: SmallVec<[qjs::JSValue; 16]> =
+                (0..count as usize).map(|i| unsafe { qjs::JS_DupValue(ctx, *items.add(i)) }).collect();
+            let written = self.elements(&held);
+            for item in held {
+                unsafe { qjs::JS_FreeValue(ctx, item) };
+            }
+            return written;
+        }
         let mut length = 0i64;
         if unsafe { qjs::JS_GetLength(ctx, v, &mut length) } < 0 {
             return Err(rquickjs::Error::Exception);
@@ -451,6 +642,31 @@ impl<'js> Writer<'_, 'js> {
 
     fn members(&mut self, v: qjs::JSValue) -> rquickjs::Result<Written> {
         let ctx = self.raw_ctx();
+        // An ordinary object of data properties (nearly always): its keys and values read from its shape at
+        // once (JS_GetOwnDataProperties), each value held while written, each key quoted once per call.
+        const FAST: usize = 32;
+        let mut atoms = [qjs::JS_ATOM_NULL; FAST];
+        let mut values = [qjs::JS_UNDEFINED; FAST];
+        // SAFETY: room for FAST of each; on success the first `n` are the object's, borrowed (duplicated at once).
+        let n = unsafe { qjs::JS_GetOwnDataProperties(ctx, v, atoms.as_mut_ptr(), values.as_mut_ptr(), FAST as i32) };
+        if n >= 0 {
+            let n = n as usize;
+            // SAFETY: each borrowed key and value is duplicated in place and freed once below.
+            for i in 0..n {
+                unsafe {
+                    atoms[i] = qjs::JS_DupAtom(ctx, atoms[i]);
+                    values[i] = qjs::JS_DupValue(ctx, values[i]);
+                }
+            }
+            let written = self.fields(&atoms[..n], &values[..n]);
+            for i in 0..n {
+                unsafe {
+                    qjs::JS_FreeAtom(ctx, atoms[i]);
+                    qjs::JS_FreeValue(ctx, values[i]);
+                }
+            }
+            return written;
+        }
         let mut table: *mut qjs::JSPropertyEnum = std::ptr::null_mut();
         let mut count = 0u32;
         let flags = (qjs::JS_GPN_STRING_MASK | qjs::JS_GPN_ENUM_ONLY) as i32;
@@ -462,6 +678,70 @@ impl<'js> Writer<'_, 'js> {
         let result = self.members_of(v, &atoms);
         unsafe { qjs::JS_FreePropertyEnum(ctx, table, count) };
         result
+    }
+
+    /// `[value,...]` of elements in hand (held by the caller).
+    fn elements(&mut self, items: &[qjs::JSValue]) -> rquickjs::Result<Written> {
+        self.out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            match self.value(*item)? {
+                Written::Value => {}
+                Written::Nothing => self.out.push_str("null"),
+                Written::Declined => return Ok(Written::Declined),
+            }
+        }
+        self.out.push(']');
+        Ok(Written::Value)
+    }
+
+    /// `{"key":value,...}` of properties in hand (held by the caller).
+    fn fields(&mut self, atoms: &[qjs::JSAtom], values: &[qjs::JSValue]) -> rquickjs::Result<Written> {
+        self.out.push('{');
+        let mut first = true;
+        for (atom, item) in atoms.iter().zip(values) {
+            let mark = self.out.len();
+            if !first {
+                self.out.push(',');
+            }
+            self.key(*atom)?;
+            self.out.push(':');
+            match self.value(*item)? {
+                Written::Value => first = false,
+                Written::Nothing => self.out.truncate(mark),
+                Written::Declined => return Ok(Written::Declined),
+            }
+        }
+        self.out.push('}');
+        Ok(Written::Value)
+    }
+
+    /// A key, quoted: from the keys met before in this call (objects repeat theirs), else made and kept.
+    fn key(&mut self, atom: qjs::JSAtom) -> rquickjs::Result<()> {
+        if let Some((_, range)) = self.keys.iter().find(|(a, _)| *a == atom) {
+            let range = range.clone();
+            let text = &self.key_text[range];
+            self.out.push_str(text);
+            return Ok(());
+        }
+        let ctx = self.raw_ctx();
+        let mut len = 0;
+        let key = unsafe { qjs::JS_AtomToCStringLen(ctx, &mut len, atom) };
+        if key.is_null() {
+            return Err(rquickjs::Error::Exception);
+        }
+        let start = self.key_text.len();
+        quote(&mut self.key_text, unsafe { std::slice::from_raw_parts(key.cast::<u8>(), len as usize) });
+        unsafe { qjs::JS_FreeCString(ctx, key) };
+        let range = start..self.key_text.len();
+        self.out.push_str(&self.key_text[range.clone()]);
+        if self.keys.len() < 64 {
+            // (Held, so that the number cannot name another atom before the call ends: freed in `stringify`.)
+            self.keys.push((unsafe { qjs::JS_DupAtom(ctx, atom) }, range));
+        }
+        Ok(())
     }
 
     fn members_of(&mut self, v: qjs::JSValue, atoms: &[qjs::JSAtom]) -> rquickjs::Result<Written> {

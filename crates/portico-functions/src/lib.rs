@@ -10,7 +10,6 @@
 //! The engine is QuickJS-ng through `rquickjs` (the V8-based engines cannot be built here); the Web API
 //! subset handlers use (Request, Response, Headers, URL, ...) is JavaScript in `prelude.js`.
 
-mod array;
 mod crypto;
 mod encoding;
 mod event_loop;
@@ -23,7 +22,9 @@ mod native;
 mod scripts;
 mod stats;
 mod streaming;
-mod url;
+/// Public for the fuzz target (fuzz/fuzz_targets/url_fast.rs).
+pub mod url;
+mod url_class;
 mod webapi;
 
 pub use stats::FunctionsView;

@@ -1,7 +1,7 @@
 //! Web APIs beyond prelude.js, each in its own file, installed in a runtime by one call after the prelude (the
 //! ones a handler may not need, events.js, clone.js, encoding.js and crypto.js, on first use of one of their
 //! names: lazy.js):
-//! `URL` and `URLSearchParams` (url.js, on the natives of url.rs), `DOMException`, `Event`, `EventTarget`,
+//! `URL` and `URLSearchParams` (native classes, url_class.rs, finished by url.js), `DOMException`, `Event`, `EventTarget`,
 //! `AbortController` and `AbortSignal` (events.js), `structuredClone` (clone.js, which recognises the other
 //! files' classes), `TextEncoder`, `TextDecoder` and their streams (encoding.js, on encoding.rs), and `crypto`
 //! (crypto.js, on crypto.rs).
@@ -32,7 +32,7 @@ fn set_up(ctx: &Ctx<'_>, script: &'static Script, natives: Natives) -> rquickjs:
 /// Defines the globals; `Err` is the exception's text (a bug in these files, never the handler's doing).
 pub fn install(ctx: &Ctx<'_>) -> Result<(), String> {
     let failed = |file: &Script, e: rquickjs::Error| format!("{}: {}", file.name, describe(ctx, e));
-    set_up(ctx, &URL, crate::url::natives).map_err(|e| failed(&URL, e))?;
+    set_up(ctx, &URL, crate::url_class::natives).map_err(|e| failed(&URL, e))?;
     // The others on first use (lazy.js).
     let globals = ctx.globals();
     let load = |script: &'static Script| move |ctx: Ctx<'_>| evaluate(&ctx, script).map(|_| ());

@@ -6404,6 +6404,52 @@ JSValue JS_NewPlainObjectFrom(JSContext *ctx, int count, const JSAtom *atoms,
     return obj;
 }
 
+/* Portico: the own properties of an ordinary plain object in the order Object.keys and JSON.stringify list
+   them, read straight from its shape, when that order is the shape's (no array-index keys, which come first)
+   and every enumerable string-keyed property is a plain data property: their atoms and values (borrowed:
+   valid while the object is unchanged) in `atoms` and `values`, which have room for `max`. Returns how many,
+   or -1 for any other object (exotic, of another class, an array-index key, an accessor, more than `max`):
+   the caller then goes the generic way. */
+int JS_GetOwnDataProperties(JSContext *ctx, JSValueConst obj, JSAtom *atoms,
+                            JSValue *values, int max)
+{
+    JSObject *p;
+    JSShape *sh;
+    JSShapeProperty *prs;
+    uint32_t num_key;
+    int i, n;
+
+    if (JS_VALUE_GET_TAG(obj) != JS_TAG_OBJECT)
+        return -1;
+    p = JS_VALUE_GET_OBJ(obj);
+    if (p->is_exotic || p->class_id != JS_CLASS_OBJECT)
+        return -1;
+    sh = p->shape;
+    n = 0;
+    for (i = 0, prs = get_shape_prop(sh); i < sh->prop_count; i++, prs++) {
+        if (prs->atom == JS_ATOM_NULL || !(prs->flags & JS_PROP_ENUMERABLE))
+            continue;
+        if (JS_AtomGetKind(ctx, prs->atom) != JS_ATOM_KIND_STRING)
+            continue;
+        if ((prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL ||
+            JS_AtomIsArrayIndex(ctx, &num_key, prs->atom) || n == max)
+            return -1;
+        atoms[n] = prs->atom;
+        values[n] = p->prop[i].u.value;
+        n++;
+    }
+    return n;
+}
+
+/* Portico: the elements of a fast array (dense, without accessors: what array literals and most arrays
+   are), borrowed (valid while the array is unchanged): true with `*values` and `*count` set, false for any
+   other value. */
+bool JS_GetFastArrayValues(JSContext *ctx, JSValueConst obj, JSValue **values,
+                           uint32_t *count)
+{
+    return js_get_fast_array(ctx, obj, values, count);
+}
+
 JSValue JS_NewObjectFromStr(JSContext *ctx, int count, const char **props,
                             const JSValue *values)
 {
@@ -19793,6 +19839,25 @@ static JSValue JS_CallInternal(JSContext *caller_ctx, JSValueConst func_obj,
                 atom = get_u32(pc);
                 pc += 4;
 
+                /* Portico: a new property of an ordinary extensible object
+                   (an object literal's field, nearly always) is added to
+                   its shape directly: what JS_DefinePropertyValue ends in
+                   for that case, without its lookups and checks on the way. */
+                if (JS_VALUE_GET_TAG(sp[-2]) == JS_TAG_OBJECT) {
+                    JSObject *p = JS_VALUE_GET_OBJ(sp[-2]);
+                    if (p->class_id == JS_CLASS_OBJECT && !p->is_exotic &&
+                        p->extensible && !find_own_property1(p, atom)) {
+                        JSProperty *pr = add_property(ctx, p, atom, JS_PROP_C_W_E);
+                        if (unlikely(!pr)) {
+                            JS_FreeValue(ctx, sp[-1]);
+                            sp--;
+                            goto exception;
+                        }
+                        pr->u.value = sp[-1];
+                        sp--;
+                        BREAK;
+                    }
+                }
                 ret = JS_DefinePropertyValue(ctx, sp[-2], atom, sp[-1],
                                              JS_PROP_C_W_E | JS_PROP_THROW);
                 sp--;

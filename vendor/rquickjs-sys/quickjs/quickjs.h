@@ -931,6 +931,12 @@ JS_EXTERN JSValue JS_NewObject(JSContext *ctx);
 JS_EXTERN JSValue JS_NewObjectFrom(JSContext *ctx, int count,
                                    const JSAtom *props,
                                    const JSValue *values);
+// Portico: an ordinary object's own data properties, borrowed (see quickjs.c)
+JS_EXTERN int JS_GetOwnDataProperties(JSContext *ctx, JSValueConst obj, JSAtom *atoms,
+                                      JSValue *values, int max);
+// Portico: a fast array's elements, borrowed (see quickjs.c)
+JS_EXTERN bool JS_GetFastArrayValues(JSContext *ctx, JSValueConst obj, JSValue **values,
+                                     uint32_t *count);
 // Portico: takes ownership of the values; the atoms are distinct (see quickjs.c)
 JS_EXTERN JSValue JS_NewPlainObjectFrom(JSContext *ctx, int count,
                                         const JSAtom *atoms, JSValue *values);

@@ -36,4 +36,20 @@ extern "C" {
         atoms: *const JSAtom,
         values: *mut JSValue,
     ) -> JSValue;
+    /// An ordinary object's own enumerable string-keyed data properties in key order, borrowed; -1 for any
+    /// other object (see quickjs.c).
+    pub fn JS_GetOwnDataProperties(
+        ctx: *mut JSContext,
+        obj: JSValue,
+        atoms: *mut JSAtom,
+        values: *mut JSValue,
+        max: ::core::ffi::c_int,
+    ) -> ::core::ffi::c_int;
+    /// A fast array's elements, borrowed.
+    pub fn JS_GetFastArrayValues(
+        ctx: *mut JSContext,
+        obj: JSValue,
+        values: *mut *mut JSValue,
+        count: *mut u32,
+    ) -> bool;
 }

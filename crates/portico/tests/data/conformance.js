@@ -232,6 +232,40 @@ function edge() {
     Object.prototype.toString.call(p), Object.prototype.toString.call(new URL("http://a")),
     attempt(() => new URL()), attempt(() => new URL(Symbol.iterator)), attempt(() => new URL("http://a", "http://[")),
     attempt(() => { const it = p.keys(); p.append("late", "1"); return [...it]; })];
+  // The classes' shape, conversions and links between a URL and its searchParams.
+  const linked = new URL("http://a.example/?x=1&y=2&x=3");
+  const keys = linked.searchParams.keys();
+  const firstKey = keys.next();
+  linked.search = "?z=3&w=4";
+  const throwingError = new Error("http://from-a-message/");
+  throwingError.toString = () => { throw new RangeError("mine"); };
+  class Sub extends URL { tail() { return this.pathname.slice(1); } }
+  class SubParams extends URLSearchParams {}
+  const visited = [];
+  const walked = new URLSearchParams("a=1&b=2&c=3");
+  walked.forEach((value, name) => { visited.push(name + value); if (name === "a") walked.delete("b"); });
+  out.shapes = [firstKey, [...keys], Object.prototype.toString.call(keys),
+    Object.getPrototypeOf(Object.getPrototypeOf(keys)) === Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())),
+    typeof Object.getPrototypeOf(keys).next, keys[Symbol.iterator]() === keys,
+    attempt(() => new URLSearchParams(null).toString()), attempt(() => new URLSearchParams("").size),
+    attempt(() => new URL(throwingError)), attempt(() => new URL({ toString: () => "http://x.example/p" }).href),
+    attempt(() => new Sub("http://a.example/bc").tail()), new Sub("http://a.example/") instanceof URL,
+    new SubParams("a=b") instanceof URLSearchParams, new SubParams("a=b").get("a"),
+    [URL.length, URL.parse.length, URL.canParse.length, URLSearchParams.length, p.append.length, p.delete.length,
+      p.get.length, p.has.length, p.set.length, p.sort.length, p.forEach.length, p.entries.length],
+    Object.getOwnPropertyDescriptor(URL.prototype, "href").get.name,
+    Object.getOwnPropertyDescriptor(URL.prototype, "search").set.name,
+    ["href", "searchParams", "toString", "toJSON"].map((k) => Object.getOwnPropertyDescriptor(URL.prototype, k).enumerable),
+    ["size", "get", "entries"].map((k) => Object.getOwnPropertyDescriptor(URLSearchParams.prototype, k).enumerable),
+    Object.getOwnPropertyDescriptor(globalThis, "URL").enumerable, Object.getOwnPropertyDescriptor(URL, "parse").enumerable,
+    linked.searchParams.size, linked.searchParams.get("w"), visited,
+    attempt(() => URL.prototype.toString.call(new URLSearchParams())), attempt(() => URL()),
+    attempt(() => URLSearchParams.prototype.keys.call(linked)), attempt(() => new URL("http://a/?a=%zz&b=%C3%A9").searchParams.getAll("b")),
+    attempt(() => { const u = new URL("http://a/?q=1#f"); u.searchParams.set("q", "x y"); u.searchParams.append("r", "é"); return u.href; }),
+    attempt(() => { const u = new URL("http://a/?q=1#f"); u.searchParams.delete("q"); return [u.href, u.search]; }),
+    attempt(() => { const u = new URL("http://a/p?b=2&a=1"); u.searchParams.sort(); return u.href; }),
+    attempt(() => new URL("HTTP://A.EXAMPLE:8080/x/../y?q#f").href), attempt(() => new URL("http://127.0.0.1:8080/hello?name=w").host),
+  ];
   return out;
 }
 
