@@ -361,7 +361,8 @@ def json_document(size):
 
 
 def main():
-    global BACKEND_PORT, PROXY_PORT, ADMIN_PORT  # before --port-base's default reads BACKEND_PORT
+    global GATEWAY, HEADERS, TOKENS, BACKEND_PORT, PROXY_PORT, ADMIN_PORT, BODY, JSON_RESPONSE, ACCEPT_ENCODING, \
+        GZIP_LEVEL, ADMIN, SSE_CLIENTS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", action="append", default=[], help="NAME=PATH of a portico binary")
     ap.add_argument("--peers", default="", help="peers measured the same way, comma-separated: nginx,haproxy")
@@ -385,7 +386,6 @@ def main():
     ap.add_argument("--sse-clients", type=int, default=0,
                     help="dashboard pages following /admin/events during the run (implies --admin)")
     a = ap.parse_args()
-    global ADMIN, SSE_CLIENTS
     SSE_CLIENTS = a.sse_clients
     ADMIN = a.admin or a.sse_clients > 0
     for tool in ("valgrind", "nginx", "h2load") + (("haproxy",) if "haproxy" in a.peers else ()):
@@ -394,11 +394,9 @@ def main():
     n1, n2 = (int(x) for x in a.requests.split(","))
     work = tempfile.mkdtemp(prefix="portico-instr-")
     if a.body_size:
-        global BODY
         BODY = f"{work}/body"
         with open(BODY, "wb") as f:
             f.write(b"b" * a.body_size)
-    global GATEWAY, HEADERS, TOKENS
     BACKEND_PORT, PROXY_PORT, ADMIN_PORT = a.port_base, a.port_base + 1, a.port_base + 3
     GATEWAY = a.gateway
     if a.gateway == "jwt":
@@ -410,7 +408,6 @@ def main():
         else:
             HEADERS = [f"authorization: Bearer {tokens[0]}"]
     route_extra = "\n".join(filter(None, [a.route_extra, gateway_route(work)]))
-    global JSON_RESPONSE, ACCEPT_ENCODING, GZIP_LEVEL
     ACCEPT_ENCODING, GZIP_LEVEL = a.accept_encoding or None, a.gzip_level
     if a.json_response:
         JSON_RESPONSE = True

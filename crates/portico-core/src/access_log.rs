@@ -190,6 +190,8 @@ pub struct LocalLog {
     buf: RefCell<Vec<u8>>,
     /// The current second, formatted (ISO 8601 and combined-log style), to format it once per second.
     clock: RefCell<(u64, String, String)>,
+    /// The worker's flushing task, waiting while the buffer is empty: the next line wakes it.
+    flusher: std::cell::Cell<Option<std::task::Waker>>,
 }
 
 impl LocalLog {
@@ -198,7 +200,17 @@ impl LocalLog {
             sink,
             buf: RefCell::new(Vec::with_capacity(BATCH * 2)),
             clock: RefCell::new((0, String::new(), String::new())),
+            flusher: Default::default(),
         }
+    }
+
+    /// Ready when lines wait in the buffer; otherwise the next line wakes `cx`'s task.
+    pub fn poll_buffered(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.buf.borrow().is_empty() {
+            self.flusher.set(Some(cx.waker().clone()));
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(())
     }
 
     /// The format lines are to be written in.
@@ -219,6 +231,10 @@ impl LocalLog {
         if buf.len() >= BATCH {
             let full = std::mem::replace(&mut *buf, Vec::with_capacity(BATCH * 2));
             self.sink.send(full);
+        }
+        drop(buf);
+        if let Some(flusher) = self.flusher.take() {
+            flusher.wake();
         }
     }
 

@@ -4,6 +4,11 @@
 //!
 //! A doubly linked list threaded through a slab: entering and leaving are O(1) and allocate only when the
 //! slab grows, because a keep-alive connection enters the list between every two requests.
+//!
+//! The same tickets tell waiting connections that the worker shuts down (`shut_down`): a new connection
+//! waiting for its first request takes one too (`enter_new`), not linked, so never closed to make room. This
+//! replaces a wait on the shutdown `watch` channel per request (its waiter list takes a lock and atomics on
+//! every wait); this list is the worker's own.
 
 use slab::Slab;
 use std::cell::{Cell, RefCell};
@@ -17,6 +22,8 @@ pub struct IdleConnections {
     /// The accept loop waits for a connection to go idle (it is at the limit with none idle).
     watched: Cell<bool>,
     entered: Notify,
+    /// The worker shuts down: every ticket, present and future, is told to close.
+    shutting_down: Cell<bool>,
 }
 
 #[derive(Default)]
@@ -30,8 +37,10 @@ struct List {
 struct Entry {
     prev: Option<usize>,
     next: Option<usize>,
-    /// Closed to make room: no longer linked.
+    /// Closed to make room (no longer linked), or the worker shuts down.
     evicted: bool,
+    /// In the list (a kept-alive connection); a new connection's entry is not.
+    linked: bool,
     waker: Option<Waker>,
 }
 
@@ -45,8 +54,12 @@ impl IdleConnections {
     /// The connection goes idle: it joins the end of the list.
     pub fn enter(&self) -> IdleTicket<'_> {
         let mut list = self.inner.borrow_mut();
+        if self.shutting_down.get() {
+            let key = list.entries.insert(Entry { prev: None, next: None, evicted: true, linked: false, waker: None });
+            return IdleTicket { list: self, key };
+        }
         let tail = list.tail;
-        let key = list.entries.insert(Entry { prev: tail, next: None, evicted: false, waker: None });
+        let key = list.entries.insert(Entry { prev: tail, next: None, evicted: false, linked: true, waker: None });
         match tail {
             Some(t) => list.entries[t].next = Some(key),
             None => list.head = Some(key),
@@ -56,6 +69,35 @@ impl IdleConnections {
             self.entered.notify_waiters();
         }
         IdleTicket { list: self, key }
+    }
+
+    /// A new connection waits for its first request: not a candidate for closing to make room, but told of
+    /// the shutdown like any (its ticket's `evicted` resolves then).
+    pub fn enter_new(&self) -> IdleTicket<'_> {
+        let evicted = self.shutting_down.get();
+        let entry = Entry { prev: None, next: None, evicted, linked: false, waker: None };
+        IdleTicket { list: self, key: self.inner.borrow_mut().entries.insert(entry) }
+    }
+
+    /// The worker shuts down: every waiting ticket's `evicted` resolves, and those entered later are evicted
+    /// from the start.
+    pub fn shut_down(&self) {
+        self.shutting_down.set(true);
+        let mut list = self.inner.borrow_mut();
+        list.head = None;
+        list.tail = None;
+        for (_, entry) in list.entries.iter_mut() {
+            entry.evicted = true;
+            entry.linked = false;
+            if let Some(waker) = entry.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Whether `shut_down` was called.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.get()
     }
 
     /// Resolves when a connection goes idle.
@@ -72,6 +114,7 @@ impl IdleConnections {
         list.unlink(key);
         let entry = &mut list.entries[key];
         entry.evicted = true;
+        entry.linked = false;
         if let Some(waker) = entry.waker.take() {
             waker.wake();
         }
@@ -81,7 +124,7 @@ impl IdleConnections {
     /// Connections idle now.
     pub fn len(&self) -> usize {
         let list = self.inner.borrow();
-        list.entries.len() - list.entries.iter().filter(|(_, e)| e.evicted).count()
+        list.entries.iter().filter(|(_, e)| e.linked).count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,7 +170,7 @@ impl IdleTicket<'_> {
 impl Drop for IdleTicket<'_> {
     fn drop(&mut self) {
         let mut list = self.list.inner.borrow_mut();
-        if !list.entries[self.key].evicted {
+        if list.entries[self.key].linked {
             list.unlink(self.key);
         }
         list.entries.remove(self.key);
@@ -159,5 +202,25 @@ mod tests {
         assert_eq!(idle.len(), 1);
         drop(d);
         assert!(idle.is_empty() && !idle.evict_oldest());
+    }
+
+    #[test]
+    fn a_shutdown_tells_every_ticket_new_connections_included_and_later_ones_at_once() {
+        let idle = IdleConnections::default();
+        let kept = idle.enter();
+        let new = idle.enter_new();
+        assert_eq!(idle.len(), 1, "a new connection is not in the list");
+        assert!(idle.evict_oldest());
+        assert!(kept.evicted().now_or_never().is_some());
+        assert!(!idle.evict_oldest(), "a new connection is not closed to make room");
+        assert!(new.evicted().now_or_never().is_none());
+        let other = idle.enter();
+        idle.shut_down();
+        assert!(new.evicted().now_or_never().is_some() && other.evicted().now_or_never().is_some());
+        assert!(idle.enter().evicted().now_or_never().is_some());
+        assert!(idle.enter_new().evicted().now_or_never().is_some());
+        drop((kept, new, other));
+        assert!(idle.is_empty());
+        assert_eq!(idle.len(), 0);
     }
 }

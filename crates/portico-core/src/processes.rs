@@ -439,7 +439,13 @@ impl Master {
         Ok(Starting { stream: ours, config: running, serving })
     }
 
-    /// Restarts worker processes that exited, with a back-off that grows with repeated deaths.
+    /// When a worker process that exited is due to start again, if one is.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.slots.iter().filter(|s| s.child.is_none()).filter_map(|s| s.due).min()
+    }
+
+    /// Restarts worker processes that exited, with a back-off that grows with repeated deaths. Called when a
+    /// child exits (SIGCHLD) and when a restart is due.
     pub fn check(&mut self) {
         let now = Instant::now();
         for index in 0..self.slots.len() {

@@ -4,9 +4,9 @@ use crate::access_log::AccessLogSink;
 use crate::listeners::{lock, WorkerSockets};
 use crate::stats::Global;
 use crate::worker::{self, BoundListener, Planes};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Keeps the workers running: a worker thread whose runtime died (a bug outside any connection's task) is
 /// started again on the same listening sockets, after a back-off that grows with repeated deaths.
@@ -24,6 +24,10 @@ pub struct Supervisor {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub access_log: Option<Arc<AccessLogSink>>,
     pub global: Arc<Global>,
+    /// Per worker: set by its thread as it ends (before `JoinHandle::is_finished` says so).
+    pub ended: Vec<Arc<AtomicBool>>,
+    /// Notified by a worker thread as it ends: what wakes the supervisor (no periodic check).
+    pub exited: Arc<tokio::sync::Notify>,
 }
 
 impl Supervisor {
@@ -38,6 +42,8 @@ impl Supervisor {
         table.changes[index] = Some(changes);
         drop(table);
         self.deaths[index].1 = std::time::Instant::now();
+        let (ended, exited) = (Arc::new(AtomicBool::new(false)), self.exited.clone());
+        self.ended[index] = ended.clone();
         worker::spawn(
             self.first_index + index,
             listeners,
@@ -45,7 +51,17 @@ impl Supervisor {
             self.planes.clone(),
             self.shutdown.clone(),
             self.access_log.clone(),
+            Box::new(move || {
+                ended.store(true, Ordering::Release);
+                exited.notify_one();
+            }),
         )
+    }
+
+    /// When a worker thread is due to start again (after its back-off), if one is.
+    pub fn next_due(&self) -> Option<Instant> {
+        let waiting = self.threads.iter().zip(&self.deaths).filter(|(t, _)| t.is_none());
+        waiting.filter_map(|(_, d)| d.2).min()
     }
 
     /// Notes the workers that died and starts the ones whose back-off is over.
@@ -55,7 +71,9 @@ impl Supervisor {
         }
         let now = std::time::Instant::now();
         for index in 0..self.threads.len() {
-            if self.threads[index].as_ref().is_some_and(|t| t.is_finished()) {
+            // A thread that said it ended is joined at once (it is past everything but its last instructions).
+            let ended = self.ended.get(index).is_some_and(|e| e.load(Ordering::Acquire));
+            if self.threads[index].as_ref().is_some_and(|t| ended || t.is_finished()) {
                 let why = match self.threads[index].take().map(|t| t.join()) {
                     Some(Err(panic)) => crate::panic::panic_message(panic.as_ref()).to_string(),
                     _ => "its runtime stopped".to_string(),
@@ -108,6 +126,14 @@ impl Workers {
         match self {
             Workers::Threads(s) => s.check(),
             Workers::Processes(m) => m.check(),
+        }
+    }
+
+    /// When a worker that died is due to start again, if one is: `check` then starts it.
+    pub fn next_due(&self) -> Option<Instant> {
+        match self {
+            Workers::Threads(s) => s.next_due(),
+            Workers::Processes(m) => m.next_due(),
         }
     }
 }

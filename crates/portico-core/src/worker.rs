@@ -129,8 +129,20 @@ pub trait PlaneWorker {
 /// The planes a worker runs, one per protocol.
 pub type Planes = Arc<[Arc<dyn Plane>]>;
 
+/// Runs its function when dropped: when a worker thread ends, by returning or by panic.
+struct OnExit(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for OnExit {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
 /// Starts one worker thread. It serves until `shutdown` turns true, then stops accepting and lets open
-/// connections finish their current request, up to the planes' grace period.
+/// connections finish their current request, up to the planes' grace period. `on_exit` runs on the thread as
+/// it ends, however it ends (its supervisor learns of it without polling).
 pub fn spawn(
     index: usize,
     listeners: Vec<BoundListener>,
@@ -138,8 +150,11 @@ pub fn spawn(
     planes: Planes,
     shutdown: watch::Receiver<bool>,
     access_log: Option<Arc<AccessLogSink>>,
+    on_exit: Box<dyn FnOnce() + Send>,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name(format!("portico-worker-{index}")).spawn(move || {
+        // Dropped last: after the runtime and everything on it.
+        let _exit = OnExit(Some(on_exit));
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {
@@ -208,6 +223,8 @@ async fn run(
             _ = killed => panic!("worker runtime killed through PORTICO_DEBUG_KILL_WORKER_PATH"),
         }
     }
+    // Connections waiting for a request learn of the shutdown through their idle tickets.
+    core.idle.shut_down();
     let grace = workers.iter().map(|w| w.shutdown_grace()).max().unwrap_or_default();
     let drained = tokio::time::timeout(grace, async {
         while core.open_connections.get() > 0 {
@@ -319,13 +336,13 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// Hands the worker's buffered access-log lines to the writer at least every 200 ms.
+/// Hands the worker's buffered access-log lines to the writer within 200 ms of the first; with none
+/// buffered, it sleeps until a line comes.
 async fn flush_access_log(core: Rc<WorkerCore>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let Some(log) = &core.access_log else { return };
     loop {
-        tick.tick().await;
-        if let Some(log) = &core.access_log {
-            log.flush();
-        }
+        std::future::poll_fn(|cx| log.poll_buffered(cx)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        log.flush();
     }
 }

@@ -115,6 +115,34 @@ pub fn classify(name: &[u8]) -> Known {
     }
 }
 
+/// Per thread, the field list of the last head dropped, emptied, for the next head parsed: a keep-alive
+/// connection's request and response heads then allocate nothing for their fields.
+mod spare {
+    use super::{HeaderSpan, Known};
+    use std::cell::Cell;
+    use std::thread::LocalKey;
+
+    /// Lists longer than this are freed, not kept.
+    const KEPT: usize = 64;
+
+    thread_local! {
+        pub static REQUEST: Cell<Vec<(HeaderSpan, Known)>> = const { Cell::new(Vec::new()) };
+        pub static RESPONSE: Cell<Vec<HeaderSpan>> = const { Cell::new(Vec::new()) };
+    }
+
+    /// An empty list, with the room of the last one given back.
+    pub fn take<T>(key: &'static LocalKey<Cell<Vec<T>>>) -> Vec<T> {
+        key.try_with(Cell::take).unwrap_or_default()
+    }
+
+    pub fn give_back<T: Copy>(key: &'static LocalKey<Cell<Vec<T>>>, mut list: Vec<T>) {
+        if list.capacity() > 0 && list.capacity() <= KEPT {
+            list.clear();
+            let _ = key.try_with(|spare| spare.set(list));
+        }
+    }
+}
+
 /// A parsed request head. Everything points into `buf`, the head's own bytes.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
@@ -142,6 +170,12 @@ pub struct RequestHead {
     skipped: u32,
     /// What normalisation and filters changed; `None` for a request forwarded as it was read.
     pub edits: Option<Box<crate::message::HeadEdits>>,
+}
+
+impl Drop for RequestHead {
+    fn drop(&mut self) {
+        spare::give_back(&spare::REQUEST, std::mem::take(&mut self.headers));
+    }
 }
 
 impl RequestHead {
@@ -415,17 +449,11 @@ pub fn parse_request(buf: &[u8], limits: &HeadLimits) -> Result<Parsed<RequestHe
     let method = Span::of(head_bytes, req.method.unwrap_or_default().as_bytes());
     let target = Span::of(head_bytes, req.path.unwrap_or_default().as_bytes());
     let http10 = req.version == Some(0);
-    let headers = req
-        .headers
-        .iter()
-        .map(|h| {
-            let name = h.name.as_bytes();
-            (
-                HeaderSpan { name: Span::of(head_bytes, name), value: Span::of(head_bytes, trim(h.value)) },
-                classify(name),
-            )
-        })
-        .collect();
+    let mut headers = spare::take(&spare::REQUEST);
+    headers.extend(req.headers.iter().map(|h| {
+        let name = h.name.as_bytes();
+        (HeaderSpan { name: Span::of(head_bytes, name), value: Span::of(head_bytes, trim(h.value)) }, classify(name))
+    }));
     let head = analyse_request(head_bytes, method, target, http10, headers, skip as u32)?;
     Ok(Parsed::Complete(head, skip + used))
 }
@@ -681,6 +709,12 @@ pub struct ResponseHead {
     pub dated: bool,
 }
 
+impl Drop for ResponseHead {
+    fn drop(&mut self) {
+        spare::give_back(&spare::RESPONSE, std::mem::take(&mut self.headers));
+    }
+}
+
 impl ResponseHead {
     /// A `101` that accepts a WebSocket handshake: it says `Upgrade: websocket` (RFC 6455 4.2.2).
     pub fn upgrades_to_websocket(&self, buf: &[u8]) -> bool {
@@ -722,7 +756,8 @@ pub fn parse_response(
     let mut codings: Vec<&[u8]> = Vec::new();
     let mut close = false;
     let mut keep_alive = false;
-    let mut headers = Vec::with_capacity(resp.headers.len());
+    let mut headers = spare::take(&spare::RESPONSE);
+    headers.reserve(resp.headers.len());
     let mut connection = Vec::new();
     let mut dated = false;
     for h in resp.headers.iter() {
@@ -741,11 +776,18 @@ pub fn parse_response(
             codings.extend(value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()));
             te_chunked_last = codings.last().is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
+            // `keep-alive`, the usual value, names only a field that is hop-by-hop anyway: not kept (the list
+            // then needs no allocation).
+            let mut names_others = false;
             for token in value.split(|&b| b == b',').map(trim) {
                 close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                let keep = token.eq_ignore_ascii_case(b"keep-alive");
+                keep_alive |= keep;
+                names_others |= !keep && !token.is_empty();
             }
-            connection.push(span.value);
+            if names_others {
+                connection.push(span.value);
+            }
         } else if name.len() == 4 && name.eq_ignore_ascii_case(b"date") {
             dated = true;
         }

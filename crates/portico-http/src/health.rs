@@ -1,7 +1,8 @@
-//! Active health checks, run once per process on a thread of their own (never on a worker). Every 100 ms the
-//! checker looks at the current snapshot, so clusters and endpoints added or removed by a reload are picked
-//! up without a restart; an endpoint's verdict lives in its `EndpointHealth`, shared with the workers and kept
-//! across reloads.
+//! Active health checks, run once per process on a thread of their own (never on a worker). While a cluster
+//! has a health check, every 100 ms the checker looks at the current snapshot, so clusters and endpoints added
+//! or removed by a reload are picked up without a restart; with none, it sleeps until a reload wakes it (an
+//! idle process wakes for nothing). An endpoint's verdict lives in its `EndpointHealth`, shared with the
+//! workers and kept across reloads.
 
 use crate::snapshot::{Endpoint, Snapshot};
 use arc_swap::ArcSwap;
@@ -27,9 +28,11 @@ struct ProbeState {
 
 type Key = (String, SocketAddr);
 
-/// Starts the checker thread; it runs until `shutdown` turns true.
+/// Starts the checker thread; it runs until `shutdown` turns true. `reloaded` is notified after every reload
+/// (the snapshot changed): without health checks, nothing else wakes the checker.
 pub fn spawn(
     snapshot: Arc<ArcSwap<Snapshot>>,
+    reloaded: Arc<tokio::sync::Notify>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("portico-health".into()).spawn(move || {
@@ -38,16 +41,22 @@ pub fn spawn(
             return;
         };
         let local = tokio::task::LocalSet::new();
-        local.block_on(&runtime, run(snapshot, shutdown));
+        local.block_on(&runtime, run(snapshot, reloaded, shutdown));
     })
 }
 
-async fn run(snapshot: Arc<ArcSwap<Snapshot>>, shutdown: tokio::sync::watch::Receiver<bool>) {
+/// How often the checker looks for probes due while a cluster has a health check.
+const TICK: Duration = Duration::from_millis(100);
+
+async fn run(
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    reloaded: Arc<tokio::sync::Notify>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let states: std::rc::Rc<std::cell::RefCell<HashMap<Key, ProbeState>>> = Default::default();
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
     while !*shutdown.borrow() {
-        tick.tick().await;
         let snap = snapshot.load_full();
+        let checks = snap.clusters.iter().any(|c| c.health_check.is_some());
         let mut live = Vec::new();
         for cluster in &snap.clusters {
             let Some(check) = &cluster.health_check else {
@@ -82,6 +91,12 @@ async fn run(snapshot: Arc<ArcSwap<Snapshot>>, shutdown: tokio::sync::watch::Rec
         }
         // Forget endpoints that left the configuration.
         states.borrow_mut().retain(|k, _| live.contains(k));
+        drop(snap);
+        tokio::select! {
+            changed = shutdown.changed() => if changed.is_err() { break },
+            _ = reloaded.notified() => {}
+            _ = tokio::time::sleep(TICK), if checks => {}
+        }
     }
 }
 

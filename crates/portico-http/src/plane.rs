@@ -74,11 +74,12 @@ impl PlaneWorker for HttpWorker {
     }
 }
 
-/// Closes pooled upstream connections past their idle timeout.
+/// Closes pooled upstream connections past their idle timeout, every 5 s while the pool holds any (an empty
+/// pool sleeps until a connection is checked in).
 async fn sweep_pool(ctx: Rc<WorkerCtx>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
-        tick.tick().await;
+        std::future::poll_fn(|cx| ctx.pool.borrow_mut().poll_occupied(cx)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
         ctx.pool.borrow_mut().sweep();
     }
 }

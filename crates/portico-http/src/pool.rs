@@ -150,6 +150,8 @@ pub(crate) fn key(endpoint: &Endpoint) -> PoolKey {
 pub struct Pool {
     /// Idle connections with the time they went idle and their cluster's idle timeout.
     idle: KeyMap<Vec<(UpstreamConn, Instant, Duration)>>,
+    /// The sweeper's task, waiting while the pool is empty: the next connection checked in wakes it.
+    sweeper: Option<std::task::Waker>,
 }
 
 impl Pool {
@@ -189,6 +191,18 @@ impl Pool {
             }
         }
         list.push((conn, Instant::now(), idle_timeout));
+        if let Some(sweeper) = self.sweeper.take() {
+            sweeper.wake();
+        }
+    }
+
+    /// Ready when the pool holds an idle connection; otherwise the next `checkin` wakes `cx`'s task.
+    pub fn poll_occupied(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.idle.is_empty() {
+            self.sweeper = Some(cx.waker().clone());
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(())
     }
 
     /// Closes an idle connection of `cluster` (the longest idle of one of its endpoints), making room under its

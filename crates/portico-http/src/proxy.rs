@@ -99,7 +99,6 @@ pub async fn serve_connection(io: TcpStream, peer: SocketAddr, listener: Arc<str
 /// Serves HTTP/1 requests on `client` until it closes, idles out or the process shuts down. A plain
 /// connection that opens with the HTTP/2 preface is handed to the HTTP/2 server instead.
 pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<WorkerCtx>) {
-    let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
     loop {
         // A request read ahead with the one before it (pipelined by the client) comes first, as it was routed.
@@ -120,7 +119,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
                 let Some(settings) = waiting.listener(&listener) else {
                     return;
                 };
-                let head = match read_head(&mut client, settings, first, &mut shutdown, &ctx.core.idle).await {
+                let head = match read_head(&mut client, settings, first, &ctx.core.idle).await {
                     Ok(Some(Arrived::Request(head))) => head,
                     Ok(Some(Arrived::Http2)) => {
                         let Client { io, buf, peer, facts, .. } = client;
@@ -176,7 +175,7 @@ pub(crate) async fn serve_http1(mut client: Client, listener: Arc<str>, ctx: Rc<
         };
         let from = Peer { client: client.peer.ip(), http2: client.facts.http2, listener: settings.index };
         record(&ctx, &snapshot, route, &head, from, &outcome, started.elapsed());
-        if outcome.next == Next::Close || *shutdown.borrow() {
+        if outcome.next == Next::Close || *ctx.shutdown.borrow() {
             if !head.keep_alive && outcome.status < 400 && client.buf.is_empty() {
                 // The client asked to close after this request and has sent nothing more (a client that sent
                 // `Connection: close` must not send another request): a plain close sends a FIN. Lingering
@@ -217,7 +216,6 @@ async fn read_head(
     client: &mut Client,
     settings: &ListenerSettings,
     first: bool,
-    shutdown: &mut tokio::sync::watch::Receiver<bool>,
     idle: &IdleConnections,
 ) -> Result<Option<Arrived>, HeadError> {
     // Prior-knowledge HTTP/2 ("h2c"): only as a plain connection's first bytes.
@@ -231,6 +229,7 @@ async fn read_head(
     // A `limits` filter's cap on slow connections: when this head turns slow, and the count it then holds.
     let mut slow_at: Option<Instant> = None;
     let mut _slow: Option<crate::clients::Slow> = None;
+    let mut shutdown_seen = false;
     loop {
         while client.buf.starts_with(b"\r\n") {
             client.buf.advance(2);
@@ -273,22 +272,24 @@ async fn read_head(
             // A kept-alive connection waits in the worker's idle list: at the connection limit the
             // longest-idle one is closed for a new client. A new connection is not: its client has not heard
             // from us yet.
-            let ticket = (!first).then(|| idle.enter());
-            let evicted = async {
-                match &ticket {
-                    Some(ticket) => ticket.evicted().await,
-                    None => std::future::pending().await,
+            // The worker's shutdown comes through the same ticket (a new connection's is not a candidate for
+            // eviction): for a kept-alive connection both mean closing.
+            let ticket = if first { idle.enter_new() } else { idle.enter() };
+            let told = async {
+                match shutdown_seen {
+                    false => ticket.evicted().await,
+                    true => std::future::pending().await,
                 }
             };
             tokio::select! {
                 // In this order: a request that has arrived is served even if the place was wanted.
                 biased;
                 r = timeout_at(deadline, client.io.readable()) => if r.is_err() { return Ok(None) },
-                () = evicted => return Ok(None),
-                r = shutdown.changed() => {
-                    if r.is_err() || !first {
+                () = told => {
+                    if !first {
                         return Ok(None);
                     }
+                    shutdown_seen = true;
                     deadline = deadline.min(Instant::now() + FIRST_REQUEST_AT_SHUTDOWN);
                     continue;
                 }
@@ -298,6 +299,9 @@ async fn read_head(
             buffers::reserve(&mut client.buf, HEAD_READ_BUFFER);
         }
         let read = tokio::select! {
+            // In this order: the read is almost always ready (readability was just seen), and the shutdown
+            // ticket below is then never even taken.
+            biased;
             r = timeout_at(deadline, client.io.read_buf(&mut client.buf)) => r,
             () = tokio::time::sleep_until(slow_at.unwrap_or(deadline)), if slow_at.is_some() => {
                 slow_at = None;
@@ -314,10 +318,15 @@ async fn read_head(
                 }
                 continue;
             }
-            r = shutdown.changed(), if !started => {
-                if r.is_err() || !first {
+            () = async {
+                // Only told of the shutdown (never closed to make room) while it reads before a head starts.
+                let ticket = idle.enter_new();
+                ticket.evicted().await
+            }, if !started && !shutdown_seen => {
+                if !first {
                     return Ok(None);
                 }
+                shutdown_seen = true;
                 deadline = deadline.min(Instant::now() + FIRST_REQUEST_AT_SHUTDOWN);
                 continue;
             }

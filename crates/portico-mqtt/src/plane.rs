@@ -70,7 +70,19 @@ pub fn broker_config(loaded: &LoadedConfig) -> BrokerConfig {
         }),
         limits: limits(mqtt),
         auth: Auth::default(),
-        sys_interval: mqtt.sys_interval.0,
+        sys_interval: sys_interval(&loaded.config),
+    }
+}
+
+/// How often `$SYS` is published: `mqtt.sys_interval` when MQTT clients can connect (an MQTT listener, or a
+/// route serving MQTT over WebSocket), otherwise never: nobody could read it, and an HTTP-only process must not
+/// wake up to publish it.
+pub fn sys_interval(config: &portico_config::Config) -> std::time::Duration {
+    let mqtt_listener = config.listeners.iter().any(|l| l.protocol == portico_config::ListenerProtocol::Mqtt);
+    if mqtt_listener || config.routes.iter().any(|r| r.mqtt.is_some()) {
+        config.mqtt.sys_interval.0
+    } else {
+        std::time::Duration::ZERO
     }
 }
 
@@ -135,7 +147,9 @@ pub fn limits(mqtt: &portico_config::Mqtt) -> Limits {
 ///
 /// `auth` (from [`auth`], read before the reload is applied so that an unreadable password file fails it)
 /// replaces users and ACL: the next CONNECT, PUBLISH and SUBSCRIBE use them; nobody is disconnected.
-pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_config::Mqtt, auth: Auth) {
+pub fn reload(broker: &Broker, before: &portico_config::Config, after: &portico_config::Config, auth: Auth) {
+    let (sys_before, sys_after) = (sys_interval(before), sys_interval(after));
+    let (before, after) = (&before.mqtt, &after.mqtt);
     let users = auth.users.as_ref().map_or(0, |u| u.len());
     let (anonymous, rules) = (auth.anonymous, auth.acl.entries.len());
     broker.set_auth(auth);
@@ -144,9 +158,9 @@ pub fn reload(broker: &Broker, before: &portico_config::Mqtt, after: &portico_co
         broker.set_limits(limits(after));
         tracing::info!("MQTT limits reloaded: new connections get them");
     }
-    if before.sys_interval != after.sys_interval {
-        broker.set_sys_interval(after.sys_interval.0);
-        tracing::info!(sys_interval = %after.sys_interval, "MQTT $SYS interval reloaded");
+    if sys_before != sys_after {
+        broker.set_sys_interval(sys_after);
+        tracing::info!(sys_interval = ?sys_after, "MQTT $SYS interval reloaded");
     }
     if before.persistence != after.persistence {
         tracing::warn!("`mqtt.persistence` is applied at start-up; restart to change it");

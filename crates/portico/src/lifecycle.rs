@@ -186,6 +186,8 @@ struct Reloader {
     /// One reload at a time, whatever triggered it.
     lock: Mutex<()>,
     listeners: Listeners,
+    /// Notified once a reload applied a new snapshot (the health checker sleeps until then).
+    reloaded: Arc<tokio::sync::Notify>,
 }
 
 impl Reloader {
@@ -247,7 +249,7 @@ impl Reloader {
                     }
                 }
                 if let (Some(broker), Some(auth)) = (&self.broker, auth) {
-                    portico_mqtt::plane::reload(broker, &old.mqtt, &new.mqtt, auth);
+                    portico_mqtt::plane::reload(broker, old, new, auth);
                 }
                 let next = Arc::new(next);
                 // The configuration first: a worker accepts on a listener only once its configuration has it.
@@ -264,6 +266,7 @@ impl Reloader {
                     (_, changes) => forward_changes = changes,
                 }
                 next.prune_health(&self.registry);
+                self.reloaded.notify_one();
                 self.registry.global.reloads.fetch_add(1, Ordering::Relaxed);
                 let forwarded = match &self.listeners {
                     Listeners::Processes(_, forward) => forward(&next.source.source, forward_changes),
@@ -360,13 +363,15 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     // Signals are handled from before the first connection is accepted: a SIGHUP or SIGTERM that arrives as
     // soon as the port answers must reload or drain, not kill the process.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (mut term, mut int, mut hup, mut usr1, mut usr2) = runtime.block_on(async {
+    // SIGCHLD: a master's worker process exited (what wakes it to start another; nothing polls).
+    let (mut term, mut int, mut hup, mut usr1, mut usr2, mut chld) = runtime.block_on(async {
         anyhow::Ok((
             signal(SignalKind::terminate())?,
             signal(SignalKind::interrupt())?,
             signal(SignalKind::hangup())?,
             signal(SignalKind::user_defined1())?,
             signal(SignalKind::user_defined2())?,
+            signal(SignalKind::child())?,
         ))
     })?;
     if worker_process.is_some() {
@@ -443,8 +448,12 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             shutdown: shutdown_rx.clone(),
             access_log: access_log.clone(),
             global: registry.global.clone(),
+            ended: (0..slots).map(|_| Default::default()).collect(),
+            exited: Default::default(),
         })
     };
+    // Wakes the health checker after a reload (with no health checks configured, nothing else does).
+    let reloaded = Arc::new(tokio::sync::Notify::new());
     let reloader = config_path.map(|path| {
         let listeners = match (&pool, worker_sockets.clone()) {
             (Workers::Processes(m), _) => Listeners::Processes(m.count(), Box::new(m.reloader())),
@@ -459,6 +468,7 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
             broker: broker.clone(),
             admin: OnceLock::new(),
             lock: Mutex::new(()),
+            reloaded: reloaded.clone(),
         })
     });
     let admin = match admin_address {
@@ -526,7 +536,8 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     }
     // The master's worker processes check health themselves (each routes by its own view).
     if !master {
-        portico_http::health::spawn(shared.clone(), shutdown_rx.clone()).context("cannot start the health checker")?;
+        portico_http::health::spawn(shared.clone(), reloaded, shutdown_rx.clone())
+            .context("cannot start the health checker")?;
     }
     if worker_process.is_some() {
         let reloader = reloader.clone();
@@ -583,9 +594,15 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
     let mut handed_over = false;
     runtime.block_on(async {
         let mut watch_tick = tokio::time::interval(Duration::from_secs(1));
-        let mut supervise_tick = tokio::time::interval(Duration::from_millis(200));
         let mut stamps = reloader.as_ref().map(|r| watched_stamps(&r.path, &shared.load().source));
+        // A worker thread notifies this as it ends, a worker process's exit is a SIGCHLD, and a restart after
+        // its back-off is a deadline: nothing here wakes up periodically unless `watch: true`.
+        let exited = match &pool {
+            Workers::Threads(s) => Some(s.exited.clone()),
+            Workers::Processes(_) => None,
+        };
         loop {
+            let restart_due = pool.next_due();
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
@@ -597,7 +614,15 @@ pub fn serve(loaded: LoadedConfig, config_path: Option<PathBuf>) -> anyhow::Resu
                     Some(r) => { let r = r.clone(); tokio::task::spawn_blocking(move || r.reload("SIGHUP")); }
                     None => tracing::warn!("SIGHUP ignored: no configuration file to reload"),
                 },
-                _ = supervise_tick.tick() => pool.check(),
+                _ = async {
+                    match &exited {
+                        Some(exited) => exited.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => pool.check(),
+                _ = chld.recv() => pool.check(),
+                _ = tokio::time::sleep_until(restart_due.unwrap_or_else(std::time::Instant::now).into()),
+                    if restart_due.is_some() => pool.check(),
                 _ = usr2.recv() => {
                     if worker_process.is_some() {
                         portico_core::processes::forward_to_master(worker_process, libc::SIGUSR2);

@@ -485,3 +485,46 @@ fn requests_that_give_up_waiting_for_a_connection_are_no_longer_counted_as_waiti
     assert_eq!(busy.read_response(false).status, 200);
     assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
 }
+
+/// Context switches so far of every thread of process `pid`: how often its threads slept and were woken.
+fn context_switches(pid: i32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines().filter(|l| l.contains("ctxt_switches:")) {
+            total += line.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    total
+}
+
+#[test]
+fn an_idle_process_wakes_for_nothing_until_a_reload_adds_a_health_check() {
+    let a = Backend::start("a").unwrap();
+    a.set_health_status(500);
+    let log = temp_dir().join("access.log");
+    // No admin address (its dashboard samples every second), two workers, an access log.
+    let yaml = |check: &str| {
+        simple_yaml("round_robin", &[a.addr], check)
+            .replace("admin: { address: \"{admin}\" }\n", "")
+            .replace("workers: 1", &format!("workers: 2\naccess_log: {{ path: \"{}\" }}", log.display()))
+    };
+    let p = Portico::start(&yaml(""));
+    // A request: a pooled upstream connection, an access-log line handed to the writer 200 ms later.
+    assert_eq!(Conn::open(p.addr).get("/", "").status, 200);
+    std::thread::sleep(Duration::from_millis(600));
+    let before = context_switches(p.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = context_switches(p.pid()) - before;
+    // Before: a 100 ms health tick, a 200 ms supervision tick and 200 ms access-log flushes (over 60 in 2 s).
+    assert!(woke <= 3, "an idle process woke up {woke} times in 2 s");
+    // The health checker sleeps until a reload: one that adds a health check starts it.
+    let check =
+        "    health_check: { path: /health, interval: 100ms, timeout: 500ms, healthy_after: 1, unhealthy_after: 1 }\n";
+    p.rewrite_config(&yaml(check));
+    p.signal(libc::SIGHUP);
+    wait_until("a taken out by its health check", Duration::from_secs(5), || {
+        Conn::open(p.addr).get("/", "").status == 503
+    });
+}

@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(check.feed(b"[[[[[").map_err(|r| r.status), Err(400));
         let mut h = head("content-type: Application/JSON\r\ncontent-length: 50\r\n");
         assert_eq!(run(&f, &mut h, &denials), None);
-        assert!(h.edits.is_some_and(|e| e.body_check.is_some()));
+        assert!(h.edits.as_ref().is_some_and(|e| e.body_check.is_some()));
     }
 
     #[test]
