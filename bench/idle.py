@@ -21,24 +21,14 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from instructions import wait_port  # (bench/ is on the path when a script of it runs)
+
 PORT = int(os.environ.get("PORTICO_BENCH_PORT_BASE", "18480"))
-
-
-def wait_port(port, timeout=60.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def command(kind, path, work, workers, admin, callgrind):
