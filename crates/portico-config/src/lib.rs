@@ -13,6 +13,8 @@ mod read;
 mod route;
 mod schema;
 mod spans;
+#[cfg(test)]
+mod test_support;
 mod transform;
 mod units;
 mod validate;

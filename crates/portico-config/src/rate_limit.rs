@@ -223,14 +223,7 @@ mod tests {
     use super::*;
     use crate::load_str;
 
-    const BASE: &str = "listeners: [ { name: web, address: 127.0.0.1:8080 } ]\nclusters:\n  api: { endpoints: [ { address: 127.0.0.1:9002 } ] }\n";
-
-    fn errors(extra: &str) -> Vec<String> {
-        match load_str(&format!("{BASE}{extra}"), "t.yaml") {
-            Ok(_) => vec![],
-            Err(e) => e.0.iter().map(|d| format!("{}:{} {}", d.line, d.col, d.message)).collect(),
-        }
-    }
+    use crate::test_support::{errors, BASE};
 
     #[test]
     fn rates_are_counts_per_period() {

@@ -868,10 +868,7 @@ mod tests {
 
     /// Every error of `routes` (appended to a valid base), as `line:col message`.
     fn errors(extra: &str) -> Vec<String> {
-        match load_str(&format!("{BASE}{extra}"), "t.yaml") {
-            Ok(_) => vec![],
-            Err(e) => e.0.iter().map(|d| format!("{}:{} {}", d.line, d.col, d.message)).collect(),
-        }
+        crate::test_support::errors_of(&format!("{BASE}{extra}"))
     }
 
     #[test]
