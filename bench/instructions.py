@@ -50,6 +50,8 @@ import sys
 import tempfile
 import time
 
+from run import json_document  # (bench/ is on the path when a script of it runs)
+
 # Ports: --port-base (or PORTICO_BENCH_PORT_BASE) moves them all, for two runs on one machine: the backend, the
 # proxy on the next one, a second backend on the one after, the admin address after that.
 BACKEND_PORT = int(os.environ.get("PORTICO_BENCH_PORT_BASE", "18280"))
@@ -340,24 +342,6 @@ def count_peer(peer, requests, protocol, work):
             if line.startswith("summary:") or line.startswith("totals:"):
                 return int(line.split()[1])
     raise SystemExit(f"no totals in {peer}'s callgrind output")
-
-
-def json_document(size):
-    """`size` bytes of JSON like an API's list answer: records with ids, names, flags and timestamps."""
-    out, i = ["["], 0
-    length = 1
-    while True:
-        item = (f'{{"id":{i},"name":"user {i * 7919 % 10007}","email":"user{i * 31 % 997}@example.com",'
-                f'"active":{str(i % 3 != 0).lower()},"score":{i * 37 % 1000 / 10},"created":"2026-11-{1 + i % 28:02d}T'
-                f'{i % 24:02d}:{i * 7 % 60:02d}:00Z"}}')
-        if length + len(item) + 2 > size:
-            break
-        out.append(("," if i else "") + item)
-        length += len(item) + (1 if i else 0)
-        i += 1
-    out.append("]")
-    text = "".join(out)
-    return (text + " " * (size - len(text))).encode()
 
 
 def main():

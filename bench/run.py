@@ -467,7 +467,8 @@ backend be
 
 
 def json_document(size):
-    """`size` bytes of JSON like an API's list answer (the same document as bench/instructions.py's)."""
+    """`size` bytes of JSON like an API's list answer: records with ids, names, flags and timestamps (bench/instructions.py's
+    too)."""
     out, i, length = ["["], 0, 1
     while True:
         item = (f'{{"id":{i},"name":"user {i * 7919 % 10007}","email":"user{i * 31 % 997}@example.com",'
