@@ -294,23 +294,6 @@ fn check_reports_handler_errors_with_positions() {
 
 // The `compress` filter: its body hook on proxied, static and handler responses, over both protocols.
 
-/// `data` gunzipped by Python's gzip module.
-fn gunzip(data: &[u8]) -> Vec<u8> {
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", "import gzip,sys; sys.stdout.buffer.write(gzip.decompress(sys.stdin.buffer.read()))"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut stdin = child.stdin.take().unwrap();
-    let input = data.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "not gzip ({} bytes)", data.len());
-    out.stdout
-}
-
 fn compress_config(upstream: std::net::SocketAddr) -> String {
     let text = "a".repeat(2000);
     config(

@@ -598,3 +598,20 @@ pub fn ask_json(addr: SocketAddr, path: &str, body: Option<&[u8]>) -> serde_json
     assert_eq!(r.status, 200, "{addr}{path}: {}", r.text());
     serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{addr}{path}: {e}: {}", r.text()))
 }
+
+/// `data` gunzipped by Python's gzip module (a decoder that is not Portico's).
+pub fn gunzip(data: &[u8]) -> Vec<u8> {
+    let mut child = Command::new("python3")
+        .args(["-c", "import gzip,sys; sys.stdout.buffer.write(gzip.decompress(sys.stdin.buffer.read()))"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "not gzip ({} bytes)", data.len());
+    out.stdout
+}
